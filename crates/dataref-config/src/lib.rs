@@ -1,0 +1,35 @@
+//! `dataref.toml`: the raw file, its resolution into a typed [`Config`], and the names of
+//! the environment variables dataref reads ([`env`]).
+//!
+//! The raw structs mirror the file and refuse unknown keys; [`Config::resolve`] checks
+//! everything that can be checked without opening a source (types, names, references
+//! between queries and sources, units) and turns it into plain values. Bad config is an
+//! error with a hint, never silently replaced by a default.
+//!
+//! ```
+//! use dataref_config::Config;
+//! let text = r#"
+//! [sources.shop]
+//! kind = "sqlite"
+//! path = "/srv/shop.sqlite"
+//!
+//! [queries.orders]
+//! source = "shop"
+//! description = "Orders placed since a date."
+//! sql = "SELECT * FROM orders WHERE placed >= :since"
+//! params.since = { type = "date", required = true }
+//! "#;
+//! let config = Config::from_toml_str(text, "/etc/dataref".as_ref(), "/var/lib/dataref".into()).unwrap();
+//! assert_eq!(config.queries["orders"].tool_name(), "fetch_orders");
+//! ```
+
+pub mod env;
+mod raw;
+mod resolve;
+mod units;
+
+pub use resolve::{
+    ColumnType, Config, ConfigError, Limits, ParamConfig, ParamType, QueryConfig, SampleSpec,
+    SourceConfig, SourceKind, StoreConfig,
+};
+pub use units::{parse_bytes, parse_duration};

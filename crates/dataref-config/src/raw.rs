@@ -1,0 +1,95 @@
+//! The file as written. Every struct refuses unknown keys, so a typo is an error.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub store: RawStore,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub sources: BTreeMap<String, RawSource>,
+    #[serde(default)]
+    pub queries: BTreeMap<String, RawQuery>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub principal: Option<String>,
+}
+
+/// A size: a number of bytes or a string with a unit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+/// A duration: a number of seconds or a string with a unit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    pub ttl: Option<RawDuration>,
+    pub max_artifact_bytes: Option<RawSize>,
+    pub owner_quota_bytes: Option<RawSize>,
+    pub sweep_interval: Option<RawDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub max_result_chars: Option<usize>,
+    pub tool_timeout: Option<RawDuration>,
+    pub list_artifacts_max: Option<usize>,
+    pub describe_max_columns: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSource {
+    pub kind: String,
+    pub path: Option<String>,
+    pub sample_rows: Option<usize>,
+    pub max_value_chars: Option<usize>,
+    pub max_rows: Option<u64>,
+    pub timeout: Option<RawDuration>,
+    pub allow_sql: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQuery {
+    pub source: String,
+    pub description: String,
+    pub sql: String,
+    #[serde(default)]
+    pub params: BTreeMap<String, RawParam>,
+    #[serde(default)]
+    pub columns: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawParam {
+    #[serde(rename = "type")]
+    pub ty: String,
+    #[serde(default)]
+    pub required: bool,
+    pub default: Option<toml::Value>,
+    pub description: Option<String>,
+}

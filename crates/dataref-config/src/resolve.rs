@@ -1,0 +1,711 @@
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dataref_protocol::Principal;
+use serde_json::Value;
+
+use crate::raw::{RawConfig, RawDuration, RawParam, RawQuery, RawSize, RawSource};
+use crate::units::{parse_bytes, parse_duration};
+
+/// Everything dataref needs to run, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The data directory: artifacts, index, workspaces.
+    pub home: PathBuf,
+    /// The principal of a stdio session.
+    pub principal: Principal,
+    pub store: StoreConfig,
+    pub limits: Limits,
+    pub sources: BTreeMap<String, SourceConfig>,
+    pub queries: BTreeMap<String, QueryConfig>,
+    /// Set when this config is the built-in sample: the database must be generated first.
+    pub sample: Option<SampleSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// How long an artifact lives. Default 24 h.
+    pub ttl: Duration,
+    /// Crossing this while writing aborts the write. Default 1 GiB.
+    pub max_artifact_bytes: u64,
+    /// Total live bytes one principal may hold. Default 10 GiB.
+    pub owner_quota_bytes: u64,
+    /// How often expired artifacts are removed. Default 10 min.
+    pub sweep_interval: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(24 * 3600),
+            max_artifact_bytes: 1 << 30,
+            owner_quota_bytes: 10 << 30,
+            sweep_interval: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Bounds on what goes back to the model and on how long a call may run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The text of one tool result is cut beyond this many characters (and the cut is said).
+    pub max_result_chars: usize,
+    /// A tool call is cancelled after this long.
+    pub tool_timeout: Duration,
+    /// At most this many artifacts in one `list_artifacts` answer.
+    pub list_artifacts_max: usize,
+    /// At most this many columns in one `describe_data` answer.
+    pub describe_max_columns: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_result_chars: 16_000,
+            tool_timeout: Duration::from_secs(600),
+            list_artifacts_max: 50,
+            describe_max_columns: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SourceKind {
+    Sqlite { path: PathBuf },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceConfig {
+    pub name: String,
+    pub kind: SourceKind,
+    /// Rows in the sample a producer returns. 0 for sensitive data. Default 5.
+    pub sample_rows: usize,
+    /// Sample values longer than this are cut (and marked). Default 80.
+    pub max_value_chars: usize,
+    /// A result with more rows is refused, never silently cut. Default 10,000,000.
+    pub max_rows: u64,
+    /// A statement running longer is interrupted. Default 60 s.
+    pub timeout: Duration,
+    /// Whether the generic `query(source, sql)` tool may run SQL on this source.
+    pub allow_sql: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryConfig {
+    pub name: String,
+    pub source: String,
+    pub description: String,
+    pub sql: String,
+    pub params: Vec<ParamConfig>,
+    /// Declared result column types, overriding what the source reports.
+    pub columns: BTreeMap<String, ColumnType>,
+}
+
+impl QueryConfig {
+    /// The tool this query becomes.
+    pub fn tool_name(&self) -> String {
+        format!("fetch_{}", self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamConfig {
+    pub name: String,
+    pub ty: ParamType,
+    pub required: bool,
+    /// Already checked against `ty`.
+    pub default: Option<Value>,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+    /// `YYYY-MM-DD`.
+    Date,
+    /// `YYYY-MM-DD HH:MM:SS` or RFC 3339.
+    Timestamp,
+}
+
+impl ParamType {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "string" | "text" => Self::String,
+            "integer" | "int" => Self::Integer,
+            "number" | "float" | "real" => Self::Number,
+            "boolean" | "bool" => Self::Boolean,
+            "date" => Self::Date,
+            "timestamp" | "datetime" => Self::Timestamp,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Integer => "integer",
+            Self::Number => "number",
+            Self::Boolean => "boolean",
+            Self::Date => "date",
+            Self::Timestamp => "timestamp",
+        }
+    }
+}
+
+/// A column type declared in config (`columns.date = "date"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Integer,
+    Real,
+    Text,
+    Blob,
+    Boolean,
+    Date,
+    Timestamp,
+}
+
+impl ColumnType {
+    /// Also used for SQLite declared types (`CREATE TABLE t (d DATE)`), with SQLite's
+    /// affinity rules for the names it does not know.
+    pub fn from_decl(s: &str) -> Option<Self> {
+        let up = s.trim().to_ascii_uppercase();
+        Some(match up.as_str() {
+            "DATE" => Self::Date,
+            "TIMESTAMP" | "DATETIME" | "TIMESTAMPTZ" => Self::Timestamp,
+            "BOOLEAN" | "BOOL" => Self::Boolean,
+            _ if up.contains("INT") => Self::Integer,
+            _ if up.contains("CHAR") || up.contains("CLOB") || up.contains("TEXT") => Self::Text,
+            _ if up.contains("BLOB") => Self::Blob,
+            _ if up.contains("REAL")
+                || up.contains("FLOA")
+                || up.contains("DOUB")
+                || up.contains("NUMERIC")
+                || up.contains("DECIMAL") =>
+            {
+                Self::Real
+            }
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Integer => "integer",
+            Self::Real => "real",
+            Self::Text => "text",
+            Self::Blob => "blob",
+            Self::Boolean => "boolean",
+            Self::Date => "date",
+            Self::Timestamp => "timestamp",
+        }
+    }
+}
+
+/// The built-in sample database: where it lives and how many rows it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleSpec {
+    pub path: PathBuf,
+    pub rows: u64,
+}
+
+/// What is wrong with the configuration, and what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error(
+        "cannot read `{path}`: {source}\nhint: check the path given by `--config` or `DATAREF_CONFIG`"
+    )]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`{path}` is not valid dataref.toml: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{what}: {message}\nhint: {hint}")]
+    Invalid {
+        what: String,
+        message: String,
+        hint: String,
+    },
+}
+
+fn invalid(
+    what: impl fmt::Display,
+    message: impl Into<String>,
+    hint: impl Into<String>,
+) -> ConfigError {
+    ConfigError::Invalid {
+        what: what.to_string(),
+        message: message.into(),
+        hint: hint.into(),
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && s.len() <= 48
+}
+
+fn duration(
+    what: &str,
+    raw: &Option<RawDuration>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match raw {
+        None => Ok(default),
+        Some(RawDuration::Seconds(n)) => Ok(Duration::from_secs(*n)),
+        Some(RawDuration::Text(t)) => parse_duration(t).ok_or_else(|| {
+            invalid(
+                what,
+                format!("`{t}` is not a duration"),
+                "write e.g. `30s`, `10m`, `24h` or `7d`",
+            )
+        }),
+    }
+}
+
+fn size(what: &str, raw: &Option<RawSize>, default: u64) -> Result<u64, ConfigError> {
+    match raw {
+        None => Ok(default),
+        Some(RawSize::Bytes(n)) => Ok(*n),
+        Some(RawSize::Text(t)) => parse_bytes(t).ok_or_else(|| {
+            invalid(
+                what,
+                format!("`{t}` is not a size"),
+                "write e.g. `500MB`, `1GiB` or a number of bytes",
+            )
+        }),
+    }
+}
+
+impl Config {
+    /// Reads and resolves a config file. Relative source paths are taken from the file's
+    /// directory.
+    pub fn load(path: &Path, home: PathBuf) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::from_toml_str(&text, base, home).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Resolves config text; `base` is the directory relative paths are taken from.
+    pub fn from_toml_str(text: &str, base: &Path, home: PathBuf) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("dataref.toml"),
+            message: e.to_string(),
+        })?;
+        Self::resolve(raw, base, home)
+    }
+
+    /// The built-in sample: one SQLite source `sample` and the query `sales` (tool
+    /// `fetch_sales(since)`), used when no config file is given.
+    pub fn builtin_sample(home: PathBuf, rows: u64) -> Self {
+        let path = home.join("sample").join(format!("sales-{rows}.sqlite"));
+        let source = SourceConfig {
+            name: "sample".into(),
+            kind: SourceKind::Sqlite { path: path.clone() },
+            sample_rows: 5,
+            max_value_chars: 80,
+            max_rows: 10_000_000,
+            timeout: Duration::from_secs(120),
+            allow_sql: true,
+        };
+        let query = QueryConfig {
+            name: "sales".into(),
+            source: "sample".into(),
+            description: "Load sales (one row per order line: date, product line, region, \
+                channel, units, revenue, discount) on or after a date into a server-side \
+                artifact. Returns a dataRef with the schema, row count, null counts and a \
+                few sample rows, not the rows."
+                .into(),
+            sql: "SELECT date, line, region, channel, units, revenue, discount \
+                  FROM sales WHERE date >= :since ORDER BY date, id"
+                .into(),
+            params: vec![ParamConfig {
+                name: "since".into(),
+                ty: ParamType::Date,
+                required: true,
+                default: None,
+                description: Some("First day to include, `YYYY-MM-DD`.".into()),
+            }],
+            columns: BTreeMap::new(),
+        };
+        Self {
+            home,
+            principal: default_principal(),
+            store: StoreConfig::default(),
+            limits: Limits::default(),
+            sources: BTreeMap::from([("sample".into(), source)]),
+            queries: BTreeMap::from([("sales".into(), query)]),
+            sample: Some(SampleSpec { path, rows }),
+        }
+    }
+
+    fn resolve(raw: RawConfig, base: &Path, home: PathBuf) -> Result<Self, ConfigError> {
+        let principal = match &raw.server.principal {
+            None => default_principal(),
+            Some(p) => Principal::new(p).map_err(|e| {
+                invalid(
+                    "server.principal",
+                    e.to_string(),
+                    "use letters, digits and `._@-`",
+                )
+            })?,
+        };
+        let d = StoreConfig::default();
+        let store = StoreConfig {
+            ttl: duration("store.ttl", &raw.store.ttl, d.ttl)?,
+            max_artifact_bytes: size(
+                "store.max_artifact_bytes",
+                &raw.store.max_artifact_bytes,
+                d.max_artifact_bytes,
+            )?,
+            owner_quota_bytes: size(
+                "store.owner_quota_bytes",
+                &raw.store.owner_quota_bytes,
+                d.owner_quota_bytes,
+            )?,
+            sweep_interval: duration(
+                "store.sweep_interval",
+                &raw.store.sweep_interval,
+                d.sweep_interval,
+            )?,
+        };
+        if store.ttl.is_zero() {
+            return Err(invalid(
+                "store.ttl",
+                "must be longer than zero",
+                "the default is `24h`",
+            ));
+        }
+        if store.sweep_interval.is_zero() {
+            return Err(invalid(
+                "store.sweep_interval",
+                "must be longer than zero",
+                "the default is `10m`",
+            ));
+        }
+        let dl = Limits::default();
+        let limits = Limits {
+            max_result_chars: raw.limits.max_result_chars.unwrap_or(dl.max_result_chars),
+            tool_timeout: duration(
+                "limits.tool_timeout",
+                &raw.limits.tool_timeout,
+                dl.tool_timeout,
+            )?,
+            list_artifacts_max: raw
+                .limits
+                .list_artifacts_max
+                .unwrap_or(dl.list_artifacts_max),
+            describe_max_columns: raw
+                .limits
+                .describe_max_columns
+                .unwrap_or(dl.describe_max_columns),
+        };
+        if limits.max_result_chars < 200 {
+            return Err(invalid(
+                "limits.max_result_chars",
+                "must be at least 200",
+                "the default is 16000",
+            ));
+        }
+        let mut sources = BTreeMap::new();
+        for (name, s) in raw.sources {
+            let source = resolve_source(&name, s, base)?;
+            sources.insert(name, source);
+        }
+        let mut queries = BTreeMap::new();
+        for (name, q) in raw.queries {
+            let query = resolve_query(&name, q, &sources)?;
+            queries.insert(name, query);
+        }
+        Ok(Self {
+            home,
+            principal,
+            store,
+            limits,
+            sources,
+            queries,
+            sample: None,
+        })
+    }
+}
+
+fn default_principal() -> Principal {
+    // "local" is a valid name by construction.
+    Principal::new("local").unwrap_or_else(|_| unreachable!())
+}
+
+fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig, ConfigError> {
+    let what = format!("sources.{name}");
+    if !is_identifier(name) {
+        return Err(invalid(
+            &what,
+            "source names must be lower-case identifiers",
+            "e.g. `[sources.shop]`",
+        ));
+    }
+    let kind = match s.kind.as_str() {
+        "sqlite" => {
+            let path = s.path.ok_or_else(|| {
+                invalid(
+                    &what,
+                    "a sqlite source needs `path`",
+                    "add `path = \"shop.sqlite\"` (relative to this file)",
+                )
+            })?;
+            SourceKind::Sqlite {
+                path: base.join(path),
+            }
+        }
+        other => {
+            return Err(invalid(
+                format!("{what}.kind"),
+                format!("unknown source kind `{other}`"),
+                "supported kinds: `sqlite`",
+            ));
+        }
+    };
+    Ok(SourceConfig {
+        name: name.to_owned(),
+        kind,
+        sample_rows: s.sample_rows.unwrap_or(5).min(100),
+        max_value_chars: s.max_value_chars.unwrap_or(80).max(8),
+        max_rows: s.max_rows.unwrap_or(10_000_000),
+        timeout: duration(
+            &format!("{what}.timeout"),
+            &s.timeout,
+            Duration::from_secs(60),
+        )?,
+        allow_sql: s.allow_sql.unwrap_or(false),
+    })
+}
+
+fn resolve_query(
+    name: &str,
+    q: RawQuery,
+    sources: &BTreeMap<String, SourceConfig>,
+) -> Result<QueryConfig, ConfigError> {
+    let what = format!("queries.{name}");
+    if !is_identifier(name) {
+        return Err(invalid(
+            &what,
+            "query names must be lower-case identifiers",
+            "e.g. `[queries.orders]` becomes the tool `fetch_orders`",
+        ));
+    }
+    if !sources.contains_key(&q.source) {
+        let known: Vec<_> = sources.keys().map(|k| format!("`{k}`")).collect();
+        return Err(invalid(
+            format!("{what}.source"),
+            format!("no source named `{}`", q.source),
+            if known.is_empty() {
+                "declare it under `[sources.NAME]`".to_owned()
+            } else {
+                format!("declared sources: {}", known.join(", "))
+            },
+        ));
+    }
+    let mut params = Vec::new();
+    for (pname, p) in q.params {
+        params.push(resolve_param(&format!("{what}.params.{pname}"), &pname, p)?);
+        if !q.sql.contains(&format!(":{pname}")) {
+            return Err(invalid(
+                format!("{what}.params.{pname}"),
+                "the SQL never uses this parameter",
+                format!("refer to it as `:{pname}` in `sql`"),
+            ));
+        }
+    }
+    let mut columns = BTreeMap::new();
+    for (col, ty) in q.columns {
+        let t = ColumnType::from_decl(&ty).ok_or_else(|| {
+            invalid(
+                format!("{what}.columns.{col}"),
+                format!("unknown column type `{ty}`"),
+                "use one of `integer`, `real`, `text`, `blob`, `boolean`, `date`, `timestamp`",
+            )
+        })?;
+        columns.insert(col, t);
+    }
+    Ok(QueryConfig {
+        name: name.to_owned(),
+        source: q.source,
+        description: q.description,
+        sql: q.sql,
+        params,
+        columns,
+    })
+}
+
+fn resolve_param(what: &str, name: &str, p: RawParam) -> Result<ParamConfig, ConfigError> {
+    if !is_identifier(name) {
+        return Err(invalid(
+            what,
+            "parameter names must be lower-case identifiers",
+            "e.g. `params.since`",
+        ));
+    }
+    let ty = ParamType::parse(&p.ty).ok_or_else(|| {
+        invalid(
+            format!("{what}.type"),
+            format!("unknown parameter type `{}`", p.ty),
+            "use one of `string`, `integer`, `number`, `boolean`, `date`, `timestamp`",
+        )
+    })?;
+    let default = match p.default {
+        None => None,
+        Some(v) => Some(check_default(what, ty, v)?),
+    };
+    if p.required && default.is_some() {
+        return Err(invalid(
+            what,
+            "a required parameter cannot have a default",
+            "drop `required` or `default`",
+        ));
+    }
+    Ok(ParamConfig {
+        name: name.to_owned(),
+        ty,
+        required: p.required,
+        default,
+        description: p.description,
+    })
+}
+
+fn check_default(what: &str, ty: ParamType, v: toml::Value) -> Result<Value, ConfigError> {
+    let bad = || {
+        invalid(
+            format!("{what}.default"),
+            format!("a {} is not a {}", v.type_str(), ty.as_str()),
+            "give a default of the declared type",
+        )
+    };
+    Ok(match (ty, &v) {
+        (ParamType::String | ParamType::Date | ParamType::Timestamp, toml::Value::String(s)) => {
+            Value::String(s.clone())
+        }
+        (ParamType::Date | ParamType::Timestamp, toml::Value::Datetime(d)) => {
+            Value::String(d.to_string())
+        }
+        (ParamType::Integer, toml::Value::Integer(i)) => Value::from(*i),
+        (ParamType::Number, toml::Value::Integer(i)) => Value::from(*i as f64),
+        (ParamType::Number, toml::Value::Float(f)) => Value::from(*f),
+        (ParamType::Boolean, toml::Value::Boolean(b)) => Value::Bool(*b),
+        _ => return Err(bad()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_str(text, Path::new("/cfg"), PathBuf::from("/home"))
+    }
+
+    const GOOD: &str = r#"
+        [server]
+        principal = "eu_analyst"
+        [store]
+        ttl = "2h"
+        max_artifact_bytes = "10MB"
+        [sources.shop]
+        kind = "sqlite"
+        path = "shop.sqlite"
+        sample_rows = 0
+        allow_sql = true
+        [queries.orders]
+        source = "shop"
+        description = "Orders."
+        sql = "SELECT * FROM orders WHERE placed >= :since AND n < :limit"
+        columns = { placed = "date" }
+        [queries.orders.params]
+        since = { type = "date", required = true, description = "first day" }
+        limit = { type = "integer", default = 100 }
+    "#;
+
+    #[test]
+    fn resolves_a_full_file() -> Result<(), ConfigError> {
+        let c = parse(GOOD)?;
+        assert_eq!(c.principal.as_str(), "eu_analyst");
+        assert_eq!(c.store.ttl, Duration::from_secs(7200));
+        assert_eq!(c.store.max_artifact_bytes, 10_000_000);
+        let s = &c.sources["shop"];
+        assert_eq!(
+            s.kind,
+            SourceKind::Sqlite {
+                path: PathBuf::from("/cfg/shop.sqlite")
+            }
+        );
+        assert_eq!(s.sample_rows, 0);
+        let q = &c.queries["orders"];
+        assert_eq!(q.params.len(), 2);
+        assert_eq!(q.columns["placed"], ColumnType::Date);
+        let limit = q.params.iter().find(|p| p.name == "limit");
+        assert_eq!(
+            limit.and_then(|p| p.default.clone()),
+            Some(Value::from(100))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn errors_name_the_key_and_hint() {
+        let cases = [
+            ("[store]\nttl = \"forever\"", "store.ttl"),
+            (
+                "[sources.a]\nkind = \"oracle\"\npath = \"x\"",
+                "unknown source kind `oracle`",
+            ),
+            ("[sources.a]\nkind = \"sqlite\"", "needs `path`"),
+            (
+                "[queries.q]\nsource = \"nope\"\ndescription = \"d\"\nsql = \"select 1\"",
+                "no source named `nope`",
+            ),
+            ("[bogus]\nx = 1", "unknown field `bogus`"),
+            (
+                "[sources.a]\nkind = \"sqlite\"\npath = \"x\"\n[queries.q]\nsource = \"a\"\ndescription = \"d\"\nsql = \"select 1\"\nparams.p = { type = \"date\" }",
+                "never uses this parameter",
+            ),
+            (
+                "[sources.a]\nkind = \"sqlite\"\npath = \"x\"\n[queries.q]\nsource = \"a\"\ndescription = \"d\"\nsql = \"select :p\"\nparams.p = { type = \"integer\", default = \"x\" }",
+                "is not a integer",
+            ),
+        ];
+        for (text, want) in cases {
+            match parse(text) {
+                Ok(_) => panic!("accepted: {text}"),
+                Err(e) => assert!(e.to_string().contains(want), "{e} should mention {want}"),
+            }
+        }
+    }
+
+    #[test]
+    fn declared_types_follow_sqlite_affinity() {
+        assert_eq!(ColumnType::from_decl("DATE"), Some(ColumnType::Date));
+        assert_eq!(ColumnType::from_decl("varchar(20)"), Some(ColumnType::Text));
+        assert_eq!(ColumnType::from_decl("BIGINT"), Some(ColumnType::Integer));
+        assert_eq!(
+            ColumnType::from_decl("DECIMAL(10,2)"),
+            Some(ColumnType::Real)
+        );
+        assert_eq!(ColumnType::from_decl(""), None);
+    }
+}

@@ -1,0 +1,28 @@
+//! Plain value types shared by every dataref crate.
+//!
+//! This is the leaf of the workspace: it depends on serde, serde_json and schemars only, and
+//! nothing of ours. Its main types are:
+//!
+//! - [`DataRef`]: the handle of a table artifact, `data_` + 22 base64url characters. It can
+//!   only be made by parsing a string the model sent ([`DataRef::parse`]) or from 128 random
+//!   bits ([`DataRef::from_random_bytes`], called by the store with bytes from the OS CSPRNG).
+//! - [`Principal`]: who is calling. Every artifact belongs to exactly one.
+//! - [`Description`]: what a producer returns instead of rows.
+//! - [`ToolSpec`]: a tool's name, description, input and output schemas.
+//!
+//! ```
+//! use dataref_protocol::DataRef;
+//! let r = DataRef::from_random_bytes([7; 16]);
+//! assert_eq!(DataRef::parse(r.as_str()), Ok(r.clone()));
+//! assert!(DataRef::parse("data_../../etc").is_err());
+//! ```
+
+mod data_ref;
+mod describe;
+mod time;
+mod tool;
+
+pub use data_ref::{DataRef, DataRefError, Principal, PrincipalError};
+pub use describe::{ColumnStats, DataStats, Description, NumericStats, TopValue};
+pub use time::{Timestamp, civil_from_days, days_from_civil};
+pub use tool::{ToolAnnotations, ToolSpec, object_schema};

@@ -1,0 +1,131 @@
+//! The artifact store: where producer results live while the model works with references.
+//!
+//! - [`ArtifactStore`]: the trait every backend implements (the local one here; a shared
+//!   backend with object storage and a PostgreSQL index can sit behind the same trait).
+//! - [`LocalStore`]: Arrow IPC files (uncompressed, memory-mappable) under
+//!   `$DATAREF_HOME/artifacts`, indexed in `index.sqlite`.
+//! - [`TableWriter`]: a table is written batch by batch as the producer streams; dropping
+//!   the writer without [`TableWriter::finish`] removes the partial file.
+//! - [`describe()`] and [`describe_data`]: what the model gets instead of rows.
+//!
+//! Every read takes the caller's [`Principal`](dataref_protocol::Principal): an unknown,
+//! expired or someone else's reference all give the same [`StoreError::NotFound`].
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use dataref_store::{ArtifactStore, LocalStore, StoreLimits, SystemClock, Lineage};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = LocalStore::open("/var/lib/dataref".as_ref(), StoreLimits::default(), Arc::new(SystemClock))?;
+//! let owner = dataref_protocol::Principal::new("alice")?;
+//! # let schema: arrow_schema::SchemaRef = todo!();
+//! # let batches: Vec<arrow_array::RecordBatch> = vec![];
+//! let mut w = store.create_table(&owner, schema, Lineage::new("fetch_sales", serde_json::json!({})))?;
+//! for b in &batches { w.write(b)?; }
+//! let meta = w.finish()?;
+//! let table = store.open_table(&owner, &meta.data_ref)?;
+//! # Ok(()) }
+//! ```
+
+mod clock;
+mod error;
+mod local;
+mod stats;
+mod value;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::StoreError;
+pub use local::{LocalStore, StoreLimits, SweepReport};
+pub use stats::{SampleOptions, describe, describe_data};
+pub use value::{
+    cell_to_json, closest, did_you_mean, format_date, format_timestamp_micros, type_name,
+};
+
+use std::path::PathBuf;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use dataref_protocol::{DataRef, Principal, Timestamp};
+
+/// Which tool, with which arguments, made an artifact.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lineage {
+    pub tool: String,
+    pub args: serde_json::Value,
+}
+
+impl Lineage {
+    pub fn new(tool: impl Into<String>, args: serde_json::Value) -> Self {
+        Self {
+            tool: tool.into(),
+            args,
+        }
+    }
+}
+
+/// The index row of a stored table.
+#[derive(Debug, Clone)]
+pub struct ArtifactMeta {
+    pub data_ref: DataRef,
+    pub owner: Principal,
+    pub rows: u64,
+    /// Size of the stored file.
+    pub bytes: u64,
+    pub schema: SchemaRef,
+    /// NULL count per column, in schema order.
+    pub null_counts: Vec<u64>,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+    pub lineage: Lineage,
+}
+
+/// A stored table opened for reading: its batches are memory-mapped, not copied.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub meta: ArtifactMeta,
+    pub batches: Vec<RecordBatch>,
+    /// The Arrow IPC file, for consumers that hand it on (e.g. to the Python sandbox).
+    pub path: PathBuf,
+}
+
+/// Storage for table artifacts. Implementations are shared across threads; no method holds
+/// a lock across file I/O.
+pub trait ArtifactStore: Send + Sync {
+    /// Starts a new table for `owner`. The write counts against the per-artifact byte cap
+    /// and the owner's quota as it goes.
+    fn create_table(
+        &self,
+        owner: &Principal,
+        schema: SchemaRef,
+        lineage: Lineage,
+    ) -> Result<Box<dyn TableWriter>, StoreError>;
+
+    /// Opens a live table of `owner`'s.
+    fn open_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<Table, StoreError>;
+
+    /// The index row of a live table of `owner`'s.
+    fn meta(&self, owner: &Principal, data_ref: &DataRef) -> Result<ArtifactMeta, StoreError>;
+
+    /// `owner`'s live artifacts, newest first, at most `limit`; and how many there are in all.
+    fn list(&self, owner: &Principal, limit: usize)
+    -> Result<(Vec<ArtifactMeta>, u64), StoreError>;
+
+    /// Bytes of live artifacts `owner` holds.
+    fn usage(&self, owner: &Principal) -> Result<u64, StoreError>;
+
+    /// Removes expired artifacts (index row, then file).
+    fn sweep(&self) -> Result<SweepReport, StoreError>;
+}
+
+/// A table being written. Dropping it without `finish` aborts: the partial file is removed
+/// and nothing is indexed.
+pub trait TableWriter: Send {
+    /// Appends a batch. Its schema must equal the table's. Crossing the byte cap or the
+    /// owner's quota aborts the write with [`StoreError::TooLarge`] / [`StoreError::QuotaExceeded`].
+    fn write(&mut self, batch: &RecordBatch) -> Result<(), StoreError>;
+
+    /// Rows written so far.
+    fn rows(&self) -> u64;
+
+    /// Makes the table durable (fsync, rename) and indexes it.
+    fn finish(self: Box<Self>) -> Result<ArtifactMeta, StoreError>;
+}

@@ -1,0 +1,205 @@
+//! Arrow cells as JSON values, type names as the model reads them, and "did you mean".
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Date32Type, Date64Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::{DataType, TimeUnit};
+use dataref_protocol::civil_from_days;
+use serde_json::Value;
+
+/// The type of a column as the model reads it in a description.
+pub fn type_name(dt: &DataType) -> String {
+    match dt {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => "integer".into(),
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
+            "integer".into()
+        }
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => "float".into(),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => format!("decimal({p},{s})"),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "string".into(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "binary".into(),
+        DataType::Boolean => "boolean".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Timestamp(_, None) => "timestamp".into(),
+        DataType::Timestamp(_, Some(tz)) => format!("timestamp({tz})"),
+        DataType::Null => "null".into(),
+        other => other.to_string().to_lowercase(),
+    }
+}
+
+/// Formats days since the epoch as `YYYY-MM-DD`.
+pub fn format_date(days: i64) -> String {
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Formats microseconds since the epoch as `YYYY-MM-DDTHH:MM:SS[.ffffff]`.
+pub fn format_timestamp_micros(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let frac = us.rem_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let date = format_date(days);
+    let (h, m, s) = (sod / 3600, sod % 3600 / 60, sod % 60);
+    if frac == 0 {
+        format!("{date}T{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{date}T{h:02}:{m:02}:{s:02}.{frac:06}")
+    }
+}
+
+fn timestamp_micros(array: &ArrayRef, row: usize, unit: &TimeUnit) -> i64 {
+    match unit {
+        TimeUnit::Second => array
+            .as_primitive::<TimestampSecondType>()
+            .value(row)
+            .saturating_mul(1_000_000),
+        TimeUnit::Millisecond => array
+            .as_primitive::<TimestampMillisecondType>()
+            .value(row)
+            .saturating_mul(1000),
+        TimeUnit::Microsecond => array.as_primitive::<TimestampMicrosecondType>().value(row),
+        TimeUnit::Nanosecond => array.as_primitive::<TimestampNanosecondType>().value(row) / 1000,
+    }
+}
+
+fn cut(s: &str, max_chars: Option<usize>) -> (Value, bool) {
+    match max_chars {
+        Some(max) if s.chars().count() > max => {
+            let kept: String = s.chars().take(max).collect();
+            (Value::String(format!("{kept}…")), true)
+        }
+        _ => (Value::String(s.to_owned()), false),
+    }
+}
+
+fn float(v: f64) -> Value {
+    serde_json::Number::from_f64(v)
+        .map(Value::Number)
+        .unwrap_or_else(|| Value::String(v.to_string()))
+}
+
+/// One cell as JSON. Strings (and hex-encoded binary) longer than `max_chars` are cut and
+/// end in `…`; the bool says whether that happened. Dates are `YYYY-MM-DD`, timestamps ISO
+/// 8601, non-finite floats strings.
+pub fn cell_to_json(array: &ArrayRef, row: usize, max_chars: Option<usize>) -> (Value, bool) {
+    if array.is_null(row) {
+        return (Value::Null, false);
+    }
+    let v = match array.data_type() {
+        DataType::Boolean => Value::Bool(array.as_boolean().value(row)),
+        DataType::Int8 => Value::from(array.as_primitive::<Int8Type>().value(row)),
+        DataType::Int16 => Value::from(array.as_primitive::<Int16Type>().value(row)),
+        DataType::Int32 => Value::from(array.as_primitive::<Int32Type>().value(row)),
+        DataType::Int64 => Value::from(array.as_primitive::<Int64Type>().value(row)),
+        DataType::UInt8 => Value::from(array.as_primitive::<UInt8Type>().value(row)),
+        DataType::UInt16 => Value::from(array.as_primitive::<UInt16Type>().value(row)),
+        DataType::UInt32 => Value::from(array.as_primitive::<UInt32Type>().value(row)),
+        DataType::UInt64 => Value::from(array.as_primitive::<UInt64Type>().value(row)),
+        DataType::Float32 => float(f64::from(array.as_primitive::<Float32Type>().value(row))),
+        DataType::Float64 => float(array.as_primitive::<Float64Type>().value(row)),
+        DataType::Date32 => Value::String(format_date(i64::from(
+            array.as_primitive::<Date32Type>().value(row),
+        ))),
+        DataType::Date64 => Value::String(format_date(
+            array
+                .as_primitive::<Date64Type>()
+                .value(row)
+                .div_euclid(86_400_000),
+        )),
+        DataType::Timestamp(unit, _) => {
+            Value::String(format_timestamp_micros(timestamp_micros(array, row, unit)))
+        }
+        DataType::Utf8 => return cut(array.as_string::<i32>().value(row), max_chars),
+        DataType::LargeUtf8 => return cut(array.as_string::<i64>().value(row), max_chars),
+        DataType::Binary => {
+            let bytes = array.as_binary::<i32>().value(row);
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            return cut(&hex, max_chars);
+        }
+        _ => return cut(&format!("<{}>", type_name(array.data_type())), max_chars),
+    };
+    (v, false)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The candidates closest to `wanted` (case-insensitive edit distance of at most a third of
+/// its length, or a prefix/substring match), best first.
+pub fn closest<'a>(wanted: &str, candidates: &'a [String]) -> Vec<&'a str> {
+    let w = wanted.to_lowercase();
+    let mut scored: Vec<(usize, &str)> = candidates
+        .iter()
+        .filter_map(|c| {
+            let lc = c.to_lowercase();
+            let d = edit_distance(&w, &lc);
+            let close = d <= (w.chars().count() / 3).max(1) || lc.contains(&w) || w.contains(&lc);
+            close.then_some((d, c.as_str()))
+        })
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, c)| c).collect()
+}
+
+/// "did you mean `revenue`?" plus the list of what exists (bounded).
+pub fn did_you_mean(wanted: &str, available: &[String]) -> String {
+    let close = closest(wanted, available);
+    let listed: Vec<String> = available
+        .iter()
+        .take(50)
+        .map(|c| format!("`{c}`"))
+        .collect();
+    let more = available.len().saturating_sub(50);
+    let mut s = String::new();
+    if let Some(best) = close.first() {
+        s.push_str(&format!("did you mean `{best}`? "));
+    }
+    s.push_str("available: ");
+    s.push_str(&listed.join(", "));
+    if more > 0 {
+        s.push_str(&format!(" and {more} more"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions() {
+        let cols: Vec<String> = ["date", "revenue", "region"].map(String::from).to_vec();
+        assert_eq!(closest("revenu", &cols), vec!["revenue"]);
+        assert_eq!(
+            did_you_mean("Revenue", &cols),
+            "did you mean `revenue`? available: `date`, `revenue`, `region`"
+        );
+        assert!(closest("zzzzzz", &cols).is_empty());
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(format_date(0), "1970-01-01");
+        assert_eq!(
+            format_timestamp_micros(1_500_000),
+            "1970-01-01T00:00:01.500000"
+        );
+        assert_eq!(format_timestamp_micros(-1), "1969-12-31T23:59:59.999999");
+    }
+}
