@@ -1,13 +1,48 @@
-//! The local backend. Implementation: see the contract in lib.rs.
+//! The local backend: one Arrow IPC file per table, one SQLite row per file.
+//!
+//! Layout under the home directory:
+//!
+//! ```text
+//! index.sqlite              ref, owner, rows, bytes, schema, null counts, times, lineage
+//! artifacts/<ref>.arrow     IPC *file* format, uncompressed, so it can be memory-mapped
+//! artifacts/.tmp/<ref>.arrow  tables being written
+//! ```
+//!
+//! Invariants:
+//! - A file in `artifacts/` is complete and never written again. It appears there by
+//!   rename after an fsync, and only then gets its index row; it is read through a shared
+//!   memory map, which is sound only because nothing modifies it afterwards.
+//! - A ref is visible exactly when its index row exists, belongs to the caller and has
+//!   not expired. Every other case answers [`StoreError::NotFound`], word for word the
+//!   same, so a ref cannot be probed for existence.
+//! - Removal goes the other way round: index row first, then the file.
+//! - The index lock is held for SQL statements only, never across file I/O.
+//!
+//! A crash therefore leaves at most temp files and files without a row, which
+//! [`LocalStore::open`] removes. One `LocalStore` per home directory at a time: opening
+//! a second one reconciles away the first one's writes in progress.
 
-use std::path::Path;
+mod index;
+mod mapped;
+mod writer;
+
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
-use dataref_protocol::{DataRef, Principal};
+use dataref_protocol::{DataRef, Principal, Timestamp};
 
+use self::index::Index;
+use self::writer::{Bound, Cap, LocalTableWriter};
 use crate::{ArtifactMeta, ArtifactStore, Clock, Lineage, StoreError, Table, TableWriter};
+
+const ARTIFACTS_DIR: &str = "artifacts";
+const TMP_DIR: &str = ".tmp";
+const INDEX_FILE: &str = "index.sqlite";
+const EXTENSION: &str = "arrow";
 
 /// Bounds of the store (from `[store]` in config).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,9 +70,41 @@ pub struct SweepReport {
 }
 
 /// Arrow IPC files under `<home>/artifacts`, indexed in `<home>/index.sqlite`.
+///
+/// Cheap to share: clone the `Arc` it sits in; writers keep what they need alive.
 #[derive(Debug)]
 pub struct LocalStore {
-    _private: (),
+    inner: Arc<Inner>,
+}
+
+/// What the store and its open writers share.
+#[derive(Debug)]
+struct Inner {
+    artifacts: PathBuf,
+    tmp: PathBuf,
+    index: Index,
+    limits: StoreLimits,
+    clock: Arc<dyn Clock>,
+}
+
+impl Inner {
+    fn artifact_path(&self, data_ref: &DataRef) -> PathBuf {
+        self.artifacts
+            .join(format!("{}.{EXTENSION}", data_ref.as_str()))
+    }
+
+    fn expiry(&self, now: Timestamp) -> Timestamp {
+        let ttl = i64::try_from(self.limits.ttl.as_secs()).unwrap_or(i64::MAX);
+        Timestamp(now.0.saturating_add(ttl))
+    }
+}
+
+/// The report of [`LocalStore::open`]'s reconciliation, for the log.
+#[derive(Debug, Default)]
+struct Reconciled {
+    temp_files: usize,
+    unindexed_files: usize,
+    missing_files: usize,
 }
 
 impl LocalStore {
@@ -49,8 +116,124 @@ impl LocalStore {
         limits: StoreLimits,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
-        let _ = (home, limits, clock);
-        unimplemented!("store helper")
+        let artifacts = home.join(ARTIFACTS_DIR);
+        let tmp = artifacts.join(TMP_DIR);
+        fs::create_dir_all(&tmp).map_err(|e| io_err("cannot create directory", &tmp, e))?;
+        let index = Index::open(&home.join(INDEX_FILE))?;
+        let store = Self {
+            inner: Arc::new(Inner {
+                artifacts,
+                tmp,
+                index,
+                limits,
+                clock,
+            }),
+        };
+        let r = store.reconcile()?;
+        if r.temp_files + r.unindexed_files + r.missing_files > 0 {
+            tracing::info!(
+                temp_files = r.temp_files,
+                unindexed_files = r.unindexed_files,
+                missing_files = r.missing_files,
+                "artifact store reconciled after an unclean stop"
+            );
+        }
+        Ok(store)
+    }
+
+    fn reconcile(&self) -> Result<Reconciled, StoreError> {
+        let inner = &self.inner;
+        let mut report = Reconciled::default();
+
+        // Writes that never finished: nobody can finish them now.
+        for entry in read_dir(&inner.tmp)? {
+            let path = entry.path();
+            let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            match removed {
+                Ok(()) => report.temp_files += 1,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove temp file")
+                }
+            }
+        }
+
+        // Files renamed into place whose index row was never committed.
+        let mut on_disk = std::collections::HashSet::new();
+        for entry in read_dir(&inner.artifacts)? {
+            let path = entry.path();
+            let is_artifact = path.extension().is_some_and(|e| e == EXTENSION)
+                && entry.file_type().is_ok_and(|t| t.is_file());
+            if let (true, Some(stem)) = (is_artifact, path.file_stem().and_then(|s| s.to_str())) {
+                on_disk.insert(stem.to_owned());
+            }
+        }
+        let indexed = inner.index.all_refs()?;
+        for stem in on_disk.difference(&indexed) {
+            let path = inner.artifacts.join(format!("{stem}.{EXTENSION}"));
+            match fs::remove_file(&path) {
+                Ok(()) => report.unindexed_files += 1,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove unindexed artifact")
+                }
+            }
+        }
+
+        // Rows whose file is gone (deleted by hand, lost with a disk): the ref could never
+        // be opened, and it would count against its owner's quota. The file is looked up
+        // again because the listing above is older than the rows.
+        for r in indexed.difference(&on_disk) {
+            let path = inner.artifacts.join(format!("{r}.{EXTENSION}"));
+            if !path.try_exists().unwrap_or(true) {
+                inner.index.remove(r)?;
+                report.missing_files += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// A new ref: 128 bits from the OS CSPRNG, so refs cannot be guessed.
+    fn mint_ref(&self) -> Result<DataRef, StoreError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            io_err(
+                "cannot draw random bytes for a new ref",
+                &self.inner.artifacts,
+                io::Error::other(e.to_string()),
+            )
+        })?;
+        Ok(DataRef::from_random_bytes(bytes))
+    }
+
+    /// What this write may put on disk: the artifact cap, or what is left of the quota
+    /// if that is less.
+    fn cap_for(&self, owner: &Principal) -> Result<Cap, StoreError> {
+        let limits = &self.inner.limits;
+        let used = self.usage(owner)?;
+        let left = limits.owner_quota_bytes.saturating_sub(used);
+        Ok(if left < limits.max_artifact_bytes {
+            Cap {
+                bytes: left,
+                bound: Bound::Quota {
+                    quota: limits.owner_quota_bytes,
+                    used,
+                },
+            }
+        } else {
+            Cap {
+                bytes: limits.max_artifact_bytes,
+                bound: Bound::Artifact,
+            }
+        })
+    }
+}
+
+fn not_found(data_ref: &DataRef) -> StoreError {
+    StoreError::NotFound {
+        data_ref: data_ref.as_str().to_owned(),
     }
 }
 
@@ -61,30 +244,107 @@ impl ArtifactStore for LocalStore {
         schema: SchemaRef,
         lineage: Lineage,
     ) -> Result<Box<dyn TableWriter>, StoreError> {
-        let _ = (owner, schema, lineage);
-        unimplemented!("store helper")
+        let cap = self.cap_for(owner)?;
+        let data_ref = self.mint_ref()?;
+        let writer = LocalTableWriter::create(
+            self.inner.clone(),
+            owner.clone(),
+            data_ref,
+            schema,
+            lineage,
+            cap,
+        )?;
+        Ok(Box::new(writer))
     }
+
     fn open_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<Table, StoreError> {
-        let _ = (owner, data_ref);
-        unimplemented!("store helper")
+        let meta = self.meta(owner, data_ref)?;
+        let path = self.inner.artifact_path(data_ref);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            // Swept (or removed by hand) between the index read and here.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found(data_ref)),
+            Err(e) => return Err(io_err("cannot open artifact", &path, e)),
+        };
+        let buffer =
+            mapped::map_file(&file).map_err(|e| io_err("cannot map artifact", &path, e))?;
+        let batches = mapped::decode(&buffer)?;
+        Ok(Table {
+            meta,
+            batches,
+            path,
+        })
     }
+
     fn meta(&self, owner: &Principal, data_ref: &DataRef) -> Result<ArtifactMeta, StoreError> {
-        let _ = (owner, data_ref);
-        unimplemented!("store helper")
+        let now = self.inner.clock.now();
+        self.inner
+            .index
+            .get(owner, data_ref, now)?
+            .ok_or_else(|| not_found(data_ref))
     }
+
     fn list(
         &self,
         owner: &Principal,
         limit: usize,
     ) -> Result<(Vec<ArtifactMeta>, u64), StoreError> {
-        let _ = (owner, limit);
-        unimplemented!("store helper")
+        self.inner.index.list(owner, self.inner.clock.now(), limit)
     }
+
     fn usage(&self, owner: &Principal) -> Result<u64, StoreError> {
-        let _ = owner;
-        unimplemented!("store helper")
+        self.inner.index.usage(owner, self.inner.clock.now())
     }
+
     fn sweep(&self) -> Result<SweepReport, StoreError> {
-        unimplemented!("store helper")
+        let expired = self.inner.index.take_expired(self.inner.clock.now())?;
+        let mut report = SweepReport::default();
+        for (r, bytes) in expired {
+            report.removed += 1;
+            report.bytes_freed += bytes;
+            // Refs come from our own index; a malformed one cannot name a file of ours.
+            let Ok(data_ref) = DataRef::parse(&r) else {
+                tracing::warn!(data_ref = %r, "malformed ref in the index");
+                continue;
+            };
+            remove_if_present(&self.inner.artifact_path(&data_ref));
+        }
+        Ok(report)
     }
+}
+
+fn io_err(context: &'static str, path: &Path, source: io::Error) -> StoreError {
+    StoreError::Io {
+        context,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>, StoreError> {
+    fs::read_dir(dir)
+        .and_then(|entries| entries.collect::<io::Result<Vec<_>>>())
+        .map_err(|e| io_err("cannot read directory", dir, e))
+}
+
+/// Removes a file that should go; failing to is logged, not returned, because whoever
+/// calls this is already on a path with a better error to report (or none), and
+/// [`LocalStore::open`] removes leftovers anyway.
+fn remove_if_present(path: &Path) {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove file"),
+    }
+}
+
+/// Makes a rename in `dir` durable.
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err("cannot sync directory", dir, e))?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }

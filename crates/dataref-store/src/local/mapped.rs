@@ -1,0 +1,189 @@
+//! Reading a stored Arrow IPC file without copying it: the file is memory-mapped and the
+//! batches' buffers point into the mapping.
+
+use std::fs::File;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
+use arrow_ipc::reader::{FileDecoder, read_footer_length};
+use arrow_ipc::{Block, convert::try_fb_to_schema, root_as_footer};
+use arrow_schema::ArrowError;
+
+/// `ARROW1` + padding at the start, footer length + `ARROW1` at the end: nothing shorter
+/// can be an IPC file, and checking first keeps the slicing below in bounds.
+const MIN_FILE_LEN: usize = 8 + 4 + 6;
+const TRAILER_LEN: usize = 10;
+
+/// Maps `file` read-only and wraps the mapping in an arrow [`Buffer`] that keeps it alive.
+#[expect(
+    unsafe_code,
+    reason = "memory-mapping a file and lending the mapping to arrow has no safe API"
+)]
+pub(super) fn map_file(file: &File) -> io::Result<Buffer> {
+    // SAFETY: a mapped file must not be changed while mapped. Artifact files are written
+    // under `.tmp/`, renamed into `artifacts/` once complete, and never opened for writing
+    // again; the store only ever unlinks them (sweep, reconcile), which leaves existing
+    // mappings intact. Only a process outside dataref truncating the file could break
+    // this, and that is outside what the store can guard against.
+    let mmap = unsafe { memmap2::Mmap::map(file) }?;
+    let len = mmap.len();
+    let ptr = NonNull::new(mmap.as_ptr().cast_mut())
+        .ok_or_else(|| io::Error::other("memory map returned a null pointer"))?;
+    // SAFETY: `ptr` is valid for `len` bytes for as long as `mmap` lives. The `Arc` owner
+    // moves the `Mmap` handle (not the mapped pages, which stay where they are) into the
+    // buffer, and arrow drops it only when the last buffer slice referencing it is gone.
+    // Arrow never writes through an immutable `Buffer`, matching the read-only mapping.
+    Ok(unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(mmap)) })
+}
+
+/// Decodes every record batch of the IPC file in `buffer`. The batches' buffers are slices
+/// of `buffer` (64-byte aligned by our writer, so arrow does not realign by copying).
+pub(super) fn decode(buffer: &Buffer) -> Result<Vec<RecordBatch>, ArrowError> {
+    let corrupt = |what: &str| ArrowError::ParseError(format!("corrupt artifact file: {what}"));
+    let len = buffer.len();
+    if len < MIN_FILE_LEN {
+        return Err(corrupt("too short"));
+    }
+    let trailer_start = len - TRAILER_LEN;
+    let trailer: [u8; TRAILER_LEN] = buffer
+        .as_slice()
+        .get(trailer_start..)
+        .and_then(|s| s.try_into().ok())
+        .ok_or_else(|| corrupt("no trailer"))?;
+    let footer_len = read_footer_length(trailer)?;
+    let footer_bytes = trailer_start
+        .checked_sub(footer_len)
+        .and_then(|start| buffer.as_slice().get(start..trailer_start))
+        .ok_or_else(|| corrupt("footer length out of range"))?;
+    let footer = root_as_footer(footer_bytes)
+        .map_err(|e| ArrowError::ParseError(format!("corrupt artifact footer: {e}")))?;
+    let ipc_schema = footer.schema().ok_or_else(|| corrupt("no schema"))?;
+    if !ipc_schema.endianness().equals_to_target_endianness() {
+        return Err(corrupt("written on a machine of the other endianness"));
+    }
+    let schema = Arc::new(try_fb_to_schema(ipc_schema)?);
+    let mut decoder = FileDecoder::new(schema, footer.version());
+
+    for block in footer.dictionaries().iter().flatten() {
+        decoder.read_dictionary(block, &block_data(buffer, block)?)?;
+    }
+    let blocks = footer
+        .recordBatches()
+        .ok_or_else(|| corrupt("no record batch index"))?;
+    let mut batches = Vec::with_capacity(blocks.len());
+    for block in blocks {
+        if let Some(batch) = decoder.read_record_batch(block, &block_data(buffer, block)?)? {
+            batches.push(batch);
+        }
+    }
+    Ok(batches)
+}
+
+/// The bytes of one block, checked to lie inside the file: `Buffer::slice_with_length`
+/// panics on a range outside it, and a damaged file must give an error, not a panic.
+fn block_data(buffer: &Buffer, block: &Block) -> Result<Buffer, ArrowError> {
+    let out_of_range =
+        || ArrowError::ParseError("corrupt artifact file: block out of range".into());
+    let offset = usize::try_from(block.offset()).map_err(|_| out_of_range())?;
+    let meta_len = usize::try_from(block.metaDataLength()).map_err(|_| out_of_range())?;
+    let body_len = usize::try_from(block.bodyLength()).map_err(|_| out_of_range())?;
+    let block_len = meta_len.checked_add(body_len).ok_or_else(out_of_range)?;
+    let end = offset.checked_add(block_len).ok_or_else(out_of_range)?;
+    // Arrow reads the message prefix (continuation marker + length) without checking.
+    if end > buffer.len() || meta_len < 8 {
+        return Err(out_of_range());
+    }
+    Ok(buffer.slice_with_length(offset, block_len))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use arrow_ipc::writer::FileWriter;
+
+    use super::*;
+
+    fn sample_file(dir: &std::path::Path) -> (std::path::PathBuf, Vec<RecordBatch>) {
+        let batches: Vec<RecordBatch> = (0..3)
+            .map(|b| {
+                let ints: ArrayRef = Arc::new(Int64Array::from_iter(
+                    (0..1000).map(|i| (i % 7 != 0).then_some(b * 1000 + i)),
+                ));
+                let strs: ArrayRef = Arc::new(StringArray::from_iter(
+                    (0..1000).map(|i| (i % 5 != 0).then(|| format!("v{b}-{i}"))),
+                ));
+                RecordBatch::try_from_iter([("n", ints), ("s", strs)]).unwrap()
+            })
+            .collect();
+        let path = dir.join("t.arrow");
+        let mut w =
+            FileWriter::try_new(File::create(&path).unwrap(), &batches[0].schema()).unwrap();
+        for b in &batches {
+            w.write(b).unwrap();
+        }
+        w.finish().unwrap();
+        (path, batches)
+    }
+
+    #[test]
+    fn batches_point_into_the_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, written) = sample_file(dir.path());
+        let buffer = map_file(&File::open(&path).unwrap()).unwrap();
+        let range = buffer.as_ptr() as usize..buffer.as_ptr() as usize + buffer.len();
+        let read = decode(&buffer).unwrap();
+        assert_eq!(read, written);
+        let mut checked = 0;
+        for batch in &read {
+            for column in batch.columns() {
+                let data = column.to_data();
+                let nulls = data.nulls().map(|n| n.buffer().clone());
+                for buf in data.buffers().iter().chain(nulls.iter()) {
+                    let p = buf.as_ptr() as usize;
+                    assert!(range.contains(&p), "buffer copied out of the mapping");
+                    checked += 1;
+                }
+            }
+        }
+        // 3 batches × (n: values + nulls, s: offsets + values + nulls)
+        assert_eq!(checked, 15);
+    }
+
+    #[test]
+    fn damaged_files_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = sample_file(dir.path());
+        let good = std::fs::read(&path).unwrap();
+        let len = good.len();
+        let mut cases: Vec<Vec<u8>> = vec![
+            vec![],
+            b"ARROW1".to_vec(),
+            good[..len / 2].to_vec(),
+            good[len / 2..].to_vec(),
+        ];
+        // A footer length pointing before the start of the file.
+        let mut huge_footer = good.clone();
+        huge_footer[len - 10..len - 6].copy_from_slice(&i32::MAX.to_le_bytes());
+        cases.push(huge_footer);
+        // Garbage everywhere except the trailer.
+        let mut scrambled = good.clone();
+        for b in &mut scrambled[8..len - 10] {
+            *b = b.wrapping_mul(31).wrapping_add(7);
+        }
+        cases.push(scrambled);
+        for (i, bytes) in cases.iter().enumerate() {
+            let p = dir.path().join(format!("bad{i}.arrow"));
+            File::create(&p).unwrap().write_all(bytes).unwrap();
+            let file = File::open(&p).unwrap();
+            let result = map_file(&file)
+                .map_err(ArrowError::from)
+                .and_then(|b| decode(&b));
+            assert!(result.is_err(), "case {i} decoded");
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! Writing one table: batches stream into a temp file under a byte cap; `finish` makes it
+//! durable, moves it into place and indexes it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arrow_array::{Array, RecordBatch};
+use arrow_ipc::writer::FileWriter;
+use arrow_schema::{ArrowError, SchemaRef};
+use dataref_protocol::{DataRef, Principal};
+
+use super::{Inner, io_err, remove_if_present, sync_dir};
+use crate::{ArtifactMeta, Lineage, StoreError, TableWriter};
+
+/// Large enough that arrow's many small metadata writes become few syscalls; large
+/// buffers pass straight through `BufWriter` anyway.
+const WRITE_BUFFER: usize = 256 * 1024;
+
+/// The most bytes one write may put on disk, and which bound set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Cap {
+    pub(super) bytes: u64,
+    pub(super) bound: Bound,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bound {
+    /// The per-artifact cap.
+    Artifact,
+    /// What was left of the owner's quota when the write started.
+    Quota { quota: u64, used: u64 },
+}
+
+impl Cap {
+    fn error(self) -> StoreError {
+        match self.bound {
+            Bound::Artifact => StoreError::TooLarge { limit: self.bytes },
+            Bound::Quota { quota, used } => StoreError::QuotaExceeded { quota, used },
+        }
+    }
+}
+
+/// Counts what passes through and refuses any write that would cross the cap, so an
+/// oversized result stops at the cap instead of filling the disk first.
+#[derive(Debug)]
+struct CappedWriter {
+    inner: BufWriter<File>,
+    written: u64,
+    cap: u64,
+    /// Shared with the table writer: arrow consumes the sink when the header or the
+    /// footer fails, and the error it returns does not say why.
+    crossed: Arc<AtomicBool>,
+}
+
+impl Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let len = u64::try_from(buf.len()).unwrap_or(u64::MAX);
+        if self.written.saturating_add(len) > self.cap {
+            self.crossed.store(true, Ordering::Relaxed);
+            return Err(io::Error::other("artifact byte cap reached"));
+        }
+        let n = self.inner.write(buf)?;
+        self.written += u64::try_from(n).unwrap_or(u64::MAX);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Where the writer is. Only `Open` has a temp file worth keeping; in every other state
+/// `Drop` removes it.
+enum State {
+    Open(Box<FileWriter<CappedWriter>>),
+    /// Aborted because a cap was reached: later calls repeat that answer.
+    Capped,
+    /// Aborted by an I/O or encoding error, or being finished.
+    Failed,
+}
+
+pub(super) struct LocalTableWriter {
+    inner: Arc<Inner>,
+    owner: Principal,
+    data_ref: DataRef,
+    schema: SchemaRef,
+    lineage: Lineage,
+    tmp_path: PathBuf,
+    cap: Cap,
+    crossed: Arc<AtomicBool>,
+    rows: u64,
+    null_counts: Vec<u64>,
+    state: State,
+}
+
+impl std::fmt::Debug for LocalTableWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalTableWriter")
+            .field("data_ref", &self.data_ref)
+            .field("owner", &self.owner)
+            .field("tmp_path", &self.tmp_path)
+            .field("cap", &self.cap)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalTableWriter {
+    /// Creates the temp file and writes the IPC header (which already counts against `cap`).
+    pub(super) fn create(
+        inner: Arc<Inner>,
+        owner: Principal,
+        data_ref: DataRef,
+        schema: SchemaRef,
+        lineage: Lineage,
+        cap: Cap,
+    ) -> Result<Self, StoreError> {
+        let tmp_path = inner.tmp.join(format!("{}.arrow", data_ref.as_str()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp_path)
+            .map_err(|e| io_err("cannot create temp file", &tmp_path, e))?;
+        let crossed = Arc::new(AtomicBool::new(false));
+        let sink = CappedWriter {
+            inner: BufWriter::with_capacity(WRITE_BUFFER, file),
+            written: 0,
+            cap: cap.bytes,
+            crossed: crossed.clone(),
+        };
+        let null_counts = vec![0; schema.fields().len()];
+        let mut writer = Self {
+            inner,
+            owner,
+            data_ref,
+            schema,
+            lineage,
+            tmp_path,
+            cap,
+            crossed,
+            rows: 0,
+            null_counts,
+            // `Drop` removes the temp file if the header cannot be written.
+            state: State::Failed,
+        };
+        match FileWriter::try_new(sink, &writer.schema) {
+            Ok(ipc) => writer.state = State::Open(Box::new(ipc)),
+            Err(e) => return Err(writer.failed(e)),
+        }
+        Ok(writer)
+    }
+
+    /// Records an abort and says why. The temp file is left for `Drop` (or removed now
+    /// when the writer lives on, see [`TableWriter::write`]).
+    fn failed(&mut self, e: ArrowError) -> StoreError {
+        if self.crossed.load(Ordering::Relaxed) {
+            self.state = State::Capped;
+            self.cap.error()
+        } else {
+            self.state = State::Failed;
+            match e {
+                ArrowError::IoError(_, source) => io_err("cannot write", &self.tmp_path, source),
+                other => StoreError::Arrow(other),
+            }
+        }
+    }
+
+    fn aborted_error(&self) -> StoreError {
+        match self.state {
+            State::Capped => self.cap.error(),
+            State::Open(_) | State::Failed => io_err(
+                "the write was aborted by an earlier error",
+                &self.tmp_path,
+                io::Error::other("aborted"),
+            ),
+        }
+    }
+
+    /// Takes the open IPC writer out, leaving `Failed` behind so an early return removes
+    /// the temp file; or repeats why the write was aborted.
+    fn take_open(&mut self) -> Result<Box<FileWriter<CappedWriter>>, StoreError> {
+        match std::mem::replace(&mut self.state, State::Failed) {
+            State::Open(ipc) => Ok(ipc),
+            other @ (State::Capped | State::Failed) => {
+                self.state = other;
+                Err(self.aborted_error())
+            }
+        }
+    }
+
+    /// The durable part of `finish`: footer, flush, fsync, rename, fsync of the directory.
+    /// Returns the final size.
+    fn seal(&mut self, mut ipc: Box<FileWriter<CappedWriter>>) -> Result<u64, StoreError> {
+        // The footer goes through the cap too.
+        if let Err(e) = ipc.finish() {
+            return Err(self.failed(e));
+        }
+        let sink = match ipc.into_inner() {
+            Ok(sink) => sink,
+            Err(e) => return Err(self.failed(e)),
+        };
+        let written = sink.written;
+        let file = sink
+            .inner
+            .into_inner()
+            .map_err(|e| io_err("cannot write", &self.tmp_path, e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| io_err("cannot sync", &self.tmp_path, e))?;
+        drop(file);
+        let final_path = self.inner.artifact_path(&self.data_ref);
+        fs::rename(&self.tmp_path, &final_path)
+            .map_err(|e| io_err("cannot move into place", &final_path, e))?;
+        // Without this the rename may not survive a power cut even though the index row,
+        // written next, does.
+        if let Err(e) = sync_dir(&self.inner.artifacts) {
+            remove_if_present(&final_path);
+            return Err(e);
+        }
+        Ok(written)
+    }
+}
+
+impl TableWriter for LocalTableWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<(), StoreError> {
+        // Names, types and nullability make a table; schema-level metadata does not.
+        if batch.schema_ref().fields() != self.schema.fields() {
+            return Err(StoreError::SchemaMismatch);
+        }
+        let mut ipc = self.take_open()?;
+        if let Err(e) = ipc.write(batch) {
+            drop(ipc);
+            // The caller may keep the writer around after the error; the partial file
+            // should not wait for its drop.
+            remove_if_present(&self.tmp_path);
+            return Err(self.failed(e));
+        }
+        self.state = State::Open(ipc);
+        self.rows += u64::try_from(batch.num_rows()).unwrap_or(u64::MAX);
+        for (count, column) in self.null_counts.iter_mut().zip(batch.columns()) {
+            *count += u64::try_from(column.logical_null_count()).unwrap_or(u64::MAX);
+        }
+        Ok(())
+    }
+
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<ArtifactMeta, StoreError> {
+        let ipc = self.take_open()?;
+        let bytes = self.seal(ipc)?;
+
+        let now = self.inner.clock.now();
+        let meta = ArtifactMeta {
+            data_ref: self.data_ref.clone(),
+            owner: self.owner.clone(),
+            rows: self.rows,
+            bytes,
+            schema: self.schema.clone(),
+            null_counts: std::mem::take(&mut self.null_counts),
+            created_at: now,
+            expires_at: self.inner.expiry(now),
+            lineage: self.lineage.clone(),
+        };
+        let quota = self.inner.limits.owner_quota_bytes;
+        if let Err(e) = self.inner.index.insert_within_quota(&meta, quota, now) {
+            remove_if_present(&self.inner.artifact_path(&self.data_ref));
+            return Err(e);
+        }
+        Ok(meta)
+    }
+}
+
+impl Drop for LocalTableWriter {
+    fn drop(&mut self) {
+        // Close the file before unlinking it (it matters on Windows).
+        self.state = State::Failed;
+        // After a successful finish the temp name no longer exists and this is a no-op.
+        remove_if_present(&self.tmp_path);
+    }
+}

@@ -1,0 +1,575 @@
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type};
+use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch};
+use dataref_protocol::{DataRef, Timestamp};
+use dataref_store::{ArtifactStore, LocalStore, StoreError, StoreLimits, SweepReport, SystemClock};
+
+use crate::{Fixture, T0, batch, expected_nulls, files_in, lineage, owner, schema, write_table};
+
+fn limits(max_artifact_bytes: u64, owner_quota_bytes: u64) -> StoreLimits {
+    StoreLimits {
+        ttl: Duration::from_secs(60),
+        max_artifact_bytes,
+        owner_quota_bytes,
+    }
+}
+
+fn unknown_ref() -> DataRef {
+    DataRef::from_random_bytes([0x5a; 16])
+}
+
+#[test]
+fn multi_batch_table_with_nulls_round_trips() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    // An empty batch in the middle must not disturb anything.
+    let written = vec![
+        batch(0, 100),
+        batch(100, 0),
+        batch(100, 37),
+        batch(137, 263),
+    ];
+    let meta = write_table(&f.store, &alice, &written);
+
+    assert_eq!(meta.rows, 400);
+    assert_eq!(meta.null_counts, expected_nulls(400));
+    assert_eq!(meta.schema, schema());
+    assert_eq!(meta.owner, alice);
+    assert_eq!(meta.lineage, lineage());
+    assert_eq!(meta.created_at, Timestamp(T0));
+    assert_eq!(meta.expires_at, Timestamp(T0 + 60));
+
+    let table = f.store.open_table(&alice, &meta.data_ref).unwrap();
+    assert_eq!(table.batches, written);
+    assert_eq!(
+        table.path,
+        f.artifacts().join(format!("{}.arrow", meta.data_ref))
+    );
+    assert_eq!(std::fs::metadata(&table.path).unwrap().len(), meta.bytes);
+
+    // The index row says the same as the writer did.
+    let again = f.store.meta(&alice, &meta.data_ref).unwrap();
+    assert_eq!(again.data_ref, meta.data_ref);
+    assert_eq!(again.rows, meta.rows);
+    assert_eq!(again.bytes, meta.bytes);
+    assert_eq!(again.schema, meta.schema);
+    assert_eq!(again.null_counts, meta.null_counts);
+    assert_eq!(again.created_at, meta.created_at);
+    assert_eq!(again.expires_at, meta.expires_at);
+    assert_eq!(again.lineage, meta.lineage);
+    assert_eq!(table.meta.null_counts, meta.null_counts);
+}
+
+#[test]
+fn refs_are_well_formed_and_distinct() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let refs: Vec<DataRef> = (0..20)
+        .map(|i| write_table(&f.store, &alice, &[batch(i, 1)]).data_ref)
+        .collect();
+    for r in &refs {
+        let s = r.as_str();
+        assert!(s.starts_with("data_"), "{s}");
+        assert_eq!(s.len(), "data_".len() + 22, "{s}");
+        assert_eq!(DataRef::parse(s).as_ref(), Ok(r));
+    }
+    let mut unique = refs.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), refs.len());
+    // 20 draws of 128 bits never start the same 16 bits twice unless the source is broken;
+    // a counter or clock-based ref would.
+    let mut prefixes: Vec<&str> = refs.iter().map(|r| &r.as_str()[5..8]).collect();
+    prefixes.sort();
+    prefixes.dedup();
+    assert!(prefixes.len() > 15, "refs look sequential: {refs:?}");
+}
+
+#[test]
+fn another_owner_gets_exactly_the_unknown_answer() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let other_home = Fixture::new(limits(1 << 30, 1 << 30));
+    let (alice, bob) = (owner("alice"), owner("bob"));
+    let meta = write_table(&f.store, &alice, &[batch(0, 10)]);
+    let r = &meta.data_ref;
+
+    // The same ref where it never existed: the answer for an unknown ref.
+    let unknown = other_home.store.open_table(&alice, r).unwrap_err();
+    assert!(
+        matches!(unknown, StoreError::NotFound { .. }),
+        "{unknown:?}"
+    );
+
+    let by_bob = f.store.open_table(&bob, r).unwrap_err();
+    assert_eq!(by_bob.to_string(), unknown.to_string());
+    assert_eq!(by_bob.hint(), unknown.hint());
+    assert!(matches!(by_bob, StoreError::NotFound { .. }), "{by_bob:?}");
+    let meta_by_bob = f.store.meta(&bob, r).unwrap_err();
+    assert_eq!(meta_by_bob.to_string(), unknown.to_string());
+
+    let other = f.store.open_table(&bob, &unknown_ref()).unwrap_err();
+    assert!(matches!(other, StoreError::NotFound { .. }), "{other:?}");
+
+    assert_eq!(f.store.list(&bob, 10).unwrap().1, 0);
+    assert_eq!(f.store.usage(&bob).unwrap(), 0);
+    // Alice still sees it: the refusal was about bob, not a broken artifact.
+    assert_eq!(f.store.open_table(&alice, r).unwrap().meta.rows, 10);
+
+    // Expired reads the same too.
+    f.clock.advance(60);
+    let expired = f.store.open_table(&alice, r).unwrap_err();
+    assert_eq!(expired.to_string(), unknown.to_string());
+}
+
+#[test]
+fn artifacts_expire_after_ttl_and_sweep_removes_them() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let meta = write_table(&f.store, &alice, &[batch(0, 50)]);
+    let file = f.artifacts().join(format!("{}.arrow", meta.data_ref));
+
+    f.clock.advance(59);
+    assert!(f.store.open_table(&alice, &meta.data_ref).is_ok());
+    assert_eq!(f.store.sweep().unwrap(), SweepReport::default());
+    assert!(file.exists());
+
+    f.clock.advance(1);
+    let err = f.store.open_table(&alice, &meta.data_ref).unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err:?}");
+    assert!(matches!(
+        f.store.meta(&alice, &meta.data_ref),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(f.store.list(&alice, 10).unwrap().1, 0);
+    assert_eq!(f.store.usage(&alice).unwrap(), 0);
+    // Expired but not yet swept: still on disk.
+    assert!(file.exists());
+    assert_eq!(f.index_rows(meta.data_ref.as_str()), 1);
+
+    let report = f.store.sweep().unwrap();
+    assert_eq!(
+        report,
+        SweepReport {
+            removed: 1,
+            bytes_freed: meta.bytes
+        }
+    );
+    assert!(!file.exists());
+    assert_eq!(f.index_rows(meta.data_ref.as_str()), 0);
+    assert_eq!(f.store.sweep().unwrap(), SweepReport::default());
+}
+
+#[test]
+fn list_is_newest_first_bounded_and_counts_all() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let (alice, bob) = (owner("alice"), owner("bob"));
+    let mut refs = Vec::new();
+    for i in 0..5 {
+        refs.push(
+            write_table(&f.store, &alice, &[batch(i, 1)])
+                .data_ref
+                .to_string(),
+        );
+        // Two artifacts share a second: insertion order decides.
+        if i != 2 {
+            f.clock.advance(1);
+        }
+    }
+    write_table(&f.store, &bob, &[batch(0, 1)]);
+
+    let (metas, total) = f.store.list(&alice, 3).unwrap();
+    assert_eq!(total, 5);
+    let got: Vec<String> = metas.iter().map(|m| m.data_ref.to_string()).collect();
+    assert_eq!(got, vec![refs[4].clone(), refs[3].clone(), refs[2].clone()]);
+    assert!(metas.iter().all(|m| m.owner == alice));
+
+    let (all, _) = f.store.list(&alice, 100).unwrap();
+    let got: Vec<String> = all.iter().map(|m| m.data_ref.to_string()).collect();
+    let mut newest_first = refs.clone();
+    newest_first.reverse();
+    assert_eq!(got, newest_first);
+    assert_eq!(f.store.list(&alice, 0).unwrap().0.len(), 0);
+
+    // The oldest expires first; the count follows.
+    f.clock.advance(60 - 4);
+    let (live, total) = f.store.list(&alice, 100).unwrap();
+    assert_eq!(total, 4);
+    assert!(live.iter().all(|m| m.data_ref.to_string() != refs[0]));
+}
+
+#[test]
+fn crossing_the_byte_cap_aborts_and_leaves_nothing() {
+    let cap = 100_000;
+    let f = Fixture::new(limits(cap, 1 << 30));
+    let alice = owner("alice");
+    let mut w = f.store.create_table(&alice, schema(), lineage()).unwrap();
+    let mut err = None;
+    for i in 0..100 {
+        if let Err(e) = w.write(&batch(i * 1000, 1000)) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("a 100k-row table fits under a 100 kB cap");
+    assert!(
+        matches!(err, StoreError::TooLarge { limit } if limit == cap),
+        "{err:?}"
+    );
+    assert!(err.is_caller_error());
+    assert!(w.rows() > 0 && w.rows() < 10_000, "{}", w.rows());
+    // The partial file is gone at once, not only when the writer is dropped.
+    assert_eq!(f.tmp_files(), Vec::<String>::new());
+    // The writer keeps refusing.
+    assert!(matches!(
+        w.write(&batch(0, 1)),
+        Err(StoreError::TooLarge { .. })
+    ));
+    assert!(matches!(w.finish(), Err(StoreError::TooLarge { .. })));
+    assert_eq!(f.tmp_files(), Vec::<String>::new());
+    assert_eq!(f.artifact_files(), Vec::<String>::new());
+    assert_eq!(f.store.list(&alice, 10).unwrap().1, 0);
+
+    // A table under the cap still works in the same store.
+    let small = write_table(&f.store, &alice, &[batch(0, 1000)]);
+    assert!(small.bytes <= cap);
+}
+
+#[test]
+fn cap_smaller_than_the_header_fails_at_create() {
+    let f = Fixture::new(limits(16, 1 << 30));
+    let result = f.store.create_table(&owner("alice"), schema(), lineage());
+    assert!(
+        matches!(result, Err(StoreError::TooLarge { limit: 16 })),
+        "{:?}",
+        result.err()
+    );
+    assert_eq!(f.tmp_files(), Vec::<String>::new());
+}
+
+#[test]
+fn owner_quota_bounds_what_one_owner_holds() {
+    let quota = 100_000;
+    let f = Fixture::new(limits(1 << 30, quota));
+    let (alice, bob) = (owner("alice"), owner("bob"));
+    let first = write_table(&f.store, &alice, &[batch(0, 1000)]);
+    assert_eq!(f.store.usage(&alice).unwrap(), first.bytes);
+
+    let mut w = f.store.create_table(&alice, schema(), lineage()).unwrap();
+    let err = (0..10)
+        .find_map(|i| w.write(&batch(i * 1000, 1000)).err())
+        .expect("quota never reached");
+    match err {
+        StoreError::QuotaExceeded { quota: q, used } => {
+            assert_eq!(q, quota);
+            assert_eq!(used, first.bytes);
+        }
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    drop(w);
+    assert_eq!(f.artifact_files().len(), 1);
+    assert_eq!(f.tmp_files(), Vec::<String>::new());
+
+    // Quotas are per owner.
+    write_table(&f.store, &bob, &[batch(0, 2000)]);
+
+    // Expired artifacts stop counting, swept or not.
+    f.clock.advance(60);
+    assert_eq!(f.store.usage(&alice).unwrap(), 0);
+    write_table(&f.store, &alice, &[batch(0, 2000)]);
+}
+
+#[test]
+fn quota_is_rechecked_when_concurrent_writes_finish() {
+    let quota = 100_000;
+    let f = Fixture::new(limits(1 << 30, quota));
+    let alice = owner("alice");
+    // Both start with the whole quota free; together they do not fit.
+    let mut a = f.store.create_table(&alice, schema(), lineage()).unwrap();
+    let mut b = f.store.create_table(&alice, schema(), lineage()).unwrap();
+    for w in [&mut a, &mut b] {
+        w.write(&batch(0, 1000)).unwrap();
+        w.write(&batch(1000, 1000)).unwrap();
+    }
+    let first = a.finish().unwrap();
+    assert!(
+        first.bytes * 2 > quota,
+        "test tables too small: {}",
+        first.bytes
+    );
+    let err = b.finish().unwrap_err();
+    match err {
+        StoreError::QuotaExceeded { quota: q, used } => {
+            assert_eq!((q, used), (quota, first.bytes));
+        }
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    assert_eq!(
+        f.artifact_files(),
+        vec![format!("{}.arrow", first.data_ref)]
+    );
+    assert_eq!(f.tmp_files(), Vec::<String>::new());
+    assert_eq!(f.store.list(&alice, 10).unwrap().1, 1);
+}
+
+#[test]
+fn dropping_a_writer_without_finish_removes_the_partial_file() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let mut w = f.store.create_table(&alice, schema(), lineage()).unwrap();
+    w.write(&batch(0, 500)).unwrap();
+    assert_eq!(w.rows(), 500);
+    assert_eq!(
+        f.tmp_files().len(),
+        1,
+        "the write should be in progress in .tmp"
+    );
+    drop(w);
+    assert_eq!(f.tmp_files(), Vec::<String>::new());
+    assert_eq!(f.artifact_files(), Vec::<String>::new());
+    assert_eq!(f.store.list(&alice, 10).unwrap().1, 0);
+    assert_eq!(f.store.usage(&alice).unwrap(), 0);
+}
+
+#[test]
+fn a_batch_with_another_schema_is_rejected_without_losing_the_table() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let mut w = f.store.create_table(&alice, schema(), lineage()).unwrap();
+    w.write(&batch(0, 10)).unwrap();
+    let other: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, 3]));
+    let wrong = RecordBatch::try_from_iter([("id", other)]).unwrap();
+    assert!(matches!(w.write(&wrong), Err(StoreError::SchemaMismatch)));
+    w.write(&batch(10, 10)).unwrap();
+    let meta = w.finish().unwrap();
+    assert_eq!(meta.rows, 20);
+    let table = f.store.open_table(&alice, &meta.data_ref).unwrap();
+    assert_eq!(table.batches, vec![batch(0, 10), batch(10, 10)]);
+}
+
+#[test]
+fn artifacts_survive_a_restart_until_their_ttl() {
+    let mut f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let written = vec![batch(0, 300), batch(300, 300)];
+    let meta = write_table(&f.store, &alice, &written);
+
+    f.restart();
+    let table = f.store.open_table(&alice, &meta.data_ref).unwrap();
+    assert_eq!(table.batches, written);
+    assert_eq!(table.meta.null_counts, expected_nulls(600));
+    assert_eq!(table.meta.expires_at, meta.expires_at);
+    assert_eq!(f.store.usage(&alice).unwrap(), meta.bytes);
+
+    // A restart does not reset the clock on an artifact.
+    f.clock.advance(60);
+    f.restart();
+    assert!(matches!(
+        f.store.open_table(&alice, &meta.data_ref),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn open_reconciles_the_disk_with_the_index() {
+    let mut f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let kept = write_table(&f.store, &alice, &[batch(0, 100)]);
+    let lost = write_table(&f.store, &alice, &[batch(0, 100)]);
+
+    // What a kill -9 can leave: a half-written temp file...
+    std::fs::write(f.tmp().join("data_half.arrow"), b"ARROW1\0\0partial").unwrap();
+    // ...and a file renamed into place whose index row was never committed.
+    let stray = f.artifacts().join(format!("{}.arrow", unknown_ref()));
+    std::fs::copy(
+        f.artifacts().join(format!("{}.arrow", kept.data_ref)),
+        &stray,
+    )
+    .unwrap();
+    // And what a person can do: delete an artifact file by hand.
+    std::fs::remove_file(f.artifacts().join(format!("{}.arrow", lost.data_ref))).unwrap();
+    // Not ours: left alone.
+    std::fs::write(f.artifacts().join("NOTES.txt"), b"hello").unwrap();
+
+    f.restart();
+
+    assert_eq!(f.tmp_files(), Vec::<String>::new());
+    assert!(!stray.exists());
+    assert!(f.artifacts().join("NOTES.txt").exists());
+    assert_eq!(f.artifact_files(), vec![format!("{}.arrow", kept.data_ref)]);
+    assert_eq!(f.index_rows(lost.data_ref.as_str()), 0);
+    assert_eq!(f.index_rows(kept.data_ref.as_str()), 1);
+    assert!(matches!(
+        f.store.open_table(&alice, &lost.data_ref),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(
+        f.store
+            .open_table(&alice, &kept.data_ref)
+            .unwrap()
+            .meta
+            .rows,
+        100
+    );
+    assert_eq!(f.store.list(&alice, 10).unwrap().1, 1);
+    assert_eq!(f.store.usage(&alice).unwrap(), kept.bytes);
+}
+
+#[test]
+fn a_damaged_artifact_file_is_an_error_not_a_panic() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let meta = write_table(&f.store, &alice, &[batch(0, 100)]);
+    let path = f.artifacts().join(format!("{}.arrow", meta.data_ref));
+    std::fs::write(&path, b"not an arrow file at all").unwrap();
+    let err = f.store.open_table(&alice, &meta.data_ref).unwrap_err();
+    assert!(!err.is_caller_error(), "{err:?}");
+}
+
+#[test]
+fn many_threads_write_read_and_list_at_once() {
+    const WRITERS: usize = 8;
+    const TABLES: usize = 10;
+    let home = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ArtifactStore> = Arc::new(
+        LocalStore::open(home.path(), StoreLimits::default(), Arc::new(SystemClock)).unwrap(),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(WRITERS + 2));
+
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (store, done, start) = (store.clone(), done.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let mut opened = 0usize;
+                while !done.load(Ordering::SeqCst) {
+                    for w in (r..WRITERS).step_by(2) {
+                        let who = owner(&format!("writer{w}"));
+                        let (metas, total) = store.list(&who, 3).unwrap();
+                        assert!(metas.len() as u64 <= total);
+                        for m in metas {
+                            let t = store.open_table(&who, &m.data_ref).unwrap();
+                            let rows: usize = t.batches.iter().map(|b| b.num_rows()).sum();
+                            assert_eq!(rows as u64, m.rows);
+                            assert_eq!(t.batches[0], batch(0, t.batches[0].num_rows() as i64));
+                            opened += 1;
+                        }
+                    }
+                }
+                opened
+            })
+        })
+        .collect();
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (store, start) = (store.clone(), start.clone());
+            thread::spawn(move || {
+                let who = owner(&format!("writer{w}"));
+                start.wait();
+                (0..TABLES)
+                    .map(|t| {
+                        let n = (w * 100 + t * 10 + 1) as i64;
+                        let meta = write_table(store.as_ref(), &who, &[batch(0, n), batch(n, n)]);
+                        assert_eq!(meta.rows, 2 * n as u64);
+                        meta.data_ref
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+
+    let mut all_refs = Vec::new();
+    for h in writers {
+        all_refs.extend(h.join().unwrap());
+    }
+    done.store(true, Ordering::SeqCst);
+    let opened: usize = readers.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(opened > 0, "readers never saw a table");
+
+    for w in 0..WRITERS {
+        let who = owner(&format!("writer{w}"));
+        let (metas, total) = store.list(&who, 100).unwrap();
+        assert_eq!(total, TABLES as u64);
+        assert_eq!(metas.len(), TABLES);
+    }
+    all_refs.sort();
+    all_refs.dedup();
+    assert_eq!(all_refs.len(), WRITERS * TABLES);
+    let artifacts = home.path().join("artifacts");
+    assert_eq!(files_in(&artifacts).len(), WRITERS * TABLES);
+    assert_eq!(files_in(&artifacts.join(".tmp")), Vec::<String>::new());
+}
+
+#[test]
+fn a_million_rows_in_64k_batches_read_back() {
+    const ROWS: i64 = 1_000_000;
+    const BATCH: i64 = 64 * 1024;
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let mut w = f.store.create_table(&alice, schema(), lineage()).unwrap();
+    let mut start = 0;
+    while start < ROWS {
+        let n = BATCH.min(ROWS - start);
+        w.write(&batch(start, n)).unwrap();
+        start += n;
+    }
+    assert_eq!(w.rows(), ROWS as u64);
+    let meta = w.finish().unwrap();
+    assert_eq!(meta.rows, ROWS as u64);
+    assert_eq!(meta.null_counts, expected_nulls(ROWS));
+
+    let table = f.store.open_table(&alice, &meta.data_ref).unwrap();
+    assert_eq!(
+        table.batches.len(),
+        (ROWS as u64).div_ceil(BATCH as u64) as usize
+    );
+    let rows: usize = table.batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows as i64, ROWS);
+    let last = table.batches.last().unwrap();
+    let ids = last.column(0).as_primitive::<Int64Type>();
+    assert_eq!(ids.value(ids.len() - 1), ROWS - 1);
+    let amounts = last.column(1).as_primitive::<Float64Type>();
+    assert_eq!(amounts.value(1), (ROWS - ids.len() as i64 + 1) as f64 * 1.5);
+    let nulls: usize = table.batches.iter().map(|b| b.column(2).null_count()).sum();
+    assert_eq!(nulls as u64, meta.null_counts[2]);
+}
+
+#[test]
+fn layout_on_disk_is_as_documented() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let meta = write_table(&f.store, &owner("alice"), &[batch(0, 10)]);
+    assert!(f.tmp().is_dir());
+    assert_eq!(f.artifact_files(), vec![format!("{}.arrow", meta.data_ref)]);
+
+    let conn = rusqlite::Connection::open(f.home().join("index.sqlite")).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let plan: String = conn
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT ref FROM artifacts WHERE owner = 'alice' \
+             ORDER BY created_at DESC",
+            [],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("artifacts_owner_created"), "{plan}");
+    let (owner, schema, nulls, tool): (String, String, String, String) = conn
+        .query_row(
+            "SELECT owner, schema, null_counts, lineage_tool FROM artifacts WHERE ref = ?1",
+            [meta.data_ref.as_str()],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(owner, "alice");
+    assert!(schema.contains("\"region\""), "{schema}");
+    assert_eq!(nulls, "[0,4,2]");
+    assert_eq!(tool, "fetch_sales");
+}
