@@ -1,1 +1,39 @@
-//! placeholder
+//! The tool framework every transport goes through, and the built-in tools.
+//!
+//! - [`Tool`]: one required method pair, `spec` and `call`. Tools never see transport
+//!   details; what they need arrives in the [`RunContext`] (principal, store, limits,
+//!   progress, cancellation, clock), which is never part of the model's schema.
+//! - [`ToolRegistry`]: built once from a [`ToolRegistryBuilder`], then immutable; it holds
+//!   each tool's compiled input-schema validator.
+//! - [`execute_tool_call`]: owns every failure branch once (unknown tool, broken JSON,
+//!   schema violation, tool error, timeout, cancellation, panic) and the cap on what goes
+//!   back to the model. The MCP server and the agent loop both call it.
+//! - [`builtin_registry`]: `fetch_*` per configured query, `query`, `describe_data`,
+//!   `list_artifacts`.
+//!
+//! ```no_run
+//! # async fn demo(registry: dataref_tools::ToolRegistry, ctx: dataref_tools::RunContext) {
+//! use dataref_tools::{ToolCall, execute_tool_call};
+//! let outcome = execute_tool_call(
+//!     &registry,
+//!     ToolCall::from_json_text("fetch_sales", r#"{"since":"2025-01-01"}"#),
+//!     &ctx,
+//! )
+//! .await;
+//! assert!(!outcome.is_error);
+//! # }
+//! ```
+
+mod builtin;
+mod context;
+mod error;
+mod execute;
+mod registry;
+mod tool;
+
+pub use builtin::builtin_registry;
+pub use context::{NoProgress, ProgressSink, RunContext};
+pub use error::{ToolError, ToolsError};
+pub use execute::{CallArguments, CallOutcome, ToolCall, execute_tool_call};
+pub use registry::{ToolRegistry, ToolRegistryBuilder};
+pub use tool::{Attachment, Tool, ToolOutput};

@@ -1,0 +1,84 @@
+//! `describe_data(dataRef, columns?, columnOffset?)`: summary statistics of a stored table.
+
+use async_trait::async_trait;
+use dataref_protocol::{DataRef, DataStats, ToolSpec};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::tool::spec_for;
+use crate::{RunContext, Tool, ToolError, ToolOutput};
+
+/// Arguments of `describe_data`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DescribeArgs {
+    /// The table to describe.
+    data_ref: DataRef,
+    /// Only these columns (default: all, a page at a time).
+    #[serde(default)]
+    columns: Option<Vec<String>>,
+    /// Skip this many columns (from `nextColumnOffset` of the previous answer).
+    #[serde(default)]
+    column_offset: Option<usize>,
+}
+
+pub struct DescribeDataTool {
+    spec: ToolSpec,
+}
+
+impl DescribeDataTool {
+    pub fn new() -> Self {
+        Self {
+            spec: spec_for::<DescribeArgs, DataStats>(
+                "describe_data",
+                "Summary statistics of a stored table, computed server-side: per column the \
+                 count, NULLs, distinct values, min/max, mean/std/quartiles for numbers, and the \
+                 most frequent values for text. Use it to check units, outliers, empty columns \
+                 and categories before writing code. Wide tables come a page of columns at a \
+                 time (`nextColumnOffset`).",
+                true,
+                false,
+            ),
+        }
+    }
+}
+
+impl Default for DescribeDataTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for DescribeDataTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &RunContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let a: DescribeArgs = serde_json::from_value(Value::Object(args))
+            .map_err(|e| ToolError::respond(format!("invalid arguments: {e}"), None))?;
+        let store = ctx.store.clone();
+        let owner = ctx.principal.clone();
+        let max_columns = ctx.limits.describe_max_columns;
+        let stats = tokio::task::spawn_blocking(move || -> Result<DataStats, ToolError> {
+            let table = store.open_table(&owner, &a.data_ref)?;
+            Ok(dataref_store::describe_data(
+                &table,
+                a.columns.as_deref(),
+                a.column_offset.unwrap_or(0),
+                max_columns,
+            )?)
+        })
+        .await
+        .map_err(|e| ToolError::Fatal(format!("describe task ended abnormally: {e}")))??;
+        Ok(ToolOutput::new(
+            serde_json::to_value(stats).map_err(|e| ToolError::Fatal(e.to_string()))?,
+        ))
+    }
+}

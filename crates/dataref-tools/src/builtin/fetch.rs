@@ -1,0 +1,157 @@
+//! `fetch_<name>`: a named, parameterised query from config, run under the caller's
+//! identity, stored as an artifact, described.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use dataref_config::{ColumnType, ParamType, QueryConfig, SourceConfig};
+use dataref_protocol::{Description, ToolAnnotations, ToolSpec, object_schema};
+use dataref_sources::{FetchRequest, ParamValue, SqlPolicy};
+use dataref_store::{Lineage, SampleOptions, describe};
+use serde_json::{Map, Value, json};
+
+use crate::{RunContext, Tool, ToolError, ToolOutput};
+
+pub struct FetchTool {
+    spec: ToolSpec,
+    query: QueryConfig,
+    source: SourceConfig,
+}
+
+impl FetchTool {
+    pub fn new(query: QueryConfig, source: SourceConfig) -> Self {
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for p in &query.params {
+            let mut s = match p.ty {
+                ParamType::String => json!({"type": "string"}),
+                ParamType::Integer => json!({"type": "integer"}),
+                ParamType::Number => json!({"type": "number"}),
+                ParamType::Boolean => json!({"type": "boolean"}),
+                ParamType::Date => json!({"type": "string", "format": "date"}),
+                ParamType::Timestamp => json!({"type": "string", "format": "date-time"}),
+            };
+            if let Some(o) = s.as_object_mut() {
+                if let Some(d) = &p.description {
+                    o.insert("description".into(), Value::String(d.clone()));
+                }
+                if let Some(d) = &p.default {
+                    o.insert("default".into(), d.clone());
+                }
+            }
+            if p.required {
+                required.push(Value::String(p.name.clone()));
+            }
+            properties.insert(p.name.clone(), s);
+        }
+        let description = format!(
+            "{}\n\nThe rows are stored server-side; you get a `dataRef`, the schema, row count, \
+             null counts and a small sample. Never ask for the rows themselves: compute with \
+             `run_python` (inputs by dataRef), look closer with `describe_data`, show the person \
+             with `render_chart`/`render_table`/`export_data`.",
+            query.description.trim()
+        );
+        let spec = ToolSpec {
+            name: query.tool_name(),
+            title: None,
+            description,
+            input_schema: json!({
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": false,
+            }),
+            output_schema: Some(object_schema::<Description>()),
+            annotations: ToolAnnotations {
+                read_only: true,
+                open_world: true,
+            },
+        };
+        Self {
+            spec,
+            query,
+            source,
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for FetchTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &RunContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let params = dataref_sources::bind_params(&self.query, &args)?;
+        let lineage = Lineage::new(self.spec.name.clone(), Value::Object(args));
+        let d = produce(
+            ctx,
+            self.source.clone(),
+            self.query.sql.clone(),
+            params,
+            self.query.columns.clone(),
+            SqlPolicy::Configured,
+            lineage,
+        )
+        .await?;
+        Ok(ToolOutput::new(
+            serde_json::to_value(d).map_err(|e| ToolError::Fatal(e.to_string()))?,
+        ))
+    }
+}
+
+/// Runs a statement on a blocking thread, streaming into a new artifact of the caller's,
+/// reporting rows as progress and stopping when the call is cancelled; then describes it.
+pub(crate) async fn produce(
+    ctx: &RunContext,
+    source: SourceConfig,
+    sql: String,
+    params: Vec<(String, ParamValue)>,
+    declared: BTreeMap<String, ColumnType>,
+    policy: SqlPolicy,
+    lineage: Lineage,
+) -> Result<Description, ToolError> {
+    let store = ctx.store.clone();
+    let owner = ctx.principal.clone();
+    let progress = ctx.progress.clone();
+    let cancel = ctx.cancel.clone();
+    let task = tokio::task::spawn_blocking(move || -> Result<Description, ToolError> {
+        let req = FetchRequest {
+            source: &source,
+            sql: &sql,
+            params,
+            declared: &declared,
+            policy,
+        };
+        let report = |rows: u64| {
+            progress.report(rows as f64, None, Some(format!("{rows} rows fetched")));
+        };
+        let is_cancelled = || cancel.is_cancelled();
+        let meta = dataref_sources::fetch(
+            &req,
+            store.as_ref(),
+            &owner,
+            lineage,
+            &report,
+            &is_cancelled,
+        )?;
+        let table = store.open_table(&owner, &meta.data_ref)?;
+        Ok(describe(
+            &table,
+            SampleOptions {
+                rows: source.sample_rows,
+                max_value_chars: source.max_value_chars,
+            },
+        ))
+    });
+    match task.await {
+        Ok(r) => r,
+        Err(e) => Err(ToolError::Fatal(format!(
+            "fetch task ended abnormally: {e}"
+        ))),
+    }
+}

@@ -1,0 +1,105 @@
+//! `list_artifacts`: the caller's live tables, newest first.
+
+use async_trait::async_trait;
+use dataref_protocol::{DataRef, Timestamp, ToolSpec};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::tool::spec_for;
+use crate::{RunContext, Tool, ToolError, ToolOutput};
+
+/// Arguments of `list_artifacts`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    /// At most this many (default and maximum: the server's limit, usually 50).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ArtifactSummary {
+    data_ref: DataRef,
+    rows: u64,
+    /// Column names, in order.
+    columns: Vec<String>,
+    bytes: u64,
+    /// The tool that made it.
+    made_by: String,
+    created_at: Timestamp,
+    expires_at: Timestamp,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ListResult {
+    artifacts: Vec<ArtifactSummary>,
+    /// How many live artifacts you have in all.
+    total: u64,
+}
+
+pub struct ListArtifactsTool {
+    spec: ToolSpec,
+}
+
+impl ListArtifactsTool {
+    pub fn new() -> Self {
+        Self {
+            spec: spec_for::<ListArgs, ListResult>(
+                "list_artifacts",
+                "Your live stored tables, newest first: dataRef, rows, columns, size, which tool \
+                 made it and when it expires. Use it to find a dataRef from earlier in the \
+                 conversation instead of fetching again.",
+                true,
+                false,
+            ),
+        }
+    }
+}
+
+impl Default for ListArtifactsTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for ListArtifactsTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &RunContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let a: ListArgs = serde_json::from_value(Value::Object(args))
+            .map_err(|e| ToolError::respond(format!("invalid arguments: {e}"), None))?;
+        let max = ctx.limits.list_artifacts_max;
+        let limit = a.limit.unwrap_or(max).min(max);
+        let store = ctx.store.clone();
+        let owner = ctx.principal.clone();
+        let (metas, total) = tokio::task::spawn_blocking(move || store.list(&owner, limit))
+            .await
+            .map_err(|e| ToolError::Fatal(format!("list task ended abnormally: {e}")))??;
+        let artifacts = metas
+            .into_iter()
+            .map(|m| ArtifactSummary {
+                data_ref: m.data_ref,
+                rows: m.rows,
+                columns: m.schema.fields().iter().map(|f| f.name().clone()).collect(),
+                bytes: m.bytes,
+                made_by: m.lineage.tool,
+                created_at: m.created_at,
+                expires_at: m.expires_at,
+            })
+            .collect();
+        let out = ListResult { artifacts, total };
+        Ok(ToolOutput::new(
+            serde_json::to_value(out).map_err(|e| ToolError::Fatal(e.to_string()))?,
+        ))
+    }
+}

@@ -1,0 +1,106 @@
+//! `query(source, sql)`: read-only SQL written by the model, only on sources that allow it.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use dataref_config::SourceConfig;
+use dataref_protocol::{Description, ToolAnnotations, ToolSpec, object_schema};
+use dataref_sources::SqlPolicy;
+use dataref_store::Lineage;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::fetch::produce;
+use crate::{RunContext, Tool, ToolError, ToolOutput};
+
+/// Arguments of `query`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct QueryArgs {
+    /// Which source to run the SQL on.
+    source: String,
+    /// One read-only SELECT (or WITH … SELECT) statement. Filter and aggregate here when
+    /// you can: the result is stored, not returned.
+    sql: String,
+}
+
+pub struct QueryTool {
+    spec: ToolSpec,
+    sources: BTreeMap<String, SourceConfig>,
+}
+
+impl QueryTool {
+    pub fn new(sources: Vec<SourceConfig>) -> Self {
+        let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
+        let mut input_schema = object_schema::<QueryArgs>();
+        if let Some(src) = input_schema.pointer_mut("/properties/source") {
+            if let Some(o) = src.as_object_mut() {
+                o.insert("enum".into(), Value::from(names.clone()));
+            }
+        }
+        let description = format!(
+            "Run one read-only SQL statement (SQLite dialect) on a source and store the result \
+             server-side. Returns a `dataRef` with the schema, row count, null counts and a small \
+             sample, not the rows. Sources: {}. Results over the source's row limit are refused: \
+             filter or aggregate in SQL. To see tables: `SELECT name, sql FROM sqlite_schema`.",
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let spec = ToolSpec {
+            name: "query".into(),
+            title: None,
+            description,
+            input_schema,
+            output_schema: Some(object_schema::<Description>()),
+            annotations: ToolAnnotations {
+                read_only: true,
+                open_world: true,
+            },
+        };
+        Self {
+            spec,
+            sources: sources.into_iter().map(|s| (s.name.clone(), s)).collect(),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for QueryTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &RunContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let lineage = Lineage::new("query", Value::Object(args.clone()));
+        let a: QueryArgs = serde_json::from_value(Value::Object(args))
+            .map_err(|e| ToolError::respond(format!("invalid arguments: {e}"), None))?;
+        let Some(source) = self.sources.get(&a.source) else {
+            let names: Vec<String> = self.sources.keys().map(|k| format!("`{k}`")).collect();
+            return Err(ToolError::respond(
+                format!("`query` is not available on source `{}`", a.source),
+                Some(format!("sources that allow SQL: {}", names.join(", "))),
+            ));
+        };
+        let d = produce(
+            ctx,
+            source.clone(),
+            a.sql,
+            Vec::new(),
+            BTreeMap::new(),
+            SqlPolicy::Generic,
+            lineage,
+        )
+        .await?;
+        Ok(ToolOutput::new(
+            serde_json::to_value(d).map_err(|e| ToolError::Fatal(e.to_string()))?,
+        ))
+    }
+}

@@ -1,0 +1,54 @@
+use std::sync::Arc;
+
+use dataref_config::Limits;
+use dataref_protocol::Principal;
+use dataref_store::{ArtifactStore, Clock};
+use tokio_util::sync::CancellationToken;
+
+/// Where a tool reports progress on long work (rows fetched so far, …). The MCP server
+/// turns reports into `notifications/progress` when the client asked for them.
+pub trait ProgressSink: Send + Sync {
+    fn report(&self, progress: f64, total: Option<f64>, message: Option<String>);
+}
+
+/// A sink that drops every report.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+impl ProgressSink for NoProgress {
+    fn report(&self, _: f64, _: Option<f64>, _: Option<String>) {}
+}
+
+/// What the host injects into every tool call. Never part of the model's schema: the
+/// principal comes from the transport (stdio user, bearer token), not from arguments.
+#[derive(Clone)]
+pub struct RunContext {
+    pub principal: Principal,
+    pub store: Arc<dyn ArtifactStore>,
+    pub limits: Limits,
+    pub progress: Arc<dyn ProgressSink>,
+    /// Cancelled when the client cancels the request or the call times out.
+    pub cancel: CancellationToken,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl RunContext {
+    /// The same context with another progress sink and a child cancellation token, for
+    /// one call.
+    pub fn for_call(&self, progress: Arc<dyn ProgressSink>, cancel: CancellationToken) -> Self {
+        Self {
+            progress,
+            cancel,
+            ..self.clone()
+        }
+    }
+}
+
+impl std::fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("principal", &self.principal)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}

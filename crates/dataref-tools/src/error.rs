@@ -1,0 +1,65 @@
+use dataref_sources::SourceError;
+use dataref_store::StoreError;
+
+/// How a tool call failed, split by who must act.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The model can fix this: it becomes an `isError` result with the message and hint.
+    #[error("{message}")]
+    RespondToModel {
+        message: String,
+        hint: Option<String>,
+    },
+    /// A fault of the server. Logged in full; the model gets a short notice without
+    /// internals.
+    #[error("internal error: {0}")]
+    Fatal(String),
+}
+
+impl ToolError {
+    pub fn respond(message: impl Into<String>, hint: Option<String>) -> Self {
+        Self::RespondToModel {
+            message: message.into(),
+            hint,
+        }
+    }
+}
+
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> Self {
+        if e.is_caller_error() {
+            Self::respond(e.to_string(), e.hint())
+        } else {
+            Self::Fatal(e.to_string())
+        }
+    }
+}
+
+impl From<SourceError> for ToolError {
+    fn from(e: SourceError) -> Self {
+        if e.is_caller_error() {
+            Self::respond(e.to_string(), e.hint())
+        } else {
+            match e.hint() {
+                // A source that cannot be opened is the operator's problem, but saying so
+                // (without host paths) lets the model tell the person.
+                Some(_) => Self::respond(
+                    "the data source is not available right now",
+                    Some("tell the person; an operator must check the source configuration".into()),
+                ),
+                None => Self::Fatal(e.to_string()),
+            }
+        }
+    }
+}
+
+/// Building the registry failed: a configuration or programming error, reported at start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolsError {
+    #[error("two tools are named `{0}`")]
+    DuplicateName(String),
+    #[error("tool `{name}` has an invalid input schema: {message}")]
+    BadSchema { name: String, message: String },
+}

@@ -1,0 +1,333 @@
+//! `execute_tool_call`: the one place every failure branch of a tool call is handled.
+
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+use tracing::{error, info};
+
+use crate::registry::Entry;
+use crate::{Attachment, RunContext, ToolError, ToolRegistry};
+
+/// The arguments as they arrived: MCP sends a JSON object, a model's tool call sends text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallArguments {
+    Json(Value),
+    Text(String),
+}
+
+/// One call the model asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub name: String,
+    pub arguments: CallArguments,
+}
+
+impl ToolCall {
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            name: name.into(),
+            arguments: CallArguments::Json(arguments),
+        }
+    }
+
+    pub fn from_json_text(name: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            arguments: CallArguments::Text(text.into()),
+        }
+    }
+}
+
+/// What goes back to the model (and, in attachments, to the person).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallOutcome {
+    pub is_error: bool,
+    /// The structured result, when the call succeeded and it fit under the cap.
+    pub structured: Option<Value>,
+    /// What the model reads: the JSON text of the result, or the error with its hint.
+    pub text: String,
+    pub attachments: Vec<Attachment>,
+}
+
+impl CallOutcome {
+    fn error(message: &str, hint: Option<&str>) -> Self {
+        let text = match hint {
+            Some(h) => format!("error: {message}\nhint: {h}"),
+            None => format!("error: {message}"),
+        };
+        Self {
+            is_error: true,
+            structured: None,
+            text,
+            attachments: Vec::new(),
+        }
+    }
+}
+
+/// Runs one tool call and turns every failure into an observation the model can act on.
+/// Never panics and never returns a server error: a panic in a tool becomes an internal
+/// error result and the server keeps serving.
+pub async fn execute_tool_call(
+    registry: &ToolRegistry,
+    call: ToolCall,
+    ctx: &RunContext,
+) -> CallOutcome {
+    let started = Instant::now();
+    let name = call.name.clone();
+    let outcome = run(registry, call, ctx).await;
+    let outcome = cap(outcome, ctx.limits.max_result_chars);
+    info!(
+        tool = %name,
+        principal = %ctx.principal,
+        is_error = outcome.is_error,
+        chars = outcome.text.chars().count(),
+        ms = started.elapsed().as_millis() as u64,
+        "tool call"
+    );
+    outcome
+}
+
+async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallOutcome {
+    let Some(entry) = registry.entry(&call.name) else {
+        return unknown_tool(registry, &call.name);
+    };
+    let args = match parse_arguments(call.arguments) {
+        Ok(a) => a,
+        Err(o) => return o,
+    };
+    if let Some(o) = validate(entry, &call.name, &args) {
+        return o;
+    }
+    let tool = entry.tool.clone();
+    let cancel = ctx.cancel.child_token();
+    let call_ctx = ctx.for_call(ctx.progress.clone(), cancel.clone());
+    // A task of its own, so a panic in the tool is caught here and not in the server.
+    let mut handle = tokio::spawn(async move { tool.call(args, &call_ctx).await });
+    let timeout = ctx.limits.tool_timeout;
+    let result = tokio::select! {
+        r = &mut handle => r,
+        () = tokio::time::sleep(timeout) => {
+            cancel.cancel();
+            handle.abort();
+            return CallOutcome::error(
+                &format!("`{}` did not finish within {}s and was stopped", call.name, timeout.as_secs()),
+                Some("narrow the request (fewer rows, a smaller date range) or aggregate at the source"),
+            );
+        }
+        () = ctx.cancel.cancelled() => {
+            cancel.cancel();
+            handle.abort();
+            return CallOutcome::error(&format!("`{}` was cancelled", call.name), None);
+        }
+    };
+    match result {
+        Ok(Ok(out)) => {
+            let text = serde_json::to_string(&out.structured).unwrap_or_default();
+            CallOutcome {
+                is_error: false,
+                structured: Some(out.structured),
+                text,
+                attachments: out.attachments,
+            }
+        }
+        Ok(Err(ToolError::RespondToModel { message, hint })) => {
+            CallOutcome::error(&message, hint.as_deref())
+        }
+        Ok(Err(ToolError::Fatal(detail))) => {
+            error!(tool = %call.name, %detail, "tool failed");
+            internal_error(&call.name)
+        }
+        Err(join) => {
+            error!(tool = %call.name, panic = join.is_panic(), "tool task ended abnormally");
+            internal_error(&call.name)
+        }
+    }
+}
+
+fn internal_error(tool: &str) -> CallOutcome {
+    CallOutcome::error(
+        &format!("`{tool}` failed because of a server fault; the details are in the server log"),
+        Some("try again once; if it fails again, tell the person"),
+    )
+}
+
+fn unknown_tool(registry: &ToolRegistry, name: &str) -> CallOutcome {
+    let names = registry.names();
+    let close = dataref_store::closest(name, &names);
+    let hint = if close.is_empty() {
+        format!("available tools: {}", list(&names))
+    } else {
+        let close: Vec<String> = close.iter().map(|c| c.to_string()).collect();
+        format!(
+            "did you mean {}? available tools: {}",
+            list(&close),
+            list(&names)
+        )
+    };
+    CallOutcome::error(&format!("unknown tool `{name}`"), Some(&hint))
+}
+
+fn list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn parse_arguments(arguments: CallArguments) -> Result<Map<String, Value>, CallOutcome> {
+    let value = match arguments {
+        CallArguments::Json(v) => v,
+        CallArguments::Text(t) if t.trim().is_empty() => Value::Object(Map::new()),
+        CallArguments::Text(t) => serde_json::from_str(&t).map_err(|e| {
+            CallOutcome::error(
+                &format!("the arguments are not valid JSON: {e}"),
+                Some("send one JSON object whose keys are the tool's parameters"),
+            )
+        })?,
+    };
+    match value {
+        Value::Object(m) => Ok(m),
+        Value::Null => Ok(Map::new()),
+        other => Err(CallOutcome::error(
+            &format!("the arguments must be a JSON object, not {}", kind(&other)),
+            Some("send one JSON object whose keys are the tool's parameters"),
+        )),
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn validate(entry: &Entry, tool: &str, args: &Map<String, Value>) -> Option<CallOutcome> {
+    let instance = Value::Object(args.clone());
+    let problems: Vec<String> = entry
+        .validator
+        .iter_errors(&instance)
+        .take(5)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            let field = path.trim_start_matches('/').replace('/', ".");
+            if field.is_empty() {
+                e.to_string()
+            } else {
+                format!("`{field}`: {e}")
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        return None;
+    }
+    let hint = format!(
+        "`{tool}` takes {}",
+        describe_params(&entry.tool.spec().input_schema)
+    );
+    Some(CallOutcome::error(
+        &format!("invalid arguments for `{tool}`: {}", problems.join("; ")),
+        Some(&hint),
+    ))
+}
+
+/// "`since` (string, date, required), `limit` (integer)" from an object schema.
+fn describe_params(schema: &Value) -> String {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return "no arguments".into();
+    };
+    if props.is_empty() {
+        return "no arguments".into();
+    }
+    props
+        .iter()
+        .map(|(name, p)| {
+            let mut parts = Vec::new();
+            match p.get("type") {
+                Some(Value::String(t)) => parts.push(t.clone()),
+                Some(Value::Array(ts)) => {
+                    let ts: Vec<&str> = ts
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .filter(|t| *t != "null")
+                        .collect();
+                    parts.push(ts.join("|"));
+                }
+                _ => {}
+            }
+            if let Some(f) = p.get("format").and_then(Value::as_str) {
+                parts.push(f.to_owned());
+            }
+            if required.contains(&name.as_str()) {
+                parts.push("required".into());
+            }
+            format!("`{name}` ({})", parts.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Bounds what goes back to the model; a cut is always said, with the sizes.
+fn cap(mut outcome: CallOutcome, max_chars: usize) -> CallOutcome {
+    let total = outcome.text.chars().count();
+    if total <= max_chars {
+        return outcome;
+    }
+    let keep = max_chars.saturating_sub(200);
+    let mut text: String = outcome.text.chars().take(keep).collect();
+    text.push_str(&format!(
+        "\n[cut: this result has {total} characters and only the first {keep} are shown; \
+         ask for less (fewer columns, a smaller page) — data belongs in artifacts, not in results]"
+    ));
+    outcome.text = text;
+    // A cut JSON document is not JSON any more; the text says what happened.
+    outcome.structured = None;
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_says_what_was_cut() {
+        let o = CallOutcome {
+            is_error: false,
+            structured: Some(Value::Null),
+            text: "x".repeat(1000),
+            attachments: vec![],
+        };
+        let c = cap(o.clone(), 1000);
+        assert_eq!(c, o);
+        let c = cap(o, 500);
+        assert!(c.text.chars().count() <= 500, "{}", c.text.len());
+        assert!(c.text.contains("1000 characters"));
+        assert!(c.structured.is_none());
+    }
+
+    #[test]
+    fn params_summary() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "since": {"type": "string", "format": "date"},
+                "limit": {"type": ["integer", "null"]}
+            },
+            "required": ["since"]
+        });
+        assert_eq!(
+            describe_params(&schema),
+            "`since` (string, date, required), `limit` (integer)"
+        );
+    }
+}

@@ -1,0 +1,61 @@
+use async_trait::async_trait;
+use dataref_protocol::ToolSpec;
+use serde_json::{Map, Value};
+
+use crate::{RunContext, ToolError};
+
+/// Something for the person, not the model (MCP `audience: ["user"]`).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Attachment {
+    /// A link to a resource the owner can read (`dataref://…`).
+    ResourceLink {
+        uri: String,
+        name: String,
+        mime_type: Option<String>,
+        description: Option<String>,
+    },
+}
+
+/// A successful result: a small JSON value for the model (`structuredContent`, with its
+/// JSON text as the text fallback) and attachments for the person.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub structured: Value,
+    pub attachments: Vec<Attachment>,
+}
+
+impl ToolOutput {
+    pub fn new(structured: Value) -> Self {
+        Self {
+            structured,
+            attachments: Vec::new(),
+        }
+    }
+}
+
+/// A tool. Its spec is the model-facing contract; `call` gets arguments that already
+/// passed the input schema.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn spec(&self) -> &dataref_protocol::ToolSpec;
+
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &RunContext,
+    ) -> Result<ToolOutput, ToolError>;
+}
+
+/// Makes a `ToolSpec` whose schemas come from Rust types, with annotations.
+pub(crate) fn spec_for<I: schemars::JsonSchema, O: schemars::JsonSchema>(
+    name: &str,
+    description: &str,
+    read_only: bool,
+    open_world: bool,
+) -> ToolSpec {
+    let mut spec = ToolSpec::from_types::<I, O>(name, description);
+    spec.annotations.read_only = read_only;
+    spec.annotations.open_world = open_world;
+    spec
+}
