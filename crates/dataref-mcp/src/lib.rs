@@ -1,1 +1,72 @@
-//! placeholder
+//! The MCP server of dataref, on [`rmcp`].
+//!
+//! - [`DatarefServer`]: one session. Built from the [`ToolRegistry`](dataref_tools::ToolRegistry)
+//!   and a base [`RunContext`](dataref_tools::RunContext) holding the session's principal,
+//!   the shared store, the limits and the clock. It serves:
+//!   - `tools/list`: every registered tool with its input and output schemas, title and
+//!     hints (`readOnlyHint`, `openWorldHint`, `destructiveHint: false` when read-only);
+//!   - `tools/call`: through [`execute_tool_call`](dataref_tools::execute_tool_call), so
+//!     every failure is an `isError` result the model can act on, never a protocol error.
+//!     The request's cancellation reaches the tool (`notifications/cancelled` stops a
+//!     fetch and removes its partial artifact), and when the request carries a
+//!     `progressToken`, the tool's progress goes out as `notifications/progress`
+//!     (throttled to one per 100 ms, the last always sent);
+//!   - resources: the principal's live tables as `dataref://artifacts/{dataRef}`, read as
+//!     a bounded CSV preview. Unknown, expired and someone else's references all answer
+//!     "resource not found" (`-32002`).
+//! - [`INSTRUCTIONS`]: what the client is told at `initialize`: never ask for rows, work
+//!   with references.
+//! - Transports: [`DatarefServer::serve_stdio`], [`DatarefServer::serve_io`],
+//!   [`DatarefServer::serve_transport`], and [`connect_in_process`], which runs the server
+//!   on a [`tokio::io::duplex`] pipe and returns a connected rmcp client, so a program (the
+//!   `dataref demo`, tests) can play the MCP host without a subprocess. [`rmcp`] is
+//!   re-exported for the types such a client needs.
+//!
+//! Nothing here writes to stdout: on stdio it is the protocol channel. Logs go through
+//! `tracing`; the binary sends them to stderr.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use dataref_mcp::{DatarefServer, connect_in_process, rmcp};
+//! use rmcp::model::CallToolRequestParams;
+//!
+//! # async fn demo(
+//! #     registry: Arc<dataref_tools::ToolRegistry>,
+//! #     ctx: dataref_tools::RunContext,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
+//! let server = DatarefServer::new(registry, ctx);
+//!
+//! // As a stdio server (`dataref serve`):
+//! // server.serve_stdio().await?;
+//!
+//! // Or on any byte stream, e.g. one end of an in-memory pipe, with an rmcp client
+//! // (`().serve(client_end)`) on the other:
+//! // let (server_end, client_end) = tokio::io::duplex(64 * 1024);
+//! // tokio::spawn(server.serve_io(server_end));
+//!
+//! // Or let `connect_in_process` do the pipe and the client's handshake:
+//! let session = connect_in_process(server, ()).await?;
+//! let args = serde_json::json!({"since": "2025-01-01"});
+//! let result = session
+//!     .client
+//!     .call_tool(CallToolRequestParams::new("fetch_sales").with_arguments(
+//!         args.as_object().cloned().unwrap_or_default(),
+//!     ))
+//!     .await?;
+//! let data_ref = &result.structured_content.unwrap_or_default()["dataRef"];
+//! session.client.cancel().await?;
+//! session.server.await??;
+//! # let _ = data_ref;
+//! # Ok(())
+//! # }
+//! ```
+
+mod progress;
+mod resources;
+mod serve;
+mod server;
+mod tools;
+
+pub use rmcp;
+pub use serve::{InProcessSession, McpServeError, connect_in_process};
+pub use server::{DatarefServer, INSTRUCTIONS};

@@ -1,0 +1,301 @@
+//! The caller's stored tables as MCP resources, `dataref://artifacts/{dataRef}`, so a host
+//! can show them to the person without the rows passing through the model.
+//!
+//! Reading one gives a CSV preview, bounded in rows and bytes; the whole table goes out
+//! through `export_data`. Unknown, expired and someone else's references give the same
+//! "resource not found" answer as the store does, so a reference reveals nothing.
+
+use std::sync::Arc;
+
+use dataref_protocol::{DataRef, Principal};
+use dataref_store::{ArtifactMeta, ArtifactStore, StoreError, Table, cell_to_json};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    Annotations, CacheScope, ListResourceTemplatesResult, ListResourcesResult, MetaObject,
+    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role,
+};
+use serde_json::{Value, json};
+
+const URI_PREFIX: &str = "dataref://artifacts/";
+const URI_TEMPLATE: &str = "dataref://artifacts/{dataRef}";
+const CSV: &str = "text/csv";
+/// One `resources/list` page.
+const LIST_PAGE: usize = 100;
+/// A preview is for a person's eyes (or a host's table widget), not a transfer channel.
+const PREVIEW_MAX_ROWS: usize = 1_000;
+const PREVIEW_MAX_BYTES: usize = 256 * 1024;
+/// Echoing a client's junk back is bounded too.
+const MAX_ECHO_CHARS: usize = 100;
+
+fn uri_for(data_ref: &DataRef) -> String {
+    format!("{URI_PREFIX}{data_ref}")
+}
+
+/// Listings and previews are per principal and change with every fetch: a client may
+/// cache them for nobody else and must not treat them as fresh.
+const TTL_MS: u64 = 0;
+
+pub(crate) async fn list(
+    store: Arc<dyn ArtifactStore>,
+    owner: Principal,
+    cursor: Option<String>,
+) -> Result<ListResourcesResult, McpError> {
+    let offset = match cursor.as_deref() {
+        None => 0,
+        Some(c) => c.parse::<usize>().map_err(|_| {
+            McpError::invalid_params(
+                "invalid cursor for `resources/list`",
+                Some(json!({"hint": "pass the `nextCursor` of the previous page unchanged"})),
+            )
+        })?,
+    };
+    let (metas, total) = blocking(move || store.list(&owner, offset.saturating_add(LIST_PAGE)))
+        .await?
+        .map_err(store_fault)?;
+    let resources: Vec<Resource> = metas.iter().skip(offset).map(resource_for).collect();
+    let shown_to = offset.saturating_add(resources.len()) as u64;
+    let mut result = ListResourcesResult::with_all_items(resources);
+    // Newest first, so a page boundary can shift when new artifacts arrive; a listing is
+    // a convenience, `list_artifacts` and the dataRefs themselves are the record.
+    if shown_to < total {
+        result.next_cursor = Some(shown_to.to_string());
+    }
+    Ok(result
+        .with_ttl_ms(TTL_MS)
+        .with_cache_scope(CacheScope::Private))
+}
+
+pub(crate) fn templates() -> ListResourceTemplatesResult {
+    let template = ResourceTemplate::new(URI_TEMPLATE, "artifact")
+        .with_title("Stored table (CSV preview)")
+        .with_description(format!(
+            "A table you stored with a producer tool (`fetch_*`, `query`, …), by its dataRef. \
+             Reading it gives a CSV preview: the header and at most {PREVIEW_MAX_ROWS} rows \
+             ({} KB); `_meta` says how many rows the table has. Only the caller who made it \
+             can read it, until it expires.",
+            PREVIEW_MAX_BYTES / 1024
+        ))
+        .with_mime_type(CSV);
+    ListResourceTemplatesResult::with_all_items(vec![template])
+}
+
+fn resource_for(meta: &ArtifactMeta) -> Resource {
+    let columns = meta.schema.fields().len();
+    let mut annotations = Annotations::default().with_audience(vec![Role::User]);
+    annotations.last_modified = Some(meta.created_at.to_string());
+    Resource::new(uri_for(&meta.data_ref), meta.data_ref.to_string())
+        .with_title(format!("{} ({})", meta.lineage.tool, meta.data_ref))
+        .with_description(format!(
+            "{} × {}, made by `{}`, expires {}. Reading it gives a CSV preview (header and at \
+             most {PREVIEW_MAX_ROWS} rows).",
+            count(meta.rows, "row"),
+            count(columns as u64, "column"),
+            meta.lineage.tool,
+            meta.expires_at,
+        ))
+        .with_mime_type(CSV)
+        .with_annotations(annotations)
+}
+
+fn count(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+pub(crate) async fn read(
+    store: Arc<dyn ArtifactStore>,
+    owner: Principal,
+    uri: String,
+) -> Result<ReadResourceResult, McpError> {
+    let Some(raw) = uri.strip_prefix(URI_PREFIX) else {
+        return Err(McpError::resource_not_found(
+            format!(
+                "no resource `{}`; stored tables are `{URI_TEMPLATE}`",
+                echo(&uri)
+            ),
+            Some(json!({"uri": echo(&uri)})),
+        ));
+    };
+    // A malformed reference gets the answer an unknown one gets: nothing to learn here.
+    let Ok(data_ref) = DataRef::parse(raw) else {
+        return Err(not_found(&uri, echo(raw)));
+    };
+    let opened = blocking(move || store.open_table(&owner, &data_ref)).await?;
+    let table = match opened {
+        Ok(t) => t,
+        Err(StoreError::NotFound { data_ref }) => return Err(not_found(&uri, data_ref)),
+        Err(e) => return Err(store_fault(e)),
+    };
+    let preview = csv_preview(&table, PREVIEW_MAX_ROWS, PREVIEW_MAX_BYTES);
+    let rows = table.meta.rows;
+    let note = if preview.rows as u64 >= rows {
+        format!("the whole table: {}", count(rows, "row"))
+    } else {
+        format!(
+            "a preview: the first {} of {}; export the table (`export_data`) for all of it",
+            preview.rows,
+            count(rows, "row")
+        )
+    };
+    let meta = MetaObject(
+        json!({
+            "dataref/rows": rows,
+            "dataref/columns": table.meta.schema.fields().len(),
+            "dataref/previewRows": preview.rows,
+            "dataref/complete": preview.rows as u64 >= rows,
+            "dataref/note": note,
+            "dataref/expiresAt": table.meta.expires_at,
+        })
+        .as_object()
+        .cloned()
+        .unwrap_or_default(),
+    );
+    let contents = ResourceContents::text(preview.text, uri)
+        .with_mime_type(CSV)
+        .with_meta(meta);
+    Ok(ReadResourceResult::new(vec![contents])
+        .with_ttl_ms(TTL_MS)
+        .with_cache_scope(CacheScope::Private))
+}
+
+fn not_found(uri: &str, data_ref: String) -> McpError {
+    let e = StoreError::NotFound { data_ref };
+    let message = match e.hint() {
+        Some(hint) => format!("{e}; {hint}"),
+        None => e.to_string(),
+    };
+    McpError::resource_not_found(message, Some(json!({"uri": echo(uri)})))
+}
+
+fn store_fault(e: StoreError) -> McpError {
+    tracing::error!(error = %e, "artifact store failed while serving a resource");
+    McpError::internal_error(
+        "the artifact store failed; the details are in the server log",
+        None,
+    )
+}
+
+fn echo(s: &str) -> String {
+    if s.chars().count() <= MAX_ECHO_CHARS {
+        s.to_owned()
+    } else {
+        let kept: String = s.chars().take(MAX_ECHO_CHARS).collect();
+        format!("{kept}…")
+    }
+}
+
+/// Store calls touch SQLite and files: off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, McpError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        tracing::error!(error = %e, "resource task ended abnormally");
+        McpError::internal_error("the server failed to read the artifact store", None)
+    })
+}
+
+#[derive(Debug, PartialEq)]
+struct Preview {
+    text: String,
+    /// Data rows in `text` (the header is not counted).
+    rows: usize,
+}
+
+/// RFC 4180 CSV: a header, then whole rows while both bounds hold. NULL is an empty
+/// field; text is written as is (quoted when it must be); lines end in CRLF.
+fn csv_preview(table: &Table, max_rows: usize, max_bytes: usize) -> Preview {
+    let mut text = String::new();
+    let names: Vec<&str> = table
+        .meta
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    // The header goes in whole even past `max_bytes`: without it the rows mean nothing.
+    write_record(&mut text, names.iter().map(|n| (*n).to_owned()));
+    let mut rows = 0;
+    let mut line = String::new();
+    'batches: for batch in &table.batches {
+        for row in 0..batch.num_rows() {
+            if rows >= max_rows {
+                break 'batches;
+            }
+            line.clear();
+            // A cell longer than the whole budget cannot fit, so it need not be copied in full.
+            write_record(
+                &mut line,
+                batch
+                    .columns()
+                    .iter()
+                    .map(|c| cell_text(cell_to_json(c, row, Some(max_bytes)).0)),
+            );
+            if text.len() + line.len() > max_bytes {
+                break 'batches;
+            }
+            text.push_str(&line);
+            rows += 1;
+        }
+    }
+    Preview { text, rows }
+}
+
+fn cell_text(v: Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s,
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        other @ (Value::Array(_) | Value::Object(_)) => other.to_string(),
+    }
+}
+
+fn write_record(out: &mut String, fields: impl Iterator<Item = String>) {
+    for (i, field) in fields.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if field.contains([',', '"', '\r', '\n']) {
+            out.push('"');
+            out.push_str(&field.replace('"', "\"\""));
+            out.push('"');
+        } else {
+            out.push_str(&field);
+        }
+    }
+    out.push_str("\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        let mut s = String::new();
+        write_record(
+            &mut s,
+            ["plain", "a,b", "say \"hi\"", "two\nlines", ""]
+                .into_iter()
+                .map(String::from),
+        );
+        assert_eq!(s, "plain,\"a,b\",\"say \"\"hi\"\"\",\"two\nlines\",\r\n");
+    }
+
+    #[test]
+    fn cells() {
+        assert_eq!(cell_text(Value::Null), "");
+        assert_eq!(cell_text(json!("x,y")), "x,y");
+        assert_eq!(cell_text(json!(1.5)), "1.5");
+        assert_eq!(cell_text(json!(true)), "true");
+    }
+
+    #[test]
+    fn echo_is_bounded() {
+        assert_eq!(echo("short"), "short");
+        assert_eq!(echo(&"x".repeat(500)).chars().count(), MAX_ECHO_CHARS + 1);
+    }
+}

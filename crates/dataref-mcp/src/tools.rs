@@ -1,0 +1,157 @@
+//! Our tool specs and call outcomes in rmcp's shapes.
+
+use std::sync::Arc;
+
+use dataref_protocol::ToolSpec;
+use dataref_tools::{Attachment, CallOutcome};
+use rmcp::model::{
+    Annotations, CallToolResult, ContentBlock, JsonObject, Resource, Role, Tool, ToolAnnotations,
+};
+use serde_json::Value;
+
+/// `tools/list` entry for one spec: schemas, title and hints.
+pub(crate) fn to_mcp_tool(spec: &ToolSpec) -> Tool {
+    let mut annotations = ToolAnnotations::new()
+        .read_only(spec.annotations.read_only)
+        .open_world(spec.annotations.open_world);
+    if spec.annotations.read_only {
+        // MCP defaults `destructiveHint` to true; hosts ask before destructive calls.
+        annotations = annotations.destructive(false);
+    }
+    annotations.title.clone_from(&spec.title);
+    let mut tool = Tool::new_with_raw(
+        spec.name.clone(),
+        Some(spec.description.clone().into()),
+        Arc::new(schema_object(&spec.name, &spec.input_schema)),
+    )
+    .with_annotations(annotations);
+    if let Some(title) = &spec.title {
+        tool = tool.with_title(title.clone());
+    }
+    if let Some(output) = &spec.output_schema {
+        tool = tool.with_raw_output_schema(Arc::new(schema_object(&spec.name, output)));
+    }
+    tool
+}
+
+/// MCP wants schemas as JSON objects. Ours always are (the registry compiles them); a
+/// non-object would be a programming error, so it degrades to "any object" with a log line
+/// rather than taking the session down.
+fn schema_object(tool: &str, schema: &Value) -> JsonObject {
+    match schema {
+        Value::Object(o) => o.clone(),
+        other => {
+            tracing::error!(tool, schema = %other, "tool schema is not a JSON object");
+            let mut o = JsonObject::new();
+            o.insert("type".into(), Value::String("object".into()));
+            o
+        }
+    }
+}
+
+/// One text block for the model (the JSON of the result, or the error with its hint),
+/// `structuredContent` when there is one, and the attachments as resource links for the
+/// person.
+pub(crate) fn to_call_result(outcome: CallOutcome) -> CallToolResult {
+    let CallOutcome {
+        is_error,
+        structured,
+        text,
+        attachments,
+    } = outcome;
+    let mut content = Vec::with_capacity(1 + attachments.len());
+    content.push(ContentBlock::text(text));
+    content.extend(attachments.into_iter().filter_map(attachment_block));
+    let mut result = if is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    result.structured_content = structured;
+    result
+}
+
+fn attachment_block(attachment: Attachment) -> Option<ContentBlock> {
+    match attachment {
+        Attachment::ResourceLink {
+            uri,
+            name,
+            mime_type,
+            description,
+        } => {
+            let mut link = Resource::new(uri, name)
+                .with_annotations(Annotations::default().with_audience(vec![Role::User]));
+            link.mime_type = mime_type;
+            link.description = description;
+            Some(ContentBlock::resource_link(link))
+        }
+        // `Attachment` is non-exhaustive across crates; a kind this server cannot show
+        // yet is left out (the model's text result is complete without it).
+        other => {
+            tracing::warn!(attachment = ?other, "attachment kind not supported over MCP");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn read_only_tools_are_not_destructive() {
+        let mut spec = ToolSpec {
+            name: "describe_data".into(),
+            title: Some("Describe data".into()),
+            description: "Stats.".into(),
+            input_schema: json!({"type": "object", "properties": {}}),
+            output_schema: Some(json!({"type": "object"})),
+            annotations: Default::default(),
+        };
+        spec.annotations.read_only = true;
+        let tool = serde_json::to_value(to_mcp_tool(&spec)).unwrap();
+        assert_eq!(
+            tool,
+            json!({
+                "name": "describe_data",
+                "title": "Describe data",
+                "description": "Stats.",
+                "inputSchema": {"type": "object", "properties": {}},
+                "outputSchema": {"type": "object"},
+                "annotations": {
+                    "title": "Describe data",
+                    "readOnlyHint": true,
+                    "destructiveHint": false,
+                    "openWorldHint": false
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn outcome_becomes_text_structured_and_links() {
+        let outcome = CallOutcome {
+            is_error: false,
+            structured: Some(json!({"a": 1})),
+            text: r#"{"a":1}"#.into(),
+            attachments: vec![Attachment::ResourceLink {
+                uri: "dataref://files/file_x".into(),
+                name: "chart.png".into(),
+                mime_type: Some("image/png".into()),
+                description: None,
+            }],
+        };
+        let v = serde_json::to_value(to_call_result(outcome)).unwrap();
+        assert_eq!(v["isError"], json!(false));
+        assert_eq!(v["structuredContent"], json!({"a": 1}));
+        assert_eq!(
+            v["content"][0],
+            json!({"type": "text", "text": "{\"a\":1}"})
+        );
+        assert_eq!(v["content"][1]["type"], json!("resource_link"));
+        assert_eq!(v["content"][1]["annotations"]["audience"], json!(["user"]));
+        assert_eq!(v["content"][1]["mimeType"], json!("image/png"));
+    }
+}

@@ -1,0 +1,9 @@
+//! dataref-mcp end to end: an rmcp client talks to a `DatarefServer` over an in-process
+//! pipe, with a real `LocalStore` in a temp dir and the real SQLite sample source.
+
+mod support;
+
+mod errors;
+mod progress_cancel;
+mod resources;
+mod tools;
