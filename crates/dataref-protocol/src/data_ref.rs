@@ -172,6 +172,19 @@ impl<'de> Deserialize<'de> for Principal {
     }
 }
 
+impl schemars::JsonSchema for DataRef {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DataRef".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^data_[A-Za-z0-9_-]{22}$",
+            "description": "A reference to a stored table, as returned by a producer or `run_python`."
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,18 +229,5 @@ mod tests {
             Principal::new(&"x".repeat(129)),
             Err(PrincipalError::TooLong)
         );
-    }
-}
-
-impl schemars::JsonSchema for DataRef {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "DataRef".into()
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "pattern": "^data_[A-Za-z0-9_-]{22}$",
-            "description": "A reference to a stored table, as returned by a producer or `run_python`."
-        })
     }
 }

@@ -50,12 +50,16 @@ pub struct ColumnStats {
     pub name: String,
     #[serde(rename = "type")]
     pub data_type: String,
-    /// Non-null values.
+    /// Non-null values (for floats: non-null, finite values; see `nonFinite`).
     pub count: u64,
     pub nulls: u64,
-    /// Distinct non-null values.
+    /// Floats only: NaN and ±infinity. They are left out of `count`, `distinct`, `min`,
+    /// `max` and `numeric`, so `count + nulls + nonFinite` is the number of rows.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub non_finite: u64,
+    /// Distinct non-null values (0 when `note` says they were not counted).
     pub distinct: u64,
-    /// True when `distinct` is an estimate (HyperLogLog, about 1% error).
+    /// True when `distinct` is an estimate (HyperLogLog, standard error about 0.8%).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub distinct_is_estimate: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,15 +69,29 @@ pub struct ColumnStats {
     /// Numbers only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numeric: Option<NumericStats>,
-    /// Strings (and booleans): the most frequent values with their counts.
+    /// Strings (and booleans): the most frequent values with their counts, most frequent
+    /// first. For strings, left out when no value occurs more than once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top: Vec<TopValue>,
+    /// True when `top` comes from a bounded-memory summary (many distinct values): its
+    /// counts are lower bounds, each at most rows / 65,537 below the true count.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub top_is_estimate: bool,
+    /// Says which statistics were not computed and why (e.g. an unsupported type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NumericStats {
     pub mean: f64,
+    /// Sample standard deviation (ddof = 1, as pandas); 0 for a single value.
     pub std: f64,
+    /// Quartiles, interpolated linearly between ranks (pandas' default).
     pub p25: f64,
     pub p50: f64,
     pub p75: f64,

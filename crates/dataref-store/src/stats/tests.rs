@@ -1,0 +1,602 @@
+//! `describe` and `describe_data` on in-memory tables.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow_array::{
+    ArrayRef, BinaryArray, BooleanArray, Date32Array, Float64Array, Int64Array, NullArray,
+    RecordBatch, StringArray, TimestampMicrosecondArray, TimestampMillisecondArray,
+    TimestampNanosecondArray, TimestampSecondArray, UInt64Array,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use dataref_protocol::{
+    ColumnStats, DataRef, NumericStats, Principal, Timestamp, TopValue, days_from_civil,
+};
+use serde_json::{Value, json};
+
+use super::{SampleOptions, describe, describe_data};
+use crate::{ArtifactMeta, Lineage, StoreError, Table};
+
+/// A table from batches of columns (`name`, array); meta computed from them.
+fn table(batches: Vec<Vec<(&str, ArrayRef)>>) -> Table {
+    let fields: Vec<Field> = batches[0]
+        .iter()
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+        .collect();
+    let schema: SchemaRef = Arc::new(Schema::new(fields));
+    table_with_schema(schema, batches)
+}
+
+fn table_with_schema(schema: SchemaRef, batches: Vec<Vec<(&str, ArrayRef)>>) -> Table {
+    let batches: Vec<RecordBatch> = batches
+        .into_iter()
+        .map(|cols| {
+            RecordBatch::try_new(schema.clone(), cols.into_iter().map(|(_, a)| a).collect())
+                .unwrap()
+        })
+        .collect();
+    let null_counts = (0..schema.fields().len())
+        .map(|i| {
+            batches
+                .iter()
+                .map(|b| b.column(i).logical_null_count() as u64)
+                .sum()
+        })
+        .collect();
+    Table {
+        meta: ArtifactMeta {
+            data_ref: DataRef::from_random_bytes([7; 16]),
+            owner: Principal::new("alice").unwrap(),
+            rows: batches.iter().map(|b| b.num_rows() as u64).sum(),
+            bytes: 0,
+            schema,
+            null_counts,
+            created_at: Timestamp(1_700_000_000),
+            expires_at: Timestamp(1_700_086_400),
+            lineage: Lineage::new("test", json!({})),
+        },
+        batches,
+        path: PathBuf::from("unused.arrow"),
+    }
+}
+
+fn ints(v: &[Option<i64>]) -> ArrayRef {
+    Arc::new(Int64Array::from(v.to_vec()))
+}
+
+fn floats(v: &[Option<f64>]) -> ArrayRef {
+    Arc::new(Float64Array::from(v.to_vec()))
+}
+
+fn strs(v: &[Option<&str>]) -> ArrayRef {
+    Arc::new(StringArray::from(v.to_vec()))
+}
+
+fn days(y: i64, m: u32, d: u32) -> i32 {
+    days_from_civil(y, m, d) as i32
+}
+
+fn size(v: &dataref_protocol::Description) -> usize {
+    serde_json::to_vec(v).unwrap().len()
+}
+
+fn col<'a>(stats: &'a dataref_protocol::DataStats, name: &str) -> &'a ColumnStats {
+    stats.columns.iter().find(|c| c.name == name).unwrap()
+}
+
+fn sales() -> Table {
+    table(vec![
+        vec![
+            (
+                "date",
+                Arc::new(Date32Array::from(vec![days(2024, 1, 2), days(2024, 1, 3)])) as ArrayRef,
+            ),
+            ("region", strs(&[Some("north"), None])),
+            ("revenue", floats(&[Some(12.5), Some(7.0)])),
+        ],
+        vec![
+            (
+                "date",
+                Arc::new(Date32Array::from(vec![days(2024, 1, 4)])) as ArrayRef,
+            ),
+            ("region", strs(&[Some("south")])),
+            ("revenue", floats(&[None])),
+        ],
+    ])
+}
+
+#[test]
+fn describe_small_table_exactly() {
+    let t = sales();
+    let d = describe(&t, SampleOptions::default());
+    assert_eq!(
+        serde_json::to_value(&d).unwrap(),
+        json!({
+            "dataRef": t.meta.data_ref.as_str(),
+            "rows": 3,
+            "columns": {"date": "date", "region": "string", "revenue": "float"},
+            "nulls": {"region": 1, "revenue": 1},
+            "sample": [
+                {"date": "2024-01-02", "region": "north", "revenue": 12.5},
+                {"date": "2024-01-03", "region": null, "revenue": 7.0},
+                {"date": "2024-01-04", "region": "south", "revenue": null},
+            ],
+            "expiresAt": "2023-11-15T22:13:20Z",
+        })
+    );
+}
+
+#[test]
+fn sample_crosses_batch_boundaries_and_stops_at_rows() {
+    let t = table(vec![
+        vec![("n", ints(&[Some(1), Some(2)]))],
+        vec![("n", ints(&[Some(3)]))],
+        vec![("n", ints(&[Some(4), Some(5)]))],
+    ]);
+    let d = describe(
+        &t,
+        SampleOptions {
+            rows: 4,
+            max_value_chars: 80,
+        },
+    );
+    let got: Vec<Value> = d.sample.iter().map(|r| r["n"].clone()).collect();
+    assert_eq!(got, vec![json!(1), json!(2), json!(3), json!(4)]);
+    assert_eq!(d.sample_note, None);
+}
+
+#[test]
+fn cut_values_are_said() {
+    let long = "x".repeat(100);
+    let t = table(vec![vec![("s", strs(&[Some(&long), Some("short")]))]]);
+    let d = describe(&t, SampleOptions::default());
+    assert_eq!(d.sample[0]["s"], json!(format!("{}…", "x".repeat(80))));
+    assert_eq!(d.sample[1]["s"], json!("short"));
+    assert_eq!(
+        d.sample_note.as_deref(),
+        Some("values longer than 80 characters are cut and end in …")
+    );
+}
+
+#[test]
+fn sample_withheld() {
+    let t = sales();
+    let d = describe(
+        &t,
+        SampleOptions {
+            rows: 0,
+            max_value_chars: 80,
+        },
+    );
+    assert!(d.sample.is_empty());
+    let note = d.sample_note.unwrap();
+    assert!(note.contains("withholds"), "{note}");
+    assert_eq!(d.rows, 3);
+    assert_eq!(d.nulls.len(), 2);
+}
+
+#[test]
+fn ten_columns_of_huge_strings_stay_under_budget() {
+    let huge = "é".repeat(10_000);
+    let cols: Vec<(String, ArrayRef)> = (0..10)
+        .map(|i| {
+            let v: Vec<Option<&str>> = vec![Some(huge.as_str()); 5];
+            (format!("column_{i}"), strs(&v))
+        })
+        .collect();
+    let t = table(vec![
+        cols.iter().map(|(n, a)| (n.as_str(), a.clone())).collect(),
+    ]);
+    let d = describe(&t, SampleOptions::default());
+    let bytes = size(&d);
+    assert!(bytes < 1_500, "{bytes}");
+    assert!(!d.sample.is_empty(), "a shortened row still fits");
+    let note = d.sample_note.unwrap();
+    assert!(
+        note.contains("values longer than 16 characters are cut"),
+        "{note}"
+    );
+    assert!(note.contains("sample rows are shown"), "{note}");
+    assert!(note.contains("1500 bytes"), "{note}");
+    assert_eq!(
+        d.sample[0]["column_0"],
+        json!(format!("{}…", "é".repeat(16)))
+    );
+}
+
+#[test]
+fn shorter_cut_alone_when_it_is_enough() {
+    let long = "y".repeat(300);
+    let v: Vec<Option<&str>> = vec![Some(long.as_str()); 5];
+    let t = table(vec![vec![
+        ("a", strs(&v)),
+        ("b", strs(&v)),
+        ("c", strs(&v)),
+        ("d", strs(&v)),
+    ]]);
+    let d = describe(&t, SampleOptions::default());
+    assert!(size(&d) < 1_500);
+    assert_eq!(d.sample.len(), 5);
+    let note = d.sample_note.unwrap();
+    assert!(
+        note.starts_with("values longer than 40 characters are cut and end in … to keep"),
+        "{note}"
+    );
+}
+
+#[test]
+fn wide_numbers_drop_rows_and_wide_tables_get_more_room() {
+    let wide = [Some(-1.234_567_890_123_456_7e-300); 5];
+    let ten: Vec<(String, ArrayRef)> = (0..10)
+        .map(|i| (format!("measurement_{i}"), floats(&wide)))
+        .collect();
+    let t = table(vec![
+        ten.iter().map(|(n, a)| (n.as_str(), a.clone())).collect(),
+    ]);
+    let d = describe(&t, SampleOptions::default());
+    assert!(size(&d) < 1_500, "{}", size(&d));
+    assert!(d.sample.len() < 5);
+    assert!(d.sample_note.unwrap().contains("sample rows are shown"));
+
+    let forty: Vec<(String, ArrayRef)> = (0..40)
+        .map(|i| (format!("c{i}"), ints(&[Some(i64::MIN); 5])))
+        .collect();
+    let t = table(vec![
+        forty.iter().map(|(n, a)| (n.as_str(), a.clone())).collect(),
+    ]);
+    let d = describe(&t, SampleOptions::default());
+    assert!(size(&d) < 40 * 150, "{}", size(&d));
+    assert!(!d.sample.is_empty());
+}
+
+#[test]
+fn empty_table() {
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("n", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, true),
+    ]));
+    let t = table_with_schema(schema, vec![]);
+    let d = describe(&t, SampleOptions::default());
+    assert_eq!(d.rows, 0);
+    assert!(d.sample.is_empty() && d.sample_note.is_none() && d.nulls.is_empty());
+
+    let s = describe_data(&t, None, 0, 20).unwrap();
+    assert_eq!(s.rows, 0);
+    assert_eq!(s.columns.len(), 2);
+    for c in &s.columns {
+        assert_eq!((c.count, c.nulls, c.distinct), (0, 0, 0));
+        assert!(c.min.is_none() && c.max.is_none() && c.numeric.is_none() && c.top.is_empty());
+    }
+}
+
+#[test]
+fn numeric_stats_match_pandas() {
+    let t = table(vec![
+        vec![
+            ("n", ints(&[Some(1), None, Some(2)])),
+            ("x", floats(&[Some(1.0), Some(f64::NAN), Some(2.0)])),
+        ],
+        vec![
+            ("n", ints(&[Some(10), Some(3), Some(4)])),
+            ("x", floats(&[Some(10.0), Some(f64::INFINITY), Some(3.0)])),
+        ],
+        vec![("n", ints(&[])), ("x", floats(&[]))],
+        vec![("n", ints(&[None])), ("x", floats(&[Some(4.0)]))],
+    ]);
+    let s = describe_data(&t, None, 0, 20).unwrap();
+    let n = col(&s, "n");
+    assert_eq!((n.count, n.nulls, n.distinct, n.non_finite), (5, 2, 5, 0));
+    assert_eq!(
+        (n.min.clone(), n.max.clone()),
+        (Some(json!(1)), Some(json!(10)))
+    );
+    let num = n.numeric.clone().unwrap();
+    assert_eq!(num.mean, 4.0);
+    // 3.5355339059327378 as pandas gives it, rounded for the model to 6 significant digits.
+    assert_eq!(num.std, 3.53553);
+    assert_eq!((num.p25, num.p50, num.p75), (2.0, 3.0, 4.0));
+
+    // NaN and inf are counted apart and left out of the rest.
+    let x = col(&s, "x");
+    assert_eq!((x.count, x.nulls, x.non_finite, x.distinct), (5, 0, 2, 5));
+    assert_eq!(x.numeric.clone().unwrap(), num);
+    assert_eq!(
+        (x.min.clone(), x.max.clone()),
+        (Some(json!(1.0)), Some(json!(10.0)))
+    );
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(text.contains("\"nonFinite\":2"), "{text}");
+    assert!(!text.contains("NaN") && !text.contains("inf"), "{text}");
+}
+
+#[test]
+fn unsigned_extremes_are_exact() {
+    let t = table(vec![vec![(
+        "u",
+        Arc::new(UInt64Array::from(vec![u64::MAX, 0, 7])) as ArrayRef,
+    )]]);
+    let s = describe_data(&t, None, 0, 20).unwrap();
+    let u = col(&s, "u");
+    assert_eq!(u.min, Some(json!(0)));
+    assert_eq!(u.max, Some(json!(u64::MAX)));
+    assert_eq!(u.distinct, 3);
+}
+
+#[test]
+fn dates_and_timestamps() {
+    let micros = |y, m, d, secs: i64| days_from_civil(y, m, d) * 86_400_000_000 + secs * 1_000_000;
+    let ts_us = vec![
+        Some(micros(2024, 3, 1, 3600)),
+        None,
+        Some(micros(1969, 12, 31, 86_399) + 500_000),
+        Some(micros(2030, 1, 1, 0)),
+    ];
+    let t = table(vec![vec![
+        (
+            "d",
+            Arc::new(Date32Array::from(vec![
+                Some(days(2024, 2, 29)),
+                Some(days(1999, 12, 31)),
+                None,
+                Some(days(2024, 2, 29)),
+            ])) as ArrayRef,
+        ),
+        (
+            "us",
+            Arc::new(TimestampMicrosecondArray::from(ts_us.clone()).with_timezone("UTC")),
+        ),
+        (
+            "ms",
+            Arc::new(TimestampMillisecondArray::from(
+                ts_us
+                    .iter()
+                    .map(|v| v.map(|v| v.div_euclid(1000)))
+                    .collect::<Vec<_>>(),
+            )),
+        ),
+        (
+            "s",
+            Arc::new(TimestampSecondArray::from(
+                ts_us
+                    .iter()
+                    .map(|v| v.map(|v| v.div_euclid(1_000_000)))
+                    .collect::<Vec<_>>(),
+            )),
+        ),
+        (
+            "ns",
+            Arc::new(TimestampNanosecondArray::from(
+                ts_us
+                    .iter()
+                    .map(|v| v.map(|v| v * 1000))
+                    .collect::<Vec<_>>(),
+            )),
+        ),
+    ]]);
+    let s = describe_data(&t, None, 0, 20).unwrap();
+    let d = col(&s, "d");
+    assert_eq!((d.count, d.nulls, d.distinct), (3, 1, 2));
+    assert_eq!(d.min, Some(json!("1999-12-31")));
+    assert_eq!(d.max, Some(json!("2024-02-29")));
+    assert!(d.numeric.is_none() && d.top.is_empty());
+
+    let us = col(&s, "us");
+    assert_eq!(us.data_type, "timestamp(UTC)");
+    assert_eq!(us.min, Some(json!("1969-12-31T23:59:59.500000")));
+    assert_eq!(us.max, Some(json!("2030-01-01T00:00:00")));
+    assert_eq!(col(&s, "ns").min, us.min);
+    assert_eq!(col(&s, "ms").min, us.min);
+    assert_eq!(col(&s, "s").min, Some(json!("1969-12-31T23:59:59")));
+    assert_eq!(col(&s, "s").max, Some(json!("2030-01-01T00:00:00")));
+}
+
+#[test]
+fn top_values_strings_and_booleans() {
+    let long = "z".repeat(200);
+    let t = table(vec![
+        vec![
+            (
+                "s",
+                strs(&[Some("b"), Some("a"), Some("c"), None, Some("a")]),
+            ),
+            (
+                "flag",
+                Arc::new(BooleanArray::from(vec![
+                    Some(true),
+                    Some(false),
+                    None,
+                    Some(true),
+                    Some(true),
+                ])) as ArrayRef,
+            ),
+            (
+                "id",
+                strs(&[Some("1"), Some("2"), Some("3"), Some("4"), Some(&long)]),
+            ),
+        ],
+        vec![
+            (
+                "s",
+                strs(&[Some("b"), Some("a"), Some("d"), Some("e"), Some("f")]),
+            ),
+            (
+                "flag",
+                Arc::new(BooleanArray::from(vec![
+                    None,
+                    None,
+                    None,
+                    None,
+                    Some(false),
+                ])),
+            ),
+            (
+                "id",
+                strs(&[Some("5"), Some("6"), Some("7"), Some("8"), Some("9")]),
+            ),
+        ],
+    ]);
+    let s = describe_data(&t, None, 0, 20).unwrap();
+    let strings = col(&s, "s");
+    assert_eq!((strings.count, strings.nulls, strings.distinct), (9, 1, 6));
+    assert_eq!(strings.min, Some(json!("a")));
+    assert_eq!(strings.max, Some(json!("f")));
+    let top = |v: &[(Value, u64)]| -> Vec<TopValue> {
+        v.iter()
+            .map(|(value, count)| TopValue {
+                value: value.clone(),
+                count: *count,
+            })
+            .collect()
+    };
+    assert_eq!(
+        strings.top,
+        top(&[
+            (json!("a"), 3),
+            (json!("b"), 2),
+            (json!("c"), 1),
+            (json!("d"), 1),
+            (json!("e"), 1),
+        ])
+    );
+    assert!(!strings.top_is_estimate && strings.numeric.is_none());
+
+    let flag = col(&s, "flag");
+    assert_eq!((flag.count, flag.nulls, flag.distinct), (5, 5, 2));
+    assert_eq!(flag.top, top(&[(json!(true), 3), (json!(false), 2)]));
+
+    // All values distinct: no top list; long values cut in min/max.
+    let id = col(&s, "id");
+    assert!(id.top.is_empty());
+    assert_eq!(id.distinct, 10);
+    assert_eq!(id.max, Some(json!(format!("{}…", "z".repeat(80)))));
+}
+
+#[test]
+fn all_null_and_other_types() {
+    let t = table(vec![vec![
+        ("nothing", Arc::new(NullArray::new(3)) as ArrayRef),
+        ("empty", ints(&[None, None, None])),
+        ("words", strs(&[None, None, None])),
+        (
+            "blob",
+            Arc::new(BinaryArray::from(vec![
+                Some(b"ab".as_slice()),
+                None,
+                Some(b"ab".as_slice()),
+            ])),
+        ),
+        (
+            "list",
+            Arc::new(arrow_array::ListArray::new_null(
+                Arc::new(Field::new("item", DataType::Int32, true)),
+                3,
+            )),
+        ),
+    ]]);
+    let s = describe_data(&t, None, 0, 20).unwrap();
+    for name in ["nothing", "empty", "words"] {
+        let c = col(&s, name);
+        assert_eq!((c.count, c.nulls, c.distinct), (0, 3, 0), "{name}");
+        assert!(c.min.is_none() && c.numeric.is_none() && c.top.is_empty() && c.note.is_none());
+    }
+    let blob = col(&s, "blob");
+    assert_eq!((blob.count, blob.nulls, blob.distinct), (2, 1, 1));
+    assert!(blob.min.is_none() && blob.top.is_empty());
+    let list = col(&s, "list");
+    assert_eq!((list.count, list.nulls), (0, 3));
+    assert!(
+        list.note
+            .as_deref()
+            .unwrap()
+            .contains("only `count` and `nulls`")
+    );
+}
+
+#[test]
+fn paging_through_columns() {
+    let cols: Vec<(String, ArrayRef)> = (0..5)
+        .map(|i| (format!("c{i}"), ints(&[Some(i)])))
+        .collect();
+    let t = table(vec![
+        cols.iter().map(|(n, a)| (n.as_str(), a.clone())).collect(),
+    ]);
+    let names = |s: &dataref_protocol::DataStats| -> Vec<String> {
+        s.columns.iter().map(|c| c.name.clone()).collect()
+    };
+
+    let p1 = describe_data(&t, None, 0, 2).unwrap();
+    assert_eq!(names(&p1), ["c0", "c1"]);
+    assert_eq!((p1.total_columns, p1.next_column_offset), (5, Some(2)));
+    let p2 = describe_data(&t, None, 2, 2).unwrap();
+    assert_eq!(names(&p2), ["c2", "c3"]);
+    assert_eq!(p2.next_column_offset, Some(4));
+    let p3 = describe_data(&t, None, 4, 2).unwrap();
+    assert_eq!(names(&p3), ["c4"]);
+    assert_eq!(p3.next_column_offset, None);
+    let past = describe_data(&t, None, 9, 2).unwrap();
+    assert!(past.columns.is_empty() && past.next_column_offset.is_none());
+    // A page of 0 still moves forward.
+    assert_eq!(
+        describe_data(&t, None, 0, 0).unwrap().next_column_offset,
+        Some(1)
+    );
+
+    let chosen = [
+        "c3".to_owned(),
+        "c0".to_owned(),
+        "c3".to_owned(),
+        "c1".to_owned(),
+    ];
+    let s = describe_data(&t, Some(&chosen), 0, 2).unwrap();
+    assert_eq!(names(&s), ["c3", "c0"]);
+    assert_eq!(s.next_column_offset, Some(2));
+    let s = describe_data(&t, Some(&chosen), 2, 2).unwrap();
+    assert_eq!(names(&s), ["c1"]);
+    assert_eq!(s.next_column_offset, None);
+    assert_eq!(col(&s, "c1").min, Some(json!(1)));
+}
+
+#[test]
+fn unknown_column_suggests_the_closest() {
+    let t = sales();
+    let err =
+        describe_data(&t, Some(&["date".to_owned(), "revenu".to_owned()]), 0, 20).unwrap_err();
+    assert!(matches!(&err, StoreError::UnknownColumn { column, .. } if column == "revenu"));
+    let hint = err.hint().unwrap();
+    assert!(hint.contains("did you mean `revenue`?"), "{hint}");
+}
+
+#[test]
+fn distinct_is_exact_up_to_the_limit_and_estimated_above() {
+    let exact: Vec<Option<i64>> = (0..65_536_i64).chain(0..1000).map(Some).collect();
+    let t = table(vec![vec![("n", ints(&exact))]]);
+    let n = describe_data(&t, None, 0, 20).unwrap().columns.remove(0);
+    assert_eq!((n.distinct, n.distinct_is_estimate), (65_536, false));
+
+    let million = 1_000_000_i64;
+    let half: Vec<Option<i64>> = (0..million / 2).map(|i| Some(i * 3 - 7)).collect();
+    let rest: Vec<Option<i64>> = (million / 2..million).map(|i| Some(i * 3 - 7)).collect();
+    let words: Vec<String> = (0..million).map(|i| format!("customer-{i}")).collect();
+    let w1: Vec<Option<&str>> = words[..500_000].iter().map(|s| Some(s.as_str())).collect();
+    let w2: Vec<Option<&str>> = words[500_000..].iter().map(|s| Some(s.as_str())).collect();
+    let t = table(vec![
+        vec![("n", ints(&half)), ("w", strs(&w1))],
+        vec![("n", ints(&rest)), ("w", strs(&w2))],
+    ]);
+    let s = describe_data(&t, None, 0, 20).unwrap();
+    for c in &s.columns {
+        assert!(c.distinct_is_estimate, "{}", c.name);
+        let err = (c.distinct as f64 - million as f64).abs() / million as f64;
+        assert!(err < 0.02, "{}: {}", c.name, c.distinct);
+        assert_eq!(c.count, million as u64);
+    }
+    let n = col(&s, "n");
+    assert_eq!(n.min, Some(json!(-7)));
+    assert_eq!(n.max, Some(json!(2_999_990)));
+    let NumericStats { mean, p50, .. } = n.numeric.clone().unwrap();
+    assert!((mean - 1_499_991.5).abs() < 1e-6 && (p50 - 1_499_991.5).abs() < 1e-6);
+    let w = col(&s, "w");
+    assert_eq!(w.min, Some(json!("customer-0")));
+    assert_eq!(w.max, Some(json!("customer-999999")));
+    assert!(w.top.is_empty(), "every value occurs once");
+}
