@@ -1,3 +1,6 @@
+//! The error type of every producer.
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use dataref_store::StoreError;
@@ -14,11 +17,13 @@ pub enum SourceError {
     NotAllowed { what: String },
     #[error("the query returned more than {max_rows} rows, the limit of this source")]
     TooManyRows { max_rows: u64 },
-    #[error("the query ran longer than {}s and was stopped", after.as_secs())]
+    #[error("the query ran longer than {} and was stopped", human(*after))]
     Timeout { after: Duration },
     #[error("the query was cancelled")]
     Cancelled,
-    #[error("column `{column}` holds a {found} value at row {row}, but its type is {expected}")]
+    /// `expected` reads like "a date (text `YYYY-MM-DD`)", `found` like "the text `2025-13-01`";
+    /// `row` counts from 1.
+    #[error("column `{column}` is {expected}, but row {row} holds {found}")]
     TypeChange {
         column: String,
         row: u64,
@@ -30,8 +35,26 @@ pub enum SourceError {
         source_name: String,
         message: String,
     },
+    /// A file the producer writes itself (the sample database) could not be written.
+    #[error("{context} `{}`: {source}", path.display())]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// `200 ms`, `60s`, `1.5s`: sub-second source timeouts are common in tests and tight configs.
+fn human(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
 }
 
 impl SourceError {
@@ -59,6 +82,7 @@ impl SourceError {
                 "declare the type of `{column}` (`columns.{column} = \"text\"` in the query's config) or CAST it in SQL"
             )),
             Self::Open { .. } => Some("check the source's `path` in dataref.toml".into()),
+            Self::Io { .. } => None,
             Self::Store(e) => e.hint(),
         }
     }
@@ -73,7 +97,7 @@ impl SourceError {
             | Self::Timeout { .. }
             | Self::Cancelled
             | Self::TypeChange { .. } => true,
-            Self::Open { .. } => false,
+            Self::Open { .. } | Self::Io { .. } => false,
             Self::Store(e) => e.is_caller_error(),
         }
     }
