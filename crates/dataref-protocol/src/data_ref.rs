@@ -179,8 +179,7 @@ impl schemars::JsonSchema for DataRef {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "pattern": "^data_[A-Za-z0-9_-]{22}$",
-            "description": "A reference to a stored table, as returned by a producer or `run_python`."
+            "description": "A reference to a stored table (`data_` + 22 characters), as returned by a producer or `run_python`."
         })
     }
 }

@@ -93,7 +93,7 @@ async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallO
     };
     let args = match parse_arguments(call.arguments) {
         Ok(a) => a,
-        Err(o) => return o,
+        Err(o) => return *o,
     };
     if let Some(o) = validate(entry, &call.name, &args) {
         return o;
@@ -110,7 +110,7 @@ async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallO
             cancel.cancel();
             handle.abort();
             return CallOutcome::error(
-                &format!("`{}` did not finish within {}s and was stopped", call.name, timeout.as_secs()),
+                &format!("`{}` did not finish within {} and was stopped", call.name, human(timeout)),
                 Some("narrow the request (fewer rows, a smaller date range) or aggregate at the source"),
             );
         }
@@ -141,6 +141,14 @@ async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallO
             error!(tool = %call.name, panic = join.is_panic(), "tool task ended abnormally");
             internal_error(&call.name)
         }
+    }
+}
+
+fn human(d: std::time::Duration) -> String {
+    if d.as_secs() >= 1 && d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
     }
 }
 
@@ -175,24 +183,24 @@ fn list(names: &[String]) -> String {
         .join(", ")
 }
 
-fn parse_arguments(arguments: CallArguments) -> Result<Map<String, Value>, CallOutcome> {
+fn parse_arguments(arguments: CallArguments) -> Result<Map<String, Value>, Box<CallOutcome>> {
     let value = match arguments {
         CallArguments::Json(v) => v,
         CallArguments::Text(t) if t.trim().is_empty() => Value::Object(Map::new()),
         CallArguments::Text(t) => serde_json::from_str(&t).map_err(|e| {
-            CallOutcome::error(
+            Box::new(CallOutcome::error(
                 &format!("the arguments are not valid JSON: {e}"),
                 Some("send one JSON object whose keys are the tool's parameters"),
-            )
+            ))
         })?,
     };
     match value {
         Value::Object(m) => Ok(m),
         Value::Null => Ok(Map::new()),
-        other => Err(CallOutcome::error(
+        other => Err(Box::new(CallOutcome::error(
             &format!("the arguments must be a JSON object, not {}", kind(&other)),
             Some("send one JSON object whose keys are the tool's parameters"),
-        )),
+        ))),
     }
 }
 

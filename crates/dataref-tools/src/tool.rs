@@ -59,3 +59,30 @@ pub(crate) fn spec_for<I: schemars::JsonSchema, O: schemars::JsonSchema>(
     spec.annotations.open_world = open_world;
     spec
 }
+
+/// Arguments that passed the input schema, as the tool's own type. A failure here means the
+/// schema and the type disagree, which the model can still act on.
+pub(crate) fn parse_args<T: serde::de::DeserializeOwned>(
+    args: Map<String, Value>,
+) -> Result<T, ToolError> {
+    serde_json::from_value(Value::Object(args))
+        .map_err(|e| ToolError::respond(format!("invalid arguments: {e}"), None))
+}
+
+/// A tool's result as JSON.
+pub(crate) fn output<T: serde::Serialize>(value: T) -> Result<ToolOutput, ToolError> {
+    serde_json::to_value(value)
+        .map(ToolOutput::new)
+        .map_err(|e| ToolError::Fatal(format!("serialising the result: {e}")))
+}
+
+/// Runs store and source work (file I/O, SQLite, statistics) off the async threads.
+pub(crate) async fn blocking<T, F>(what: &'static str, f: F) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::Fatal(format!("{what} task ended abnormally: {e}")))?
+}

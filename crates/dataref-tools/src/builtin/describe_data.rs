@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::tool::spec_for;
+use crate::tool::{blocking, output, parse_args, spec_for};
 use crate::{RunContext, Tool, ToolError, ToolOutput};
 
 /// Arguments of `describe_data`.
@@ -61,12 +61,11 @@ impl Tool for DescribeDataTool {
         args: Map<String, Value>,
         ctx: &RunContext,
     ) -> Result<ToolOutput, ToolError> {
-        let a: DescribeArgs = serde_json::from_value(Value::Object(args))
-            .map_err(|e| ToolError::respond(format!("invalid arguments: {e}"), None))?;
+        let a: DescribeArgs = parse_args(args)?;
         let store = ctx.store.clone();
         let owner = ctx.principal.clone();
         let max_columns = ctx.limits.describe_max_columns;
-        let stats = tokio::task::spawn_blocking(move || -> Result<DataStats, ToolError> {
+        let stats = blocking("describe_data", move || {
             let table = store.open_table(&owner, &a.data_ref)?;
             Ok(dataref_store::describe_data(
                 &table,
@@ -75,10 +74,7 @@ impl Tool for DescribeDataTool {
                 max_columns,
             )?)
         })
-        .await
-        .map_err(|e| ToolError::Fatal(format!("describe task ended abnormally: {e}")))??;
-        Ok(ToolOutput::new(
-            serde_json::to_value(stats).map_err(|e| ToolError::Fatal(e.to_string()))?,
-        ))
+        .await?;
+        output(stats)
     }
 }

@@ -10,6 +10,7 @@ use dataref_sources::{FetchRequest, ParamValue, SqlPolicy};
 use dataref_store::{Lineage, SampleOptions, describe};
 use serde_json::{Map, Value, json};
 
+use crate::tool::{blocking, output};
 use crate::{RunContext, Tool, ToolError, ToolOutput};
 
 pub struct FetchTool {
@@ -98,9 +99,7 @@ impl Tool for FetchTool {
             lineage,
         )
         .await?;
-        Ok(ToolOutput::new(
-            serde_json::to_value(d).map_err(|e| ToolError::Fatal(e.to_string()))?,
-        ))
+        output(d)
     }
 }
 
@@ -119,7 +118,7 @@ pub(crate) async fn produce(
     let owner = ctx.principal.clone();
     let progress = ctx.progress.clone();
     let cancel = ctx.cancel.clone();
-    let task = tokio::task::spawn_blocking(move || -> Result<Description, ToolError> {
+    blocking("fetch", move || {
         let req = FetchRequest {
             source: &source,
             sql: &sql,
@@ -147,11 +146,6 @@ pub(crate) async fn produce(
                 max_value_chars: source.max_value_chars,
             },
         ))
-    });
-    match task.await {
-        Ok(r) => r,
-        Err(e) => Err(ToolError::Fatal(format!(
-            "fetch task ended abnormally: {e}"
-        ))),
-    }
+    })
+    .await
 }

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::tool::spec_for;
+use crate::tool::{blocking, output, parse_args, spec_for};
 use crate::{RunContext, Tool, ToolError, ToolOutput};
 
 /// Arguments of `list_artifacts`.
@@ -76,15 +76,13 @@ impl Tool for ListArtifactsTool {
         args: Map<String, Value>,
         ctx: &RunContext,
     ) -> Result<ToolOutput, ToolError> {
-        let a: ListArgs = serde_json::from_value(Value::Object(args))
-            .map_err(|e| ToolError::respond(format!("invalid arguments: {e}"), None))?;
+        let a: ListArgs = parse_args(args)?;
         let max = ctx.limits.list_artifacts_max;
         let limit = a.limit.unwrap_or(max).min(max);
         let store = ctx.store.clone();
         let owner = ctx.principal.clone();
-        let (metas, total) = tokio::task::spawn_blocking(move || store.list(&owner, limit))
-            .await
-            .map_err(|e| ToolError::Fatal(format!("list task ended abnormally: {e}")))??;
+        let (metas, total) =
+            blocking("list_artifacts", move || Ok(store.list(&owner, limit)?)).await?;
         let artifacts = metas
             .into_iter()
             .map(|m| ArtifactSummary {
@@ -97,9 +95,6 @@ impl Tool for ListArtifactsTool {
                 expires_at: m.expires_at,
             })
             .collect();
-        let out = ListResult { artifacts, total };
-        Ok(ToolOutput::new(
-            serde_json::to_value(out).map_err(|e| ToolError::Fatal(e.to_string()))?,
-        ))
+        output(ListResult { artifacts, total })
     }
 }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::fetch::produce;
+use crate::tool::{output, parse_args};
 use crate::{RunContext, Tool, ToolError, ToolOutput};
 
 /// Arguments of `query`.
@@ -34,10 +35,11 @@ impl QueryTool {
     pub fn new(sources: Vec<SourceConfig>) -> Self {
         let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
         let mut input_schema = object_schema::<QueryArgs>();
-        if let Some(src) = input_schema.pointer_mut("/properties/source") {
-            if let Some(o) = src.as_object_mut() {
-                o.insert("enum".into(), Value::from(names.clone()));
-            }
+        if let Some(o) = input_schema
+            .pointer_mut("/properties/source")
+            .and_then(Value::as_object_mut)
+        {
+            o.insert("enum".into(), Value::from(names.clone()));
         }
         let description = format!(
             "Run one read-only SQL statement (SQLite dialect) on a source and store the result \
@@ -80,8 +82,7 @@ impl Tool for QueryTool {
         ctx: &RunContext,
     ) -> Result<ToolOutput, ToolError> {
         let lineage = Lineage::new("query", Value::Object(args.clone()));
-        let a: QueryArgs = serde_json::from_value(Value::Object(args))
-            .map_err(|e| ToolError::respond(format!("invalid arguments: {e}"), None))?;
+        let a: QueryArgs = parse_args(args)?;
         let Some(source) = self.sources.get(&a.source) else {
             let names: Vec<String> = self.sources.keys().map(|k| format!("`{k}`")).collect();
             return Err(ToolError::respond(
@@ -99,8 +100,6 @@ impl Tool for QueryTool {
             lineage,
         )
         .await?;
-        Ok(ToolOutput::new(
-            serde_json::to_value(d).map_err(|e| ToolError::Fatal(e.to_string()))?,
-        ))
+        output(d)
     }
 }

@@ -1,0 +1,274 @@
+//! `execute_tool_call` over the real built-in tools (real SQLite sample, real store): every
+//! failure branch becomes a result the model can act on, and what it reads is snapshotted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dataref_config::Config;
+use dataref_protocol::{Principal, ToolSpec};
+use dataref_store::{LocalStore, StoreLimits, SystemClock};
+use dataref_tools::{
+    CallOutcome, NoProgress, RunContext, Tool, ToolCall, ToolError, ToolOutput, ToolRegistry,
+    execute_tool_call,
+};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+struct Fixture {
+    _home: tempfile::TempDir,
+    registry: ToolRegistry,
+    ctx: RunContext,
+}
+
+/// A tool that misbehaves on purpose: panics, sleeps, or returns far too much.
+struct Unruly {
+    spec: ToolSpec,
+}
+
+impl Unruly {
+    fn new() -> Self {
+        let mut spec = ToolSpec::from_types::<Value, Value>("unruly", "misbehaves");
+        spec.input_schema = json!({
+            "type": "object",
+            "properties": {"mode": {"type": "string", "enum": ["panic", "sleep", "flood"]}},
+            "required": ["mode"],
+        });
+        Self { spec }
+    }
+}
+
+#[async_trait]
+impl Tool for Unruly {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        _: &RunContext,
+    ) -> Result<ToolOutput, ToolError> {
+        match args["mode"].as_str() {
+            Some("panic") => panic!("a bug in a tool"),
+            Some("sleep") => {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(ToolOutput::new(json!({})))
+            }
+            _ => Ok(ToolOutput::new(json!({"rows": "x".repeat(100_000)}))),
+        }
+    }
+}
+
+fn fixture() -> Fixture {
+    let home = tempfile::tempdir().unwrap();
+    let mut config = Config::builtin_sample(home.path().to_owned(), 2_000);
+    config.limits.tool_timeout = Duration::from_millis(300);
+    config.limits.max_result_chars = 4_000;
+    dataref_sources::ensure_sample(config.sample.as_ref().unwrap(), &|_| {}).unwrap();
+    let store =
+        LocalStore::open(home.path(), StoreLimits::default(), Arc::new(SystemClock)).unwrap();
+    let mut builder = ToolRegistry::builder();
+    let builtins = dataref_tools::builtin_registry(&config).unwrap();
+    for name in builtins.names() {
+        builder.register(builtins.get(&name).unwrap().clone());
+    }
+    builder.register(Arc::new(Unruly::new()));
+    let registry = builder.build().unwrap();
+    let ctx = RunContext {
+        principal: Principal::new("alice").unwrap(),
+        store: Arc::new(store),
+        limits: config.limits.clone(),
+        progress: Arc::new(NoProgress),
+        cancel: CancellationToken::new(),
+        clock: Arc::new(SystemClock),
+    };
+    Fixture {
+        _home: home,
+        registry,
+        ctx,
+    }
+}
+
+async fn run(f: &Fixture, call: ToolCall) -> CallOutcome {
+    execute_tool_call(&f.registry, call, &f.ctx).await
+}
+
+/// The error text with the random parts taken out.
+fn error_text(o: &CallOutcome) -> String {
+    assert!(o.is_error, "expected an error, got {}", o.text);
+    assert!(o.structured.is_none());
+    let mut out = String::new();
+    let mut rest = o.text.as_str();
+    while let Some(i) = rest.find("data_") {
+        out.push_str(&rest[..i]);
+        let candidate = rest.get(i..i + 27).unwrap_or("");
+        if dataref_protocol::DataRef::parse(candidate).is_ok() {
+            out.push_str("data_REF");
+            rest = &rest[i + 27..];
+        } else {
+            out.push_str("data_");
+            rest = &rest[i + 5..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_model_reads_when_a_call_is_wrong() {
+    let f = fixture();
+    let cases: Vec<(&str, ToolCall)> = vec![
+        (
+            "unknown_tool",
+            ToolCall::new("fetch_sale", json!({"since": "2025-01-01"})),
+        ),
+        (
+            "broken_json",
+            ToolCall::from_json_text("fetch_sales", r#"{"since": "2025-01-01""#),
+        ),
+        (
+            "not_an_object",
+            ToolCall::new("fetch_sales", json!(["2025-01-01"])),
+        ),
+        (
+            "wrong_type",
+            ToolCall::new("fetch_sales", json!({"since": 20250101})),
+        ),
+        ("missing_required", ToolCall::new("fetch_sales", json!({}))),
+        (
+            "unexpected_field",
+            ToolCall::new("fetch_sales", json!({"since": "2025-01-01", "until": "x"})),
+        ),
+        (
+            "bad_date",
+            ToolCall::new("fetch_sales", json!({"since": "2025-02-30"})),
+        ),
+        (
+            "malformed_ref",
+            ToolCall::new("describe_data", json!({"dataRef": "data_123"})),
+        ),
+        (
+            "unknown_ref",
+            ToolCall::new(
+                "describe_data",
+                json!({"dataRef": "data_AAAAAAAAAAAAAAAAAAAAAA"}),
+            ),
+        ),
+        (
+            "sql_error",
+            ToolCall::new(
+                "query",
+                json!({"source": "sample", "sql": "SELECT nope FROM sales"}),
+            ),
+        ),
+        (
+            "refused_sql",
+            ToolCall::new(
+                "query",
+                json!({"source": "sample", "sql": "DROP TABLE sales"}),
+            ),
+        ),
+        (
+            "unknown_source",
+            ToolCall::new("query", json!({"source": "crm", "sql": "SELECT 1"})),
+        ),
+    ];
+    let mut all = String::new();
+    for (name, call) in cases {
+        let o = run(&f, call).await;
+        all.push_str(&format!("## {name}\n{}\n\n", error_text(&o)));
+    }
+    insta::assert_snapshot!("bad_calls", all);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_column_suggests_the_close_one() {
+    let f = fixture();
+    let ok = run(
+        &f,
+        ToolCall::new("fetch_sales", json!({"since": "2025-06-01"})),
+    )
+    .await;
+    assert!(!ok.is_error, "{}", ok.text);
+    let data_ref = ok.structured.as_ref().unwrap()["dataRef"].clone();
+    let o = run(
+        &f,
+        ToolCall::new(
+            "describe_data",
+            json!({"dataRef": data_ref, "columns": ["Revenu"]}),
+        ),
+    )
+    .await;
+    insta::assert_snapshot!("unknown_column", error_text(&o));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panicking_tool_is_an_internal_error_and_serving_goes_on() {
+    let f = fixture();
+    let o = run(&f, ToolCall::new("unruly", json!({"mode": "panic"}))).await;
+    insta::assert_snapshot!("panic", error_text(&o));
+    let ok = run(&f, ToolCall::new("list_artifacts", json!({}))).await;
+    assert!(!ok.is_error, "{}", ok.text);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_tool_is_stopped_at_the_timeout() {
+    let f = fixture();
+    let started = std::time::Instant::now();
+    let o = run(&f, ToolCall::new("unruly", json!({"mode": "sleep"}))).await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    insta::assert_snapshot!("timeout", error_text(&o));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_call_says_so() {
+    let f = fixture();
+    let ctx = f
+        .ctx
+        .for_call(Arc::new(NoProgress), CancellationToken::new());
+    let cancel = ctx.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        cancel.cancel();
+    });
+    let o = execute_tool_call(
+        &f.registry,
+        ToolCall::new("unruly", json!({"mode": "sleep"})),
+        &ctx,
+    )
+    .await;
+    assert_eq!(error_text(&o), "error: `unruly` was cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_result_is_cut_and_the_cut_is_said() {
+    let f = fixture();
+    let o = run(&f, ToolCall::new("unruly", json!({"mode": "flood"}))).await;
+    assert!(!o.is_error);
+    assert!(
+        o.structured.is_none(),
+        "a cut JSON document is not passed on as structured"
+    );
+    assert!(o.text.chars().count() <= 4_000, "{}", o.text.len());
+    assert!(
+        o.text.contains("[cut: this result has 100011 characters"),
+        "{}",
+        &o.text[3_700..]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fetch_returns_a_small_description() {
+    let f = fixture();
+    let o = run(
+        &f,
+        ToolCall::from_json_text("fetch_sales", r#"{"since":"2025-01-01"}"#),
+    )
+    .await;
+    assert!(!o.is_error, "{}", o.text);
+    let d = o.structured.unwrap();
+    assert_eq!(d["rows"], 2_000);
+    assert_eq!(serde_json::to_string(&d).unwrap(), o.text);
+    assert!(o.text.len() < 1_500, "{} bytes", o.text.len());
+}
