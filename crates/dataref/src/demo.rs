@@ -1,0 +1,236 @@
+//! `dataref demo`: the canonical analysis on the built-in sample, played over MCP exactly as
+//! a client would play it, printing what the model receives with its size in bytes and in
+//! tokens (o200k, the tokenizer of current OpenAI models) against the rows handled.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use dataref_mcp::rmcp;
+use dataref_mcp::{DatarefServer, connect_in_process};
+use dataref_protocol::DataRef;
+use dataref_store::{ArtifactStore, SystemClock};
+use dataref_tools::{NoProgress, RunContext, builtin_registry};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Common, settings};
+
+/// Rows whose JSON is tokenized to estimate the cost of returning every row.
+const NAIVE_SAMPLE_ROWS: usize = 2_000;
+
+struct Step {
+    call: String,
+    rows: u64,
+    bytes: usize,
+    tokens: usize,
+}
+
+pub fn run(common: &Common) -> Result<ExitCode> {
+    if common.config.is_some() {
+        bail!("`dataref demo` runs on the built-in sample; drop `--config`");
+    }
+    let mut config = dataref_config::Config::builtin_sample(
+        settings::home(common)?,
+        settings::sample_rows(common)?,
+    );
+    // A demo principal of its own, so the demo never lists a real user's artifacts.
+    config.principal = dataref_protocol::Principal::new("demo")?;
+    settings::ensure_sample(&config)?;
+    let store = settings::open_store(&config)?;
+    let registry = Arc::new(builtin_registry(&config)?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let ctx = RunContext {
+        principal: config.principal.clone(),
+        store: store.clone(),
+        limits: config.limits.clone(),
+        progress: Arc::new(NoProgress),
+        cancel: CancellationToken::new(),
+        clock: Arc::new(SystemClock),
+    };
+    let sample_rows = config.sample.as_ref().map_or(0, |s| s.rows);
+    runtime.block_on(play(registry, ctx, store, sample_rows))
+}
+
+fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
+    tiktoken_rs::o200k_base().map_err(|e| anyhow::anyhow!("loading the o200k tokenizer: {e}"))
+}
+
+fn result_text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn play(
+    registry: Arc<dataref_tools::ToolRegistry>,
+    ctx: RunContext,
+    store: Arc<dataref_store::LocalStore>,
+    sample_rows: u64,
+) -> Result<ExitCode> {
+    let bpe = tokenizer()?;
+    let session = connect_in_process(DatarefServer::new(registry, ctx.clone()), ())
+        .await
+        .context("MCP handshake with the in-process server")?;
+    let client = session.client;
+    let instructions = client
+        .peer_info()
+        .and_then(|i| i.instructions.clone())
+        .unwrap_or_default();
+    let tools = client.list_all_tools().await.context("tools/list")?;
+
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "dataref demo: the canonical analysis on the built-in sample ({sample_rows} rows of sales)"
+    )?;
+    writeln!(
+        out,
+        "MCP session (in-process, the same protocol as stdio): {} tools: {}",
+        tools.len(),
+        tools
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
+    writeln!(
+        out,
+        "server instructions: {} bytes, {} tokens\n",
+        instructions.len(),
+        bpe.encode_with_special_tokens(&instructions).len()
+    )?;
+
+    let mut steps = Vec::new();
+    let args = json!({"since": "2025-01-01"});
+    let fetched = call(&client, &mut out, &bpe, "fetch_sales", args, &mut steps).await?;
+    let data_ref = fetched
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("dataRef"))
+        .and_then(Value::as_str)
+        .context("fetch_sales returned no dataRef")?
+        .to_owned();
+    let rows = fetched
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("rows"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    if let Some(s) = steps.last_mut() {
+        s.rows = rows;
+    }
+    call(
+        &client,
+        &mut out,
+        &bpe,
+        "describe_data",
+        json!({"dataRef": data_ref}),
+        &mut steps,
+    )
+    .await?;
+    if let Some(s) = steps.last_mut() {
+        s.rows = rows;
+    }
+
+    // What returning the rows as JSON (the naive pattern) would have cost.
+    let data_ref = DataRef::parse(&data_ref).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (naive_bytes, naive_tokens) = naive_cost(store.as_ref(), &ctx, &data_ref, &bpe)?;
+
+    writeln!(out, "summary")?;
+    writeln!(out, "| step | rows handled | bytes to the model | tokens |")?;
+    writeln!(out, "|---|---:|---:|---:|")?;
+    let (mut tb, mut tt) = (0, 0);
+    for s in &steps {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            s.call, s.rows, s.bytes, s.tokens
+        )?;
+        tb += s.bytes;
+        tt += s.tokens;
+    }
+    writeln!(out, "| total | {rows} | {tb} | {tt} |")?;
+    writeln!(
+        out,
+        "\nthe same {rows} rows returned as JSON would be ≈{naive_bytes} bytes ≈{naive_tokens} tokens \
+         ({}× the bytes; estimated from the first {} rows)",
+        naive_bytes / tb.max(1),
+        NAIVE_SAMPLE_ROWS.min(rows as usize)
+    )?;
+    drop(out);
+    client.cancel().await.ok();
+    session.server.abort();
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn call(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    out: &mut std::io::StdoutLock<'_>,
+    bpe: &tiktoken_rs::CoreBPE,
+    tool: &str,
+    args: Value,
+    steps: &mut Vec<Step>,
+) -> Result<CallToolResult> {
+    let Value::Object(map) = args.clone() else {
+        bail!("arguments must be an object");
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
+        .await
+        .with_context(|| format!("tools/call {tool}"))?;
+    let text = result_text(&result);
+    let tokens = bpe.encode_with_special_tokens(&text).len();
+    writeln!(out, "▶ {tool} {args}")?;
+    writeln!(
+        out,
+        "◀ what the model receives ({} bytes, {tokens} tokens):",
+        text.len()
+    )?;
+    writeln!(out, "{text}\n")?;
+    if result.is_error == Some(true) {
+        bail!("`{tool}` failed: {text}");
+    }
+    steps.push(Step {
+        call: tool.to_owned(),
+        rows: 0,
+        bytes: text.len(),
+        tokens,
+    });
+    Ok(result)
+}
+
+fn naive_cost(
+    store: &dyn ArtifactStore,
+    ctx: &RunContext,
+    data_ref: &DataRef,
+    bpe: &tiktoken_rs::CoreBPE,
+) -> Result<(usize, usize)> {
+    let table = store.open_table(&ctx.principal, data_ref)?;
+    let total = table.meta.rows as usize;
+    let mut records = Vec::new();
+    'outer: for batch in &table.batches {
+        for row in 0..batch.num_rows() {
+            if records.len() >= NAIVE_SAMPLE_ROWS {
+                break 'outer;
+            }
+            let mut m = Map::new();
+            for (i, field) in batch.schema().fields().iter().enumerate() {
+                let (v, _) = dataref_store::cell_to_json(batch.column(i), row, None);
+                m.insert(field.name().clone(), v);
+            }
+            records.push(Value::Object(m));
+        }
+    }
+    let n = records.len().max(1);
+    let text = serde_json::to_string(&records)?;
+    let tokens = bpe.encode_with_special_tokens(&text).len();
+    Ok((text.len() * total / n, tokens * total / n))
+}

@@ -1,0 +1,134 @@
+//! Config resolution, with the precedence written as code: flag > environment > file >
+//! default.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use dataref_config::{Config, env};
+use dataref_protocol::Principal;
+use dataref_sources::{SAMPLE_ROWS_DEFAULT, SAMPLE_ROWS_MAX};
+use dataref_store::{LocalStore, StoreLimits, SystemClock};
+
+use crate::Common;
+
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env(env::DATAREF_LOG)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // stdout is the MCP channel: logs only ever go to stderr.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// The data directory: `--home`, else `$DATAREF_HOME`, else `$XDG_DATA_HOME/dataref`, else
+/// `~/.local/share/dataref`.
+pub fn home(common: &Common) -> Result<PathBuf> {
+    if let Some(h) = &common.home {
+        return Ok(h.clone());
+    }
+    if let Some(h) = std::env::var_os(env::DATAREF_HOME).filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(h));
+    }
+    if let Some(x) = std::env::var_os(env::XDG_DATA_HOME).filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(x).join("dataref"));
+    }
+    if let Some(h) = std::env::var_os(env::HOME).filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(h).join(".local/share/dataref"));
+    }
+    anyhow::bail!(
+        "cannot find a data directory: none of `--home`, `{}`, `{}`, `{}` is set\nhint: pass `--home DIR`",
+        env::DATAREF_HOME,
+        env::XDG_DATA_HOME,
+        env::HOME
+    )
+}
+
+/// The sample size from `--rows`, checked.
+pub fn sample_rows(common: &Common) -> Result<u64> {
+    let rows = common.rows.unwrap_or(SAMPLE_ROWS_DEFAULT);
+    if rows == 0 || rows > SAMPLE_ROWS_MAX {
+        anyhow::bail!("`--rows` must be between 1 and {SAMPLE_ROWS_MAX}, got {rows}");
+    }
+    Ok(rows)
+}
+
+/// `--config`, else `$DATAREF_CONFIG`, else the built-in sample.
+pub fn config(common: &Common) -> Result<Config> {
+    let home = home(common)?;
+    let path = common.config.clone().or_else(|| {
+        std::env::var_os(env::DATAREF_CONFIG)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+    });
+    match path {
+        Some(p) => {
+            if common.rows.is_some() {
+                anyhow::bail!(
+                    "`--rows` sizes the built-in sample; it does not apply with a config file"
+                );
+            }
+            Ok(Config::load(&p, home)?)
+        }
+        None => Ok(Config::builtin_sample(home, sample_rows(common)?)),
+    }
+}
+
+/// `--principal`, else `$DATAREF_PRINCIPAL`, else config.
+pub fn principal(flag: Option<&str>, config: &Config) -> Result<Principal> {
+    let from_env = std::env::var(env::DATAREF_PRINCIPAL)
+        .ok()
+        .filter(|p| !p.is_empty());
+    match flag.map(str::to_owned).or(from_env) {
+        Some(p) => Principal::new(&p).with_context(|| format!("invalid principal `{p}`")),
+        None => Ok(config.principal.clone()),
+    }
+}
+
+/// Generates the built-in sample when this config is it, reporting progress on stderr.
+pub fn ensure_sample(config: &Config) -> Result<()> {
+    let Some(spec) = &config.sample else {
+        return Ok(());
+    };
+    if spec.path.exists() {
+        return Ok(());
+    }
+    let total = spec.rows;
+    progress_line(&format!("generating the sample database ({total} rows)…"));
+    dataref_sources::ensure_sample(spec, &|done| {
+        progress_line(&format!(
+            "generating the sample database: {done}/{total} rows"
+        ));
+    })
+    .with_context(|| {
+        format!(
+            "generating the sample database at `{}`",
+            spec.path.display()
+        )
+    })?;
+    progress_line(&format!("sample database ready: {}", spec.path.display()));
+    Ok(())
+}
+
+#[expect(clippy::print_stderr, reason = "progress for the person, on stderr")]
+pub fn progress_line(msg: &str) {
+    eprintln!("{msg}");
+}
+
+/// Opens the store under the config's home.
+pub fn open_store(config: &Config) -> Result<Arc<LocalStore>> {
+    let limits = StoreLimits {
+        ttl: config.store.ttl,
+        max_artifact_bytes: config.store.max_artifact_bytes,
+        owner_quota_bytes: config.store.owner_quota_bytes,
+    };
+    let store = LocalStore::open(&config.home, limits, Arc::new(SystemClock)).with_context(|| {
+        format!(
+            "opening the artifact store in `{}`\nhint: check that the directory is writable, or pass `--home DIR`",
+            config.home.display()
+        )
+    })?;
+    Ok(Arc::new(store))
+}

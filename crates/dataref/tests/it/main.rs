@@ -1,0 +1,367 @@
+//! The real `dataref` binary: over stdio with rmcp's client, its CLI commands, and what a
+//! `kill -9` in the middle of a write leaves behind.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dataref");
+
+type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
+
+async fn connect(home: &Path, principal: &str, extra: &[&str]) -> Client {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("serve")
+        .arg("--home")
+        .arg(home)
+        .args(extra)
+        .env("DATAREF_PRINCIPAL", principal)
+        .env_remove("DATAREF_CONFIG")
+        .stderr(Stdio::null());
+    let transport = TokioChildProcess::new(cmd).expect("spawn dataref serve");
+    ().serve(transport).await.expect("MCP handshake")
+}
+
+async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(map) = args else {
+        panic!("args must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
+        .await
+        .expect("tools/call answered")
+}
+
+fn text(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdio_round_trip_with_rmcp_client() {
+    let home = tempfile::tempdir().unwrap();
+    let client = connect(home.path(), "alice", &["--rows", "3000"]).await;
+    let info = client.peer_info().expect("server info");
+    assert!(
+        info.instructions
+            .as_deref()
+            .unwrap_or("")
+            .contains("dataRef")
+    );
+    let tools = client.list_all_tools().await.unwrap();
+    for t in &tools {
+        assert!(t.output_schema.is_some(), "{} has no output schema", t.name);
+    }
+
+    let r = call(&client, "fetch_sales", json!({"since": "2025-01-01"})).await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    let d = r.structured_content.clone().unwrap();
+    assert_eq!(d["rows"], 3000);
+    assert!(text(&r).len() < 1500, "{} bytes", text(&r).len());
+    let data_ref = d["dataRef"].as_str().unwrap().to_owned();
+
+    // Bad input of every kind is an error result, and the server keeps serving.
+    for (tool, args, expect) in [
+        ("nope", json!({}), "unknown tool"),
+        ("fetch_sales", json!({"since": true}), "since"),
+        (
+            "fetch_sales",
+            json!({"since": "2025-01-01", "extra": 1}),
+            "extra",
+        ),
+        (
+            "describe_data",
+            json!({"dataRef": "data_AAAAAAAAAAAAAAAAAAAAAA"}),
+            "unknown or expired",
+        ),
+        (
+            "describe_data",
+            json!({"dataRef": data_ref, "columns": ["revenu"]}),
+            "did you mean `revenue`",
+        ),
+        (
+            "query",
+            json!({"source": "sample", "sql": "ATTACH DATABASE '/tmp/x' AS x"}),
+            "not allowed",
+        ),
+        (
+            "query",
+            json!({"source": "sample", "sql": "SELECT 1; SELECT 2"}),
+            "not allowed",
+        ),
+    ] {
+        let r = call(&client, tool, args.clone()).await;
+        assert_eq!(r.is_error, Some(true), "{tool} {args}: {}", text(&r));
+        assert!(text(&r).contains(expect), "{tool} {args}: {}", text(&r));
+    }
+    let r = call(&client, "describe_data", json!({"dataRef": data_ref})).await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    client.cancel().await.ok();
+
+    // A restart keeps the artifact for its owner only.
+    let again = connect(home.path(), "alice", &["--rows", "3000"]).await;
+    let r = call(&again, "describe_data", json!({"dataRef": data_ref})).await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    again.cancel().await.ok();
+    let other = connect(home.path(), "bob", &["--rows", "3000"]).await;
+    let r = call(&other, "describe_data", json!({"dataRef": data_ref})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("unknown or expired"), "{}", text(&r));
+    other.cancel().await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn config_file_limits_and_sensitive_sources() {
+    let home = tempfile::tempdir().unwrap();
+    // Make the sample database once through the built-in config, then point a config at it.
+    let c = connect(home.path(), "alice", &["--rows", "3000"]).await;
+    c.cancel().await.ok();
+    let db = home.path().join("sample/sales-3000.sqlite");
+    assert!(db.exists());
+    let config = home.path().join("dataref.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[store]
+max_artifact_bytes = "20kB"
+
+[sources.hr]
+kind = "sqlite"
+path = "{}"
+sample_rows = 0
+max_rows = 1000
+allow_sql = true
+
+[queries.region_sales]
+source = "hr"
+description = "Sales of one region."
+sql = "SELECT date, units, revenue FROM sales WHERE region = :region"
+params.region = {{ type = "string", required = true }}
+"#,
+            db.display()
+        ),
+    )
+    .unwrap();
+    let client = connect(
+        home.path(),
+        "alice",
+        &["--config", config.to_str().unwrap()],
+    )
+    .await;
+    // Over max_rows: refused with a way to narrow, never silently cut.
+    let r = call(
+        &client,
+        "query",
+        json!({"source": "hr", "sql": "SELECT * FROM sales"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("more than 1000 rows"), "{}", text(&r));
+    // Over the byte cap: refused, and nothing is left behind.
+    let r = call(
+        &client,
+        "query",
+        json!({"source": "hr", "sql": "SELECT line, region, channel FROM sales LIMIT 999"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("narrow the query"), "{}", text(&r));
+    // A small result: no sample rows from a sensitive source, and a note saying so.
+    let r = call(
+        &client,
+        "fetch_region_sales",
+        json!({"region": "EMEA' OR '1'='1"}),
+    )
+    .await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    assert_eq!(r.structured_content.as_ref().unwrap()["rows"], 0);
+    let r = call(
+        &client,
+        "query",
+        json!({"source": "hr", "sql": "SELECT region, count(*) AS n FROM sales GROUP BY region"}),
+    )
+    .await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    let d = r.structured_content.clone().unwrap();
+    assert_eq!(d["sample"], json!([]));
+    assert!(d["sampleNote"].is_string(), "{d}");
+    let listed = call(&client, "list_artifacts", json!({})).await;
+    assert_eq!(listed.structured_content.unwrap()["total"], 2);
+    client.cancel().await.ok();
+    assert_eq!(
+        std::fs::read_dir(home.path().join("artifacts/.tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+/// `kill -9` while a table is being written loses that write only: after a restart there
+/// is no partial file, no index row without a file, and earlier artifacts are intact.
+#[test]
+fn kill_9_mid_write_leaves_a_consistent_store() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--home")
+        .arg(home.path())
+        .args(["--rows", "2000"])
+        .env("DATAREF_PRINCIPAL", "alice")
+        .env_remove("DATAREF_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let mut send = |v: Value| {
+        use std::io::Write;
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+    );
+    lines.next().unwrap().unwrap();
+    send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    send(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+        "name":"fetch_sales","arguments":{"since":"2025-01-01"}}}),
+    );
+    let done: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let kept = done["result"]["structuredContent"]["dataRef"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // An endless stream of rows: the write is in flight until we kill the server.
+    send(
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"query","arguments":{
+        "source":"sample",
+        "sql":"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x, 'some padding text' AS pad FROM c"}}}),
+    );
+    let tmp = home.path().join("artifacts/.tmp");
+    let started = Instant::now();
+    loop {
+        let growing = std::fs::read_dir(&tmp)
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.metadata().map(|m| m.len() > 1 << 20).unwrap_or(false))
+            })
+            .unwrap_or(false);
+        if growing {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no write in flight"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        std::fs::read_dir(&tmp).unwrap().count() > 0,
+        "the partial file is there before restart"
+    );
+
+    // Restart: reconcile on open.
+    let out = Command::new(BIN)
+        .arg("doctor")
+        .arg("--home")
+        .arg(home.path())
+        .args(["--rows", "2000"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "partial file removed"
+    );
+    let arrow_files: Vec<_> = std::fs::read_dir(home.path().join("artifacts"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "arrow"))
+        .collect();
+    assert_eq!(arrow_files.len(), 1, "only the finished artifact remains");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = connect(home.path(), "alice", &["--rows", "2000"]).await;
+        let r = call(&client, "describe_data", json!({"dataRef": kept})).await;
+        assert_ne!(r.is_error, Some(true), "{}", text(&r));
+        let listed = call(&client, "list_artifacts", json!({})).await;
+        assert_eq!(listed.structured_content.unwrap()["total"], 1);
+        client.cancel().await.ok();
+    });
+}
+
+#[test]
+fn demo_prints_what_the_model_receives() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["demo", "--rows", "4000", "--home"])
+        .arg(home.path())
+        .env_remove("DATAREF_CONFIG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("▶ fetch_sales"), "{stdout}");
+    assert!(stdout.contains("▶ describe_data"), "{stdout}");
+    assert!(stdout.contains("what the model receives"), "{stdout}");
+    assert!(stdout.contains("| total | 4000 |"), "{stdout}");
+}
+
+#[test]
+fn doctor_and_bad_config_say_what_to_do() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .arg("doctor")
+        .arg("--home")
+        .arg(home.path())
+        .env_remove("DATAREF_CONFIG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("all required checks passed"), "{stdout}");
+
+    let config = home.path().join("dataref.toml");
+    std::fs::write(&config, "[store]\nttl = \"forever\"\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg("--home")
+        .arg(home.path())
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("store.ttl") && stderr.contains("hint:"),
+        "{stderr}"
+    );
+}

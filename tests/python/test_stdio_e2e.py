@@ -1,0 +1,141 @@
+"""End-to-end: the real `dataref` binary over stdio, driven by the official MCP Python SDK.
+
+Run by `scripts/test`, which builds the binary and sets DATAREF_BIN. Every test starts its
+own server process on a fresh data directory with a small built-in sample.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+BIN = os.environ.get("DATAREF_BIN")
+ROWS = "5000"
+REF = re.compile(r"^data_[A-Za-z0-9_-]{22}$")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def server(home: Path, principal: str = "alice") -> StdioServerParameters:
+    assert BIN, "DATAREF_BIN must name the dataref binary (scripts/test sets it)"
+    env = {"PATH": os.environ.get("PATH", ""), "DATAREF_PRINCIPAL": principal}
+    return StdioServerParameters(
+        command=BIN, args=["serve", "--home", str(home), "--rows", ROWS], env=env
+    )
+
+
+@contextlib.asynccontextmanager
+async def session(home: Path, principal: str = "alice"):
+    async with stdio_client(server(home, principal)) as (read, write):
+        async with ClientSession(read, write) as s:
+            yield s
+
+
+def text_of(result) -> str:
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+def test_initialize_lists_tools_with_schemas(tmp_path):
+    async def go():
+        async with session(tmp_path) as s:
+            init = await s.initialize()
+            assert init.server_info.name == "dataref"
+            assert "dataRef" in (init.instructions or "")
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            for name in ["fetch_sales", "query", "describe_data", "list_artifacts"]:
+                assert name in tools, tools.keys()
+                assert tools[name].input_schema["type"] == "object"
+                assert tools[name].output_schema is not None
+            assert tools["fetch_sales"].input_schema["required"] == ["since"]
+
+    asyncio.run(go())
+
+
+def test_fetch_returns_a_reference_not_rows(tmp_path):
+    async def go():
+        async with session(tmp_path) as s:
+            await s.initialize()
+            r = await s.call_tool("fetch_sales", {"since": "2025-01-01"})
+            assert not r.is_error, text_of(r)
+            d = r.structured_content
+            assert REF.match(d["dataRef"])
+            assert d["rows"] == int(ROWS)
+            assert list(d["columns"]) == [
+                "date", "line", "region", "channel", "units", "revenue", "discount"
+            ]
+            assert d["columns"]["date"] == "date"
+            assert d["nulls"].get("discount", 0) > 0
+            assert len(d["sample"]) == 5
+            # The text fallback is the same JSON, and it is small.
+            assert json.loads(text_of(r)) == d
+            assert len(text_of(r).encode()) < 1500
+
+            stats = await s.call_tool("describe_data", {"dataRef": d["dataRef"]})
+            assert not stats.is_error, text_of(stats)
+            cols = {c["name"]: c for c in stats.structured_content["columns"]}
+            assert cols["units"]["count"] == int(ROWS)
+            assert cols["discount"]["nulls"] == d["nulls"]["discount"]
+            assert "numeric" in cols["revenue"]
+
+            listed = await s.call_tool("list_artifacts", {})
+            assert listed.structured_content["total"] == 1
+
+    asyncio.run(go())
+
+
+def test_bad_input_is_an_error_result_and_the_server_keeps_serving(tmp_path):
+    async def go():
+        async with session(tmp_path) as s:
+            await s.initialize()
+            cases = [
+                ("fetch_sale", {"since": "2025-01-01"}, "did you mean `fetch_sales`"),
+                ("fetch_sales", {"since": 5}, "since"),
+                ("fetch_sales", {}, "since"),
+                ("fetch_sales", {"since": "2025-13-01"}, "2025-13-01"),
+                ("describe_data", {"dataRef": "nope"}, "dataRef"),
+                ("describe_data", {"dataRef": "data_AAAAAAAAAAAAAAAAAAAAAA"}, "fetch the data again"),
+                ("query", {"source": "sample", "sql": "DELETE FROM sales"}, "not allowed"),
+                ("query", {"source": "sample", "sql": "SELECT * FROM nowhere"}, "nowhere"),
+            ]
+            for tool, args, expect in cases:
+                r = await s.call_tool(tool, args)
+                assert r.is_error, (tool, args, text_of(r))
+                assert expect in text_of(r), (tool, args, text_of(r))
+            ok = await s.call_tool("fetch_sales", {"since": "2025-12-01"})
+            assert not ok.is_error, text_of(ok)
+
+    asyncio.run(go())
+
+
+def test_principals_cannot_see_each_others_artifacts(tmp_path):
+    async def go():
+        async with session(tmp_path, "alice") as a:
+            await a.initialize()
+            r = await a.call_tool("fetch_sales", {"since": "2025-06-01"})
+            ref = r.structured_content["dataRef"]
+        async with session(tmp_path, "bob") as b:
+            await b.initialize()
+            theirs = await b.call_tool("describe_data", {"dataRef": ref})
+            missing = await b.call_tool(
+                "describe_data", {"dataRef": "data_AAAAAAAAAAAAAAAAAAAAAA"}
+            )
+            assert theirs.is_error and missing.is_error
+            # Not yours and unknown read exactly alike, but for the reference itself.
+            assert text_of(theirs).replace(ref, "REF") == text_of(missing).replace(
+                "data_AAAAAAAAAAAAAAAAAAAAAA", "REF"
+            )
+            listed = await b.call_tool("list_artifacts", {})
+            assert listed.structured_content["total"] == 0
+        async with session(tmp_path, "alice") as a:
+            await a.initialize()
+            # ...and the owner still has it after a restart.
+            again = await a.call_tool("describe_data", {"dataRef": ref})
+            assert not again.is_error, text_of(again)
+
+    asyncio.run(go())
