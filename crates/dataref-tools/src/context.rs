@@ -3,6 +3,7 @@ use std::sync::Arc;
 use dataref_config::Limits;
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, Clock};
+use dataref_workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
 /// Where a tool reports progress on long work (rows fetched so far, …). The MCP server
@@ -25,6 +26,8 @@ impl ProgressSink for NoProgress {
 pub struct RunContext {
     pub principal: Principal,
     pub store: Arc<dyn ArtifactStore>,
+    /// The caller's workspace: every file a tool reads or writes for the model is in it.
+    pub workspace: Arc<Workspace>,
     pub limits: Limits,
     pub progress: Arc<dyn ProgressSink>,
     /// Cancelled when the client cancels the request or the call times out.

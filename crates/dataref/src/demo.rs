@@ -45,9 +45,11 @@ pub fn run(common: &Common) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let workspace = settings::workspace(None, &config, &config.principal)?;
     let ctx = RunContext {
         principal: config.principal.clone(),
         store: store.clone(),
+        workspace,
         limits: config.limits.clone(),
         progress: Arc::new(NoProgress),
         cancel: CancellationToken::new(),

@@ -47,6 +47,10 @@ enum Command {
         /// The principal of this session (default: `$DATAREF_PRINCIPAL`, else config, else `local`).
         #[arg(long, value_name = "NAME")]
         principal: Option<String>,
+        /// The directory file tools work in (default: the principal's own,
+        /// `<data dir>/workspaces/<principal>`). It must exist.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
     },
     /// Play the canonical analysis on the built-in sample as an MCP client would, and show
     /// exactly what the model receives.
@@ -70,7 +74,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     settings::init_tracing();
     let result = match cli.command {
-        Command::Serve { common, principal } => serve::run(&common, principal.as_deref()),
+        Command::Serve {
+            common,
+            principal,
+            workspace,
+        } => serve::run(&common, principal.as_deref(), workspace.as_deref()),
         Command::Demo { common } => demo::run(&common),
         Command::Doctor { common } => doctor::run(&common),
         Command::Bench(args) => bench::run(&args),

@@ -12,9 +12,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Common, settings};
 
-pub fn run(common: &Common, principal: Option<&str>) -> Result<ExitCode> {
+pub fn run(
+    common: &Common,
+    principal: Option<&str>,
+    workspace: Option<&std::path::Path>,
+) -> Result<ExitCode> {
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
+    let workspace = settings::workspace(workspace, &config, &principal)?;
     settings::ensure_sample(&config)?;
     let store = settings::open_store(&config)?;
     let registry = Arc::new(builtin_registry(&config).context("building the tool registry")?);
@@ -27,6 +32,7 @@ pub fn run(common: &Common, principal: Option<&str>) -> Result<ExitCode> {
         let ctx = RunContext {
             principal,
             store,
+            workspace,
             limits: config.limits.clone(),
             progress: Arc::new(NoProgress),
             cancel: CancellationToken::new(),

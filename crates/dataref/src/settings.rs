@@ -117,6 +117,22 @@ pub fn progress_line(msg: &str) {
     eprintln!("{msg}");
 }
 
+/// The session's workspace: the directory named with `--workspace`, else the principal's
+/// own under the data dir (created on first use).
+pub fn workspace(
+    flag: Option<&std::path::Path>,
+    config: &Config,
+    principal: &Principal,
+) -> Result<Arc<dataref_workspace::Workspace>> {
+    let ws = match flag {
+        Some(dir) => dataref_workspace::Workspace::open(dir)
+            .with_context(|| format!("opening the workspace `{}`", dir.display()))?,
+        None => dataref_workspace::Workspace::for_principal(&config.home, principal)
+            .with_context(|| format!("creating the workspace of `{principal}`"))?,
+    };
+    Ok(Arc::new(ws))
+}
+
 /// Opens the store under the config's home.
 pub fn open_store(config: &Config) -> Result<Arc<LocalStore>> {
     let limits = StoreLimits {

@@ -160,9 +160,15 @@ async fn progress_is_throttled_and_ends_with_the_last_report() -> anyhow::Result
         },
     }));
     let registry = std::sync::Arc::new(b.build()?);
+    let principal = dataref_protocol::Principal::new("alice")?;
+    let workspace = std::sync::Arc::new(dataref_workspace::Workspace::for_principal(
+        env.home.path(),
+        &principal,
+    )?);
     let ctx = dataref_tools::RunContext {
-        principal: dataref_protocol::Principal::new("alice")?,
+        principal,
         store: env.store.clone(),
+        workspace,
         limits: env.config.limits.clone(),
         progress: std::sync::Arc::new(dataref_tools::NoProgress),
         cancel: tokio_util::sync::CancellationToken::new(),

@@ -48,9 +48,15 @@ impl Env {
     }
 
     pub fn server(&self, principal: &str) -> anyhow::Result<DatarefServer> {
+        let principal = Principal::new(principal)?;
+        let workspace = Arc::new(dataref_workspace::Workspace::for_principal(
+            self.home.path(),
+            &principal,
+        )?);
         let ctx = RunContext {
-            principal: Principal::new(principal)?,
+            principal,
             store: self.store.clone(),
+            workspace,
             limits: self.config.limits.clone(),
             progress: Arc::new(NoProgress),
             cancel: CancellationToken::new(),

@@ -75,9 +75,13 @@ fn fixture() -> Fixture {
     }
     builder.register(Arc::new(Unruly::new()));
     let registry = builder.build().unwrap();
+    let principal = Principal::new("alice").unwrap();
+    let workspace =
+        Arc::new(dataref_workspace::Workspace::for_principal(home.path(), &principal).unwrap());
     let ctx = RunContext {
-        principal: Principal::new("alice").unwrap(),
+        principal,
         store: Arc::new(store),
+        workspace,
         limits: config.limits.clone(),
         progress: Arc::new(NoProgress),
         cancel: CancellationToken::new(),
