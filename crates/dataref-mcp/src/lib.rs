@@ -13,7 +13,14 @@
 //!     (throttled to one per 100 ms, the last always sent);
 //!   - resources: the principal's live tables as `dataref://artifacts/{dataRef}`, read as
 //!     a bounded CSV preview. Unknown, expired and someone else's references all answer
-//!     "resource not found" (`-32002`).
+//!     "resource not found" (`-32002`). The files of the session's workspace (from the
+//!     [`RunContext`](dataref_tools::RunContext)) as `dataref://files/{path}`, the path
+//!     percent-encoded: listed (at most 200, newest modified first, after the tables),
+//!     read whole up to 20 MiB with the MIME type of their extension, as text or a base64
+//!     blob. Every path is resolved and opened beneath the workspace root, so `..`,
+//!     absolute paths and links or hard links leading outside answer "resource not found"
+//!     naming only the requested relative path; another principal's files cannot be
+//!     named at all.
 //! - [`INSTRUCTIONS`]: what the client is told at `initialize`: never ask for rows, work
 //!   with references.
 //! - Transports: [`DatarefServer::serve_stdio`], [`DatarefServer::serve_io`],

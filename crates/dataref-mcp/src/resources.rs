@@ -1,14 +1,21 @@
-//! The caller's stored tables as MCP resources, `dataref://artifacts/{dataRef}`, so a host
-//! can show them to the person without the rows passing through the model.
+//! The caller's data as MCP resources, so a host can show it to the person without it
+//! passing through the model:
 //!
-//! Reading one gives a CSV preview, bounded in rows and bytes; the whole table goes out
-//! through `export_data`. Unknown, expired and someone else's references give the same
-//! "resource not found" answer as the store does, so a reference reveals nothing.
+//! - stored tables, `dataref://artifacts/{dataRef}`, read as a CSV preview bounded in rows
+//!   and bytes (the whole table goes out through `export_data`). Unknown, expired and
+//!   someone else's references give the same "resource not found" answer as the store
+//!   does, so a reference reveals nothing;
+//! - workspace files, `dataref://files/{path}` ([`files`]).
+//!
+//! `resources/list` gives the tables first (newest first), then the files (newest modified
+//! first). The cursor says which part a page starts in: `N` is the N-th table, `files:N`
+//! the N-th file; the page that ends the tables fills up with the first files.
 
-use std::sync::Arc;
+mod files;
 
-use dataref_protocol::{DataRef, Principal};
-use dataref_store::{ArtifactMeta, ArtifactStore, StoreError, Table, cell_to_json};
+use dataref_protocol::DataRef;
+use dataref_store::{ArtifactMeta, StoreError, Table, cell_to_json};
+use dataref_tools::RunContext;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     Annotations, CacheScope, ListResourceTemplatesResult, ListResourcesResult, MetaObject,
@@ -26,6 +33,7 @@ const PREVIEW_MAX_ROWS: usize = 1_000;
 const PREVIEW_MAX_BYTES: usize = 256 * 1024;
 /// Echoing a client's junk back is bounded too.
 const MAX_ECHO_CHARS: usize = 100;
+const FILES_CURSOR: &str = "files:";
 
 fn uri_for(data_ref: &DataRef) -> String {
     format!("{URI_PREFIX}{data_ref}")
@@ -35,38 +43,112 @@ fn uri_for(data_ref: &DataRef) -> String {
 /// cache them for nobody else and must not treat them as fresh.
 const TTL_MS: u64 = 0;
 
+/// Where a `resources/list` page starts.
+#[derive(Debug, PartialEq)]
+enum Cursor {
+    /// At the n-th stored table.
+    Artifacts(usize),
+    /// At the n-th workspace file, the tables all listed.
+    Files(usize),
+}
+
+impl Cursor {
+    fn parse(cursor: Option<&str>) -> Option<Self> {
+        match cursor {
+            None => Some(Self::Artifacts(0)),
+            Some(c) => match c.strip_prefix(FILES_CURSOR) {
+                Some(n) => n.parse().ok().map(Self::Files),
+                None => c.parse().ok().map(Self::Artifacts),
+            },
+        }
+    }
+}
+
 pub(crate) async fn list(
-    store: Arc<dyn ArtifactStore>,
-    owner: Principal,
+    ctx: &RunContext,
     cursor: Option<String>,
 ) -> Result<ListResourcesResult, McpError> {
-    let offset = match cursor.as_deref() {
-        None => 0,
-        Some(c) => c.parse::<usize>().map_err(|_| {
-            McpError::invalid_params(
-                "invalid cursor for `resources/list`",
-                Some(json!({"hint": "pass the `nextCursor` of the previous page unchanged"})),
-            )
-        })?,
+    let Some(start) = Cursor::parse(cursor.as_deref()) else {
+        return Err(McpError::invalid_params(
+            "invalid cursor for `resources/list`",
+            Some(json!({"hint": "pass the `nextCursor` of the previous page unchanged"})),
+        ));
     };
-    let (metas, total) = blocking(move || store.list(&owner, offset.saturating_add(LIST_PAGE)))
-        .await?
-        .map_err(store_fault)?;
-    let resources: Vec<Resource> = metas.iter().skip(offset).map(resource_for).collect();
-    let shown_to = offset.saturating_add(resources.len()) as u64;
-    let mut result = ListResourcesResult::with_all_items(resources);
-    // Newest first, so a page boundary can shift when new artifacts arrive; a listing is
-    // a convenience, `list_artifacts` and the dataRefs themselves are the record.
-    if shown_to < total {
-        result.next_cursor = Some(shown_to.to_string());
+    let mut page = Vec::new();
+    let mut next_cursor = None;
+    let files_from = match start {
+        Cursor::Artifacts(offset) => {
+            let store = ctx.store.clone();
+            let owner = ctx.principal.clone();
+            let (metas, total) =
+                blocking(move || store.list(&owner, offset.saturating_add(LIST_PAGE)))
+                    .await?
+                    .map_err(store_fault)?;
+            page.extend(metas.iter().skip(offset).map(resource_for));
+            let shown_to = offset.saturating_add(page.len());
+            // Newest first, so a page boundary can shift when new artifacts arrive; a
+            // listing is a convenience, `list_artifacts` and the dataRefs are the record.
+            if (shown_to as u64) < total {
+                next_cursor = Some(shown_to.to_string());
+                None
+            } else {
+                Some(0)
+            }
+        }
+        Cursor::Files(offset) => Some(offset),
+    };
+    let mut meta = None;
+    if let Some(offset) = files_from {
+        let workspace = ctx.workspace.clone();
+        let listing = blocking(move || files::list(&workspace))
+            .await?
+            .map_err(|e| {
+                tracing::error!(error = %e, "workspace listing failed while listing resources");
+                McpError::internal_error(
+                    "the workspace could not be listed; the details are in the server log",
+                    None,
+                )
+            })?;
+        let room = LIST_PAGE.saturating_sub(page.len());
+        let before = page.len();
+        page.extend(
+            listing
+                .files
+                .iter()
+                .skip(offset)
+                .take(room)
+                .map(files::resource_for),
+        );
+        let shown_to = offset.saturating_add(page.len() - before);
+        if shown_to < listing.files.len() {
+            next_cursor = Some(format!("{FILES_CURSOR}{shown_to}"));
+        } else if listing.truncated {
+            // Never a silent cut: the last page says the listing is not the whole workspace.
+            meta = Some(MetaObject(
+                json!({
+                    "dataref/filesTruncated": true,
+                    "dataref/note": format!(
+                        "only the {} most recently modified workspace files are listed; \
+                         `list_files` finds the others",
+                        files::MAX_LISTED
+                    ),
+                })
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            ));
+        }
     }
+    let mut result = ListResourcesResult::with_all_items(page);
+    result.next_cursor = next_cursor;
+    result.meta = meta;
     Ok(result
         .with_ttl_ms(TTL_MS)
         .with_cache_scope(CacheScope::Private))
 }
 
 pub(crate) fn templates() -> ListResourceTemplatesResult {
-    let template = ResourceTemplate::new(URI_TEMPLATE, "artifact")
+    let artifact = ResourceTemplate::new(URI_TEMPLATE, "artifact")
         .with_title("Stored table (CSV preview)")
         .with_description(format!(
             "A table you stored with a producer tool (`fetch_*`, `query`, …), by its dataRef. \
@@ -76,7 +158,7 @@ pub(crate) fn templates() -> ListResourceTemplatesResult {
             PREVIEW_MAX_BYTES / 1024
         ))
         .with_mime_type(CSV);
-    ListResourceTemplatesResult::with_all_items(vec![template])
+    ListResourceTemplatesResult::with_all_items(vec![artifact, files::template()])
 }
 
 fn resource_for(meta: &ArtifactMeta) -> Resource {
@@ -105,20 +187,22 @@ fn count(n: u64, what: &str) -> String {
     }
 }
 
-pub(crate) async fn read(
-    store: Arc<dyn ArtifactStore>,
-    owner: Principal,
-    uri: String,
-) -> Result<ReadResourceResult, McpError> {
+pub(crate) async fn read(ctx: &RunContext, uri: String) -> Result<ReadResourceResult, McpError> {
+    if uri.starts_with(files::URI_PREFIX) {
+        return files::read(ctx.workspace.clone(), uri).await;
+    }
     let Some(raw) = uri.strip_prefix(URI_PREFIX) else {
         return Err(McpError::resource_not_found(
             format!(
-                "no resource `{}`; stored tables are `{URI_TEMPLATE}`",
-                echo(&uri)
+                "no resource `{}`; stored tables are `{URI_TEMPLATE}`, workspace files `{}`",
+                echo(&uri),
+                files::URI_TEMPLATE
             ),
             Some(json!({"uri": echo(&uri)})),
         ));
     };
+    let store = ctx.store.clone();
+    let owner = ctx.principal.clone();
     // A malformed reference gets the answer an unknown one gets: nothing to learn here.
     let Ok(data_ref) = DataRef::parse(raw) else {
         return Err(not_found(&uri, echo(raw)));
@@ -187,13 +271,13 @@ fn echo(s: &str) -> String {
     }
 }
 
-/// Store calls touch SQLite and files: off the async threads.
+/// Store and workspace calls touch SQLite and files: off the async threads.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, McpError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| {
         tracing::error!(error = %e, "resource task ended abnormally");
-        McpError::internal_error("the server failed to read the artifact store", None)
+        McpError::internal_error("the server failed while serving a resource", None)
     })
 }
 
@@ -291,6 +375,16 @@ mod tests {
         assert_eq!(cell_text(json!("x,y")), "x,y");
         assert_eq!(cell_text(json!(1.5)), "1.5");
         assert_eq!(cell_text(json!(true)), "true");
+    }
+
+    #[test]
+    fn cursors() {
+        assert_eq!(Cursor::parse(None), Some(Cursor::Artifacts(0)));
+        assert_eq!(Cursor::parse(Some("100")), Some(Cursor::Artifacts(100)));
+        assert_eq!(Cursor::parse(Some("files:7")), Some(Cursor::Files(7)));
+        assert_eq!(Cursor::parse(Some("files:")), None);
+        assert_eq!(Cursor::parse(Some("-1")), None);
+        assert_eq!(Cursor::parse(Some("x")), None);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! [`DatarefServer`]: the tool registry and the caller's artifacts behind rmcp's
-//! [`ServerHandler`].
+//! [`DatarefServer`]: the tool registry, the caller's artifacts and workspace files behind
+//! rmcp's [`ServerHandler`].
 
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ References expire and belong to the caller who made them. If one is unknown or e
 the data again instead of guessing.";
 
 /// One MCP session's view of dataref: the tools of `registry`, run as the principal of the
-/// base [`RunContext`], and that principal's artifacts as resources.
+/// base [`RunContext`], and that principal's artifacts and workspace files as resources.
 ///
 /// Cheap to clone (one `Arc`). Build one per session: the principal is fixed for its life.
 #[derive(Clone)]
@@ -43,8 +43,8 @@ pub struct DatarefServer {
 
 struct Inner {
     registry: Arc<ToolRegistry>,
-    /// The session's principal, store, limits and clock. Its `progress` and `cancel` are
-    /// replaced on every call by the request's own.
+    /// The session's principal, store, workspace, limits and clock. Its `progress` and
+    /// `cancel` are replaced on every call by the request's own.
     ctx: RunContext,
     /// Converted once: the registry is immutable.
     tools: Vec<Tool>,
@@ -150,12 +150,7 @@ impl ServerHandler for DatarefServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        resources::list(
-            self.inner.ctx.store.clone(),
-            self.inner.ctx.principal.clone(),
-            request.and_then(|r| r.cursor),
-        )
-        .await
+        resources::list(&self.inner.ctx, request.and_then(|r| r.cursor)).await
     }
 
     async fn list_resource_templates(
@@ -171,12 +166,8 @@ impl ServerHandler for DatarefServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        resources::read(
-            self.inner.ctx.store.clone(),
-            self.inner.ctx.principal.clone(),
-            request.uri,
-        )
-        .await
-        .map(ReadResourceResponse::Complete)
+        resources::read(&self.inner.ctx, request.uri)
+            .await
+            .map(ReadResourceResponse::Complete)
     }
 }

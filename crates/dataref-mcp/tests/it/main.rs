@@ -4,6 +4,7 @@
 mod support;
 
 mod errors;
+mod files;
 mod progress_cancel;
 mod resources;
 mod tools;

@@ -33,8 +33,11 @@ async fn own_artifacts_are_listed_and_read_as_csv() -> anyhow::Result<()> {
     let december = fetch(&session, "2025-12-01").await?;
 
     let templates = session.client.list_all_resource_templates().await?;
-    assert_eq!(templates.len(), 1);
-    assert_eq!(templates[0].uri_template, "dataref://artifacts/{dataRef}");
+    let uris: Vec<&str> = templates.iter().map(|t| t.uri_template.as_str()).collect();
+    assert_eq!(
+        uris,
+        ["dataref://artifacts/{dataRef}", "dataref://files/{path}"]
+    );
 
     let listed = session.client.list_all_resources().await?;
     let names: Vec<&str> = listed.iter().map(|r| r.name.as_str()).collect();
