@@ -1,5 +1,6 @@
 use dataref_sources::SourceError;
 use dataref_store::StoreError;
+use dataref_workspace::WorkspacePathError;
 
 /// How a tool call failed, split by who must act.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +29,16 @@ impl ToolError {
 
 impl From<StoreError> for ToolError {
     fn from(e: StoreError) -> Self {
+        if e.is_caller_error() {
+            Self::respond(e.to_string(), e.hint())
+        } else {
+            Self::Fatal(e.to_string())
+        }
+    }
+}
+
+impl From<WorkspacePathError> for ToolError {
+    fn from(e: WorkspacePathError) -> Self {
         if e.is_caller_error() {
             Self::respond(e.to_string(), e.hint())
         } else {

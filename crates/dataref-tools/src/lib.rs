@@ -9,7 +9,8 @@
 //!   schema violation, tool error, timeout, cancellation, panic) and the cap on what goes
 //!   back to the model. The MCP server and the agent loop both call it.
 //! - [`builtin_registry`]: `fetch_*` per configured query, `query`, `describe_data`,
-//!   `list_artifacts`.
+//!   `list_artifacts`, and the file tools `read_file`, `list_files`, `copy_file` over the
+//!   caller's workspace. [`mime_type_for`] is their extension-to-MIME table.
 //!
 //! ```no_run
 //! # async fn demo(registry: dataref_tools::ToolRegistry, ctx: dataref_tools::RunContext) {
@@ -31,7 +32,7 @@ mod execute;
 mod registry;
 mod tool;
 
-pub use builtin::builtin_registry;
+pub use builtin::{builtin_registry, mime_type_for};
 pub use context::{NoProgress, ProgressSink, RunContext};
 pub use error::{ToolError, ToolsError};
 pub use execute::{CallArguments, CallOutcome, ToolCall, execute_tool_call};

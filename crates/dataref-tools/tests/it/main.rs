@@ -1,11 +1,20 @@
-//! `execute_tool_call` over the real built-in tools (real SQLite sample, real store): every
-//! failure branch becomes a result the model can act on, and what it reads is snapshotted.
+//! `execute_tool_call` over the real built-in tools (real SQLite sample, real store, real
+//! workspace): every failure branch becomes a result the model can act on, and what it
+//! reads is snapshotted.
+
+// `allow-unwrap-in-tests` covers `#[test]` functions, not the helpers they share.
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers fail by panicking, like the tests that call them"
+)]
+
+mod files;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dataref_config::Config;
+use dataref_config::{Config, Limits};
 use dataref_protocol::{Principal, ToolSpec};
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_tools::{
@@ -16,7 +25,8 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 struct Fixture {
-    _home: tempfile::TempDir,
+    /// The data directory; the caller's workspace is `workspaces/alice` in it.
+    home: tempfile::TempDir,
     registry: ToolRegistry,
     ctx: RunContext,
 }
@@ -60,11 +70,20 @@ impl Tool for Unruly {
     }
 }
 
+/// Short timeout and a small result cap, so those branches are quick to reach.
 fn fixture() -> Fixture {
+    fixture_with(|limits| {
+        limits.tool_timeout = Duration::from_millis(300);
+        limits.max_result_chars = 4_000;
+    })
+}
+
+/// The built-in tools (and `unruly`) for the caller `alice`, with the sample's limits
+/// changed by `tweak`.
+fn fixture_with(tweak: impl FnOnce(&mut Limits)) -> Fixture {
     let home = tempfile::tempdir().unwrap();
     let mut config = Config::builtin_sample(home.path().to_owned(), 2_000);
-    config.limits.tool_timeout = Duration::from_millis(300);
-    config.limits.max_result_chars = 4_000;
+    tweak(&mut config.limits);
     dataref_sources::ensure_sample(config.sample.as_ref().unwrap(), &|_| {}).unwrap();
     let store =
         LocalStore::open(home.path(), StoreLimits::default(), Arc::new(SystemClock)).unwrap();
@@ -88,7 +107,7 @@ fn fixture() -> Fixture {
         clock: Arc::new(SystemClock),
     };
     Fixture {
-        _home: home,
+        home,
         registry,
         ctx,
     }

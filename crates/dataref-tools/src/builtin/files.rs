@@ -1,0 +1,100 @@
+//! File tools over the caller's sealed workspace: `read_file`, `list_files`, `copy_file`.
+//!
+//! Every path the model names goes through [`Workspace::resolve`] (or a write beneath the
+//! root); nothing here touches `std::fs` by path. Results name workspace-relative paths
+//! only ([`WorkspacePath::as_str`]), never the host path of the workspace.
+//!
+//! [`Workspace::resolve`]: dataref_workspace::Workspace::resolve
+//! [`WorkspacePath::as_str`]: dataref_workspace::WorkspacePath::as_str
+
+mod copy_file;
+mod list_files;
+mod read_file;
+
+pub use copy_file::CopyFileTool;
+pub use list_files::ListFilesTool;
+pub use read_file::ReadFileTool;
+
+/// The MIME type of a file, guessed from its extension (case-insensitive);
+/// `application/octet-stream` when the extension is unknown.
+///
+/// ```
+/// assert_eq!(dataref_tools::mime_type_for("charts/sales.PNG"), "image/png");
+/// assert_eq!(dataref_tools::mime_type_for("notes"), "application/octet-stream");
+/// ```
+pub fn mime_type_for(path: &str) -> &'static str {
+    known_mime_type(path).unwrap_or("application/octet-stream")
+}
+
+/// The MIME type for a known extension; `None` lets each caller pick its own default
+/// (text or bytes, depending on what it found in the file).
+pub(crate) fn known_mime_type(path: &str) -> Option<&'static str> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let (stem, ext) = name.rsplit_once('.')?;
+    // `.gitignore` is a name, not an extension.
+    if stem.is_empty() {
+        return None;
+    }
+    let mime = match ext.to_ascii_lowercase().as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "svg" => "image/svg+xml",
+        "pdf" => "application/pdf",
+        "csv" => "text/csv",
+        "tsv" => "text/tab-separated-values",
+        "json" => "application/json",
+        "ndjson" | "jsonl" => "application/x-ndjson",
+        "txt" | "log" => "text/plain",
+        "md" => "text/markdown",
+        "html" | "htm" => "text/html",
+        "xml" => "application/xml",
+        "xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "parquet" => "application/vnd.apache.parquet",
+        "arrow" | "feather" => "application/vnd.apache.arrow.file",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        "py" => "text/x-python",
+        "toml" => "application/toml",
+        "yaml" | "yml" => "application/yaml",
+        _ => return None,
+    };
+    Some(mime)
+}
+
+/// `12,345` — numbers in prose (notes, messages); arguments to pass back stay plain.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mime_types_by_extension() {
+        assert_eq!(mime_type_for("a/b/report.csv"), "text/csv");
+        assert_eq!(mime_type_for("photo.JPG"), "image/jpeg");
+        assert_eq!(mime_type_for("data.tar.gz"), "application/gzip");
+        assert_eq!(mime_type_for(".gitignore"), "application/octet-stream");
+        assert_eq!(mime_type_for("dir.csv/README"), "application/octet-stream");
+        assert_eq!(known_mime_type("x.unknown"), None);
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(4_812), "4,812");
+        assert_eq!(thousands(12_345_678), "12,345,678");
+    }
+}

@@ -1,0 +1,122 @@
+//! `copy_file(src, dst, overwrite?)`: a copy within the workspace, written atomically.
+
+use std::io;
+
+use async_trait::async_trait;
+use dataref_protocol::ToolSpec;
+use dataref_workspace::{EntryKind, Overwrite, WorkspacePathError};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::tool::{blocking, output, parse_args, spec_for};
+use crate::{RunContext, Tool, ToolError, ToolOutput};
+
+/// Arguments of `copy_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CopyArgs {
+    /// The file to copy, relative to your workspace.
+    src: String,
+    /// The new file's path, relative to your workspace (e.g. `reports/q3-sales.csv`).
+    /// Missing directories are created.
+    dst: String,
+    /// Replace `dst` if it exists (default false: an existing `dst` is an error).
+    #[serde(default)]
+    overwrite: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct CopyResult {
+    /// The new file, relative to your workspace.
+    path: String,
+    /// Its size in bytes.
+    bytes: u64,
+}
+
+pub struct CopyFileTool {
+    spec: ToolSpec,
+}
+
+impl CopyFileTool {
+    pub fn new() -> Self {
+        Self {
+            spec: spec_for::<CopyArgs, CopyResult>(
+                "copy_file",
+                "Copy a file within your workspace, e.g. to keep a spilled result or an export \
+                 under a name the person chose. `src` and `dst` are paths relative to your \
+                 workspace; missing directories of `dst` are created. An existing `dst` is \
+                 refused unless you pass `overwrite: true`. The copy appears whole or not at \
+                 all. Returns the new path and its size.",
+                false,
+                false,
+            ),
+        }
+    }
+}
+
+impl Default for CopyFileTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for CopyFileTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &RunContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let a: CopyArgs = parse_args(args)?;
+        let overwrite = if a.overwrite.unwrap_or(false) {
+            Overwrite::Replace
+        } else {
+            Overwrite::Refuse
+        };
+        let workspace = ctx.workspace.clone();
+        let result = blocking("copy_file", move || {
+            // The steps of `Workspace::copy`, taken one at a time so that a refusal can say
+            // whether `src` or `dst` caused it, and the size comes from the copy itself.
+            let src = workspace.resolve(&a.src)?;
+            let mut from = workspace.open_read(&src)?;
+            let mut to = workspace
+                .create_atomic(&a.dst, overwrite)
+                .map_err(dst_error)?;
+            let bytes = io::copy(&mut from, &mut to).map_err(|e| {
+                ToolError::Fatal(format!("copying `{src}` to `{}`: {e}", to.path()))
+            })?;
+            let path = to.commit().map_err(dst_error)?;
+            Ok(CopyResult {
+                path: path.as_str().to_owned(),
+                bytes,
+            })
+        })
+        .await?;
+        output(result)
+    }
+}
+
+/// Refusals about `dst` with hints for this tool (the workspace's own hints are about
+/// reading).
+fn dst_error(e: WorkspacePathError) -> ToolError {
+    match &e {
+        WorkspacePathError::AlreadyExists { .. } => ToolError::respond(
+            e.to_string(),
+            Some("pass `overwrite: true` to replace it, or pick another `dst`".into()),
+        ),
+        WorkspacePathError::NotAFile {
+            found: EntryKind::Directory,
+            ..
+        } => ToolError::respond(
+            e.to_string(),
+            Some("`dst` names the new file itself, e.g. `reports/sales.csv`".into()),
+        ),
+        _ => e.into(),
+    }
+}
