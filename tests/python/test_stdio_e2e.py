@@ -48,7 +48,8 @@ def test_initialize_lists_tools_with_schemas(tmp_path):
             assert init.server_info.name == "dataref"
             assert "dataRef" in (init.instructions or "")
             tools = {t.name: t for t in (await s.list_tools()).tools}
-            for name in ["fetch_sales", "query", "describe_data", "list_artifacts"]:
+            for name in ["fetch_sales", "query", "describe_data", "list_artifacts",
+                         "read_file", "list_files", "copy_file"]:
                 assert name in tools, tools.keys()
                 assert tools[name].input_schema["type"] == "object"
                 assert tools[name].output_schema is not None

@@ -23,6 +23,11 @@
 //! assert_eq!(config.queries["orders"].tool_name(), "fetch_orders");
 //! ```
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "this crate owns reading dataref.toml"
+)]
+
 pub mod env;
 mod raw;
 mod resolve;

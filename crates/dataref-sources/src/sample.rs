@@ -9,6 +9,11 @@
 //! trend (some grow, some decline, most hold steady) and a handful of popular lines
 //! collapse in Q4, so "which lines lost the most revenue from Q3 to Q4" has a clear answer.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "this module owns writing the sample database file"
+)]
+
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 

@@ -22,6 +22,11 @@
 //! [`LocalStore::open`] removes. One `LocalStore` per home directory at a time: opening
 //! a second one reconciles away the first one's writes in progress.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "this module owns the artifact files and the index"
+)]
+
 mod index;
 mod mapped;
 mod writer;

@@ -62,10 +62,8 @@ pub fn run(common: &Common) -> Result<ExitCode> {
             Status::Fail => "FAIL",
         };
         writeln!(out, "  {tag}  {:<16} {}", c.what, c.detail)?;
-        if let Some(h) = &c.hint {
-            if c.status != Status::Ok {
-                writeln!(out, "        {:<16} hint: {h}", "")?;
-            }
+        if let Some(h) = c.hint.as_ref().filter(|_| c.status != Status::Ok) {
+            writeln!(out, "        {:<16} hint: {h}", "")?;
         }
     }
     let failed = checks.iter().filter(|c| c.status == Status::Fail).count();

@@ -3,6 +3,10 @@
 //! `serve` (MCP over stdio), `demo` (the canonical analysis, played as an MCP client would),
 //! `doctor` (what is missing and how to fix it), `bench` (speed and memory against pandas).
 //! Logs go to stderr; stdout is the MCP channel for `serve` and the report for the others.
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the binary owns its data directory checks (doctor), benchmark files and config paths"
+)]
 
 mod bench;
 mod demo;

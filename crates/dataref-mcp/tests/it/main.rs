@@ -1,5 +1,9 @@
 //! dataref-mcp end to end: an rmcp client talks to a `DatarefServer` over an in-process
 //! pipe, with a real `LocalStore` in a temp dir and the real SQLite sample source.
+#![expect(
+    clippy::disallowed_methods,
+    reason = "fixtures build files and hostile trees directly, outside the code under test"
+)]
 
 mod support;
 

@@ -1,5 +1,8 @@
 //! Integration tests of the producers: real SQLite files in temp dirs, the real local store.
-
+#![expect(
+    clippy::disallowed_methods,
+    reason = "fixtures build files and hostile trees directly, outside the code under test"
+)]
 // `allow-unwrap-in-tests` covers `#[test]` functions, not the helpers they share.
 #![expect(
     clippy::unwrap_used,

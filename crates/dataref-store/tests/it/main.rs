@@ -1,5 +1,8 @@
 //! Integration tests of dataref-store against real files in temporary directories.
-
+#![expect(
+    clippy::disallowed_methods,
+    reason = "fixtures build files and hostile trees directly, outside the code under test"
+)]
 // `allow-unwrap-in-tests` covers `#[test]` functions, not the helpers they share.
 #![expect(
     clippy::unwrap_used,

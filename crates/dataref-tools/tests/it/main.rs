@@ -1,7 +1,10 @@
 //! `execute_tool_call` over the real built-in tools (real SQLite sample, real store, real
 //! workspace): every failure branch becomes a result the model can act on, and what it
 //! reads is snapshotted.
-
+#![expect(
+    clippy::disallowed_methods,
+    reason = "fixtures build files and hostile trees directly, outside the code under test"
+)]
 // `allow-unwrap-in-tests` covers `#[test]` functions, not the helpers they share.
 #![expect(
     clippy::unwrap_used,

@@ -1,7 +1,10 @@
 //! Integration tests of dataref-workspace against real directory trees in temporary
 //! directories: the resolution table, races against link swaps, a property test over
 //! random paths, listings and atomic writes.
-
+#![expect(
+    clippy::disallowed_methods,
+    reason = "fixtures build files and hostile trees directly, outside the code under test"
+)]
 // `allow-unwrap-in-tests` covers `#[test]` functions, not the helpers they share.
 #![expect(
     clippy::unwrap_used,

@@ -1,5 +1,13 @@
 //! The real `dataref` binary: over stdio with rmcp's client, its CLI commands, and what a
 //! `kill -9` in the middle of a write leaves behind.
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers fail the test on setup errors"
+)]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "fixtures build files and hostile trees directly, outside the code under test"
+)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -364,4 +372,87 @@ fn doctor_and_bad_config_say_what_to_do() {
         stderr.contains("store.ttl") && stderr.contains("hint:"),
         "{stderr}"
     );
+}
+
+/// The sealed workspace through the real binary: `--workspace DIR`, file tools and file
+/// resources; every refusal is an error result and the server keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn workspace_files_over_stdio() {
+    let home = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let work = home.path().join("work");
+    std::fs::create_dir_all(work.join("reports")).unwrap();
+    std::fs::write(work.join("notes.txt"), "first\nsecond\nthird\n").unwrap();
+    std::fs::write(work.join("reports/q4.csv"), "line,delta\nKettle,-12.5\n").unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "do not read").unwrap();
+    std::fs::write(home.path().join("work-secret"), "sibling").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), work.join("out")).unwrap();
+    std::os::unix::fs::symlink("notes.txt", work.join("in")).unwrap();
+
+    let client = connect(
+        home.path(),
+        "alice",
+        &["--rows", "2000", "--workspace", work.to_str().unwrap()],
+    )
+    .await;
+    let r = call(&client, "read_file", json!({"path": "in", "offset": 2})).await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    assert!(text(&r).contains("second"), "{}", text(&r));
+    let r = call(&client, "list_files", json!({"glob": "**/*.csv"})).await;
+    assert!(text(&r).contains("reports/q4.csv"), "{}", text(&r));
+    for bad in [
+        "/etc/passwd",
+        "../../secret",
+        "../work-secret",
+        "out",
+        "reports/../notes.txt",
+        "nope.txt",
+    ] {
+        let r = call(&client, "read_file", json!({"path": bad})).await;
+        assert_eq!(r.is_error, Some(true), "{bad}: {}", text(&r));
+        assert!(
+            !text(&r).contains("do not read") && !text(&r).contains("sibling"),
+            "{bad}: {}",
+            text(&r)
+        );
+        assert!(
+            !text(&r).contains(home.path().to_str().unwrap()),
+            "host path leaked: {}",
+            text(&r)
+        );
+    }
+    let r = call(
+        &client,
+        "copy_file",
+        json!({"src": "reports/q4.csv", "dst": "keep/q4-final.csv"}),
+    )
+    .await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    assert_eq!(
+        std::fs::read_to_string(work.join("keep/q4-final.csv")).unwrap(),
+        "line,delta\nKettle,-12.5\n"
+    );
+
+    let read = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "dataref://files/reports/q4.csv",
+        ))
+        .await
+        .unwrap();
+    let body = serde_json::to_value(&read).unwrap();
+    assert_eq!(
+        body["contents"][0]["text"], "line,delta\nKettle,-12.5\n",
+        "{body}"
+    );
+    assert_eq!(body["contents"][0]["mimeType"], "text/csv", "{body}");
+    let refused = client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "dataref://files/out",
+        ))
+        .await;
+    assert!(refused.is_err(), "a link leading outside is not a resource");
+    // Still serving.
+    let r = call(&client, "fetch_sales", json!({"since": "2025-06-01"})).await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    client.cancel().await.ok();
 }
