@@ -1,0 +1,907 @@
+//! Isolation for one job: bubblewrap namespaces and file-system view, a seccomp deny-list,
+//! cgroup limits (rlimits where cgroups are unusable), an unprivileged uid when dataref runs
+//! as root. Fail closed: when a layer that must be there is missing, [`run`] refuses with an
+//! error naming it, and never runs the program bare.
+//!
+//! Inside the sandbox the job sees:
+//!
+//! | path | what |
+//! |---|---|
+//! | `/usr` (+ `/bin`, `/lib`, … as on the host) | read-only |
+//! | each [`JobSpec::ro_binds`] entry | read-only, at its sandbox path |
+//! | `/job` | [`JobSpec::work_dir`], read-only |
+//! | `/job/out` | `work_dir/out`, writable; each file capped by `RLIMIT_FSIZE`, the total checked after the job |
+//! | `/tmp`, `/dev/shm` | empty size-capped tmpfs |
+//! | `/proc`, `/dev` | the sandbox's own processes; a minimal `/dev` |
+//!
+//! No `/etc`, `/home`, `/root`, `/sys`, no network (a new network namespace has only a
+//! down loopback, and the filter refuses every socket family but `AF_UNIX`).
+//!
+//! `out/` is a host directory bound writable rather than a tmpfs copied out afterwards:
+//! nothing has to be collected from inside a dying sandbox, at the price that a job can fill
+//! `out/` up to `RLIMIT_FSIZE` per file and as many files as it can write before the wall
+//! clock; the total is checked after the job and reported as [`JobStatus::OutLimit`].
+//!
+//! ```no_run
+//! # use dataref_sandbox::jail::{self, JobSpec, Limits};
+//! let spec = JobSpec::new("/usr/bin/true", "/srv/dataref/jobs/1", Limits::default());
+//! let outcome = jail::run(&spec, &|| false)?;
+//! # Ok::<(), jail::JailError>(())
+//! ```
+
+mod capture;
+mod cgroup;
+mod seccomp;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::{Duration, Instant};
+
+use rustix::io::{FdFlags, fcntl_setfd};
+use rustix::pipe::{PipeFlags, pipe_with};
+
+pub use capture::Captured;
+pub use cgroup::{CgroupSupport, CgroupVersion};
+pub use seccomp::denied_syscalls;
+
+use capture::Capture;
+use cgroup::JobCgroup;
+
+/// The uid and gid jobs run as when dataref itself runs as root (`nobody`/`nogroup`).
+pub const JAIL_UID: u32 = 65534;
+pub const JAIL_GID: u32 = 65534;
+
+/// Where the work dir appears inside the sandbox.
+pub const SANDBOX_WORK_DIR: &str = "/job";
+
+const BWRAP_CANDIDATES: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+const PRLIMIT_CANDIDATES: &[&str] = &["/usr/bin/prlimit", "/bin/prlimit"];
+/// Top-level host entries that are (on merged-/usr systems) links into `/usr`.
+const USR_ALIASES: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+/// How long bubblewrap may take to set up the namespaces before we give up.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(10);
+/// Patience for output pipes to close once every job process is gone.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
+const KILL_PATIENCE: Duration = Duration::from_secs(5);
+
+/// CPU allowance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CpuLimit {
+    /// No quota beyond the host's.
+    Unlimited,
+    /// Share of one core, e.g. `0.5` or `2.0` (two cores).
+    Cores(f64),
+}
+
+impl CpuLimit {
+    /// CFS quota for `period_us`, or `None` when unlimited.
+    fn quota_us(self, period_us: u64) -> Option<u64> {
+        match self {
+            CpuLimit::Unlimited => None,
+            CpuLimit::Cores(cores) => {
+                let quota = (cores.max(0.01) * period_us as f64).round();
+                // The float is positive and far below u64::MAX for any sane core count.
+                Some(quota.clamp(1000.0, 1e12) as u64)
+            }
+        }
+    }
+}
+
+/// Per-job limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Memory + swap of every process in the job (cgroup; else `RLIMIT_AS` per process).
+    pub memory_bytes: u64,
+    /// Processes and threads of the job (cgroup; else `RLIMIT_NPROC`, which counts every
+    /// process of the jail uid on the host).
+    pub pids: u64,
+    pub cpu: CpuLimit,
+    pub wall_clock: Duration,
+    /// Captured stdout; writing more kills the job ([`JobStatus::OutputFlood`]).
+    pub stdout_bytes: usize,
+    pub stderr_bytes: usize,
+    /// Total size of `out/` after the job ([`JobStatus::OutLimit`]).
+    pub out_bytes: u64,
+    /// Largest file the job may write (`RLIMIT_FSIZE`; going over raises `SIGXFSZ`).
+    pub file_size: u64,
+    /// Size of each of the `/tmp` and `/dev/shm` tmpfs mounts.
+    pub tmp_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 1 << 30,
+            pids: 64,
+            cpu: CpuLimit::Cores(1.0),
+            wall_clock: Duration::from_secs(60),
+            stdout_bytes: 64 * 1024,
+            stderr_bytes: 64 * 1024,
+            out_bytes: 256 << 20,
+            file_size: 256 << 20,
+            tmp_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What to do when the host's cgroups cannot enforce memory, pids and CPU limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CgroupPolicy {
+    /// Refuse to run ([`JailError::Unsupported`]).
+    Required,
+    /// Fall back to rlimits and log a warning. `RLIMIT_AS` counts address space, not memory,
+    /// and `RLIMIT_NPROC` is shared by every job of the jail uid.
+    #[default]
+    RlimitFallback,
+}
+
+/// A host path bound read-only into the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoBind {
+    pub host: PathBuf,
+    pub sandbox: PathBuf,
+}
+
+/// One program to run in the jail.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// Absolute path inside the sandbox.
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    /// The job's whole environment; nothing is inherited.
+    pub env: Vec<(String, String)>,
+    pub ro_binds: Vec<RoBind>,
+    /// Host directory shown at `/job` (read-only); must contain a directory `out/`, which the
+    /// job may write.
+    pub work_dir: PathBuf,
+    pub limits: Limits,
+    pub cgroups: CgroupPolicy,
+}
+
+impl JobSpec {
+    pub fn new(program: impl Into<PathBuf>, work_dir: impl Into<PathBuf>, limits: Limits) -> Self {
+        JobSpec {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            ro_binds: Vec::new(),
+            work_dir: work_dir.into(),
+            limits,
+            cgroups: CgroupPolicy::default(),
+        }
+    }
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobStatus {
+    Exited(i32),
+    /// Killed by a signal. bubblewrap reports a signalled job as exit code `128 + n`, so an
+    /// exit code above 128 is read as a signal.
+    Signaled(i32),
+    TimedOut,
+    /// The kernel's OOM killer acted in the job's cgroup.
+    MemoryLimit,
+    /// stdout or stderr went over its cap; the job was killed.
+    OutputFlood,
+    /// `out/` holds more than [`Limits::out_bytes`]; its content must not be collected.
+    OutLimit,
+    Cancelled,
+}
+
+/// Which mechanism enforced each limit, so callers and `doctor` can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    Cgroup,
+    Rlimit,
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobOutcome {
+    pub status: JobStatus,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub duration: Duration,
+    /// Bytes in `out/` after the job.
+    pub out_bytes: u64,
+    pub memory: Enforcement,
+    pub pids: Enforcement,
+    pub cpu: Enforcement,
+}
+
+/// A layer the jail needs and the host lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    Bwrap,
+    Prlimit,
+    UserNamespaces { detail: String },
+    Seccomp { detail: String },
+    Cgroups { detail: String },
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Bwrap => write!(f, "`bwrap` (bubblewrap) is not installed"),
+            Missing::Prlimit => write!(f, "`prlimit` (util-linux) is not installed"),
+            Missing::UserNamespaces { detail } => {
+                write!(f, "unprivileged user namespaces do not work: {detail}")
+            }
+            Missing::Seccomp { detail } => write!(f, "seccomp is unavailable: {detail}"),
+            Missing::Cgroups { detail } => write!(f, "cgroup limits are unavailable: {detail}"),
+        }
+    }
+}
+
+impl Missing {
+    /// What an operator can do about it.
+    pub fn hint(&self) -> &'static str {
+        match self {
+            Missing::Bwrap => "install bubblewrap (`apt-get install bubblewrap`)",
+            Missing::Prlimit => "install util-linux",
+            Missing::UserNamespaces { .. } => {
+                "enable unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, or `user.max_user_namespaces` > 0; in a container allow `unshare`/`clone` in its seccomp profile)"
+            }
+            Missing::Seccomp { .. } => {
+                "run on x86_64, aarch64 or riscv64 with a seccomp-enabled kernel"
+            }
+            Missing::Cgroups { .. } => {
+                "run dataref as root, or give it a delegated cgroup v2 subtree (systemd `Delegate=yes`)"
+            }
+        }
+    }
+}
+
+/// What the host supports, for `dataref doctor` and for refusing with a reason.
+#[derive(Debug, Clone)]
+pub struct Capabilities {
+    pub bwrap: Option<PathBuf>,
+    pub prlimit: Option<PathBuf>,
+    /// A trivial sandbox with every namespace started.
+    pub user_namespaces: Result<(), String>,
+    pub cgroups: CgroupSupport,
+    pub seccomp: Result<(), String>,
+    /// Jobs run as [`JAIL_UID`] because dataref runs as root; otherwise as dataref's uid.
+    pub drops_root: bool,
+}
+
+impl Capabilities {
+    /// Layers that are missing; with `cgroups` set to [`CgroupPolicy::Required`] incomplete
+    /// cgroups count too.
+    pub fn missing(&self, cgroups: CgroupPolicy) -> Vec<Missing> {
+        let mut missing = Vec::new();
+        if self.bwrap.is_none() {
+            missing.push(Missing::Bwrap);
+        }
+        if self.prlimit.is_none() {
+            missing.push(Missing::Prlimit);
+        }
+        if let Err(detail) = &self.user_namespaces {
+            missing.push(Missing::UserNamespaces {
+                detail: detail.clone(),
+            });
+        }
+        if let Err(detail) = &self.seccomp {
+            missing.push(Missing::Seccomp {
+                detail: detail.clone(),
+            });
+        }
+        match cgroups {
+            CgroupPolicy::Required if !self.cgroups.complete() => {
+                missing.push(Missing::Cgroups {
+                    detail: format!("{:?}", self.cgroups),
+                });
+            }
+            CgroupPolicy::Required | CgroupPolicy::RlimitFallback => {}
+        }
+        missing
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JailError {
+    #[error("the sandbox cannot run here: {}", list(missing))]
+    Unsupported { missing: Vec<Missing> },
+    #[error("invalid job: {reason}")]
+    InvalidSpec { reason: String },
+    #[error(
+        "`{}` is not reachable by uid {uid}: `{}` lacks search or read permission for it",
+        path.display(),
+        blocked_at.display()
+    )]
+    NotReachable {
+        path: PathBuf,
+        blocked_at: PathBuf,
+        uid: u32,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("seccomp: {reason}")]
+    Seccomp { reason: String },
+    #[error("cgroup: {reason}")]
+    Cgroup { reason: String },
+    /// bubblewrap failed before the job started (its stderr, cut).
+    #[error("the sandbox failed to start: {stderr}")]
+    Setup { stderr: String },
+    /// Job processes survived SIGKILL; the host needs attention.
+    #[error("job processes survived the kill: {pids:?}")]
+    Escaped { pids: Vec<u32> },
+}
+
+impl JailError {
+    /// What to do next, for errors an operator can fix.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            JailError::Unsupported { missing } => Some(
+                missing
+                    .iter()
+                    .map(Missing::hint)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            JailError::NotReachable { uid, .. } => Some(format!(
+                "jobs run as uid {uid}: keep the runtime and job directories outside private directories such as `/root`, with search permission for others on every parent"
+            )),
+            JailError::InvalidSpec { .. }
+            | JailError::Io { .. }
+            | JailError::Seccomp { .. }
+            | JailError::Cgroup { .. }
+            | JailError::Setup { .. }
+            | JailError::Escaped { .. } => None,
+        }
+    }
+}
+
+fn list(missing: &[Missing]) -> String {
+    missing
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> JailError {
+    let context = context.into();
+    move |source| JailError::Io { context, source }
+}
+
+/// Probes the host: finds the tools, starts a trivial sandbox, tries a job cgroup.
+pub fn probe() -> Capabilities {
+    let bwrap = find(BWRAP_CANDIDATES);
+    let prlimit = find(PRLIMIT_CANDIDATES);
+    let user_namespaces = match &bwrap {
+        Some(bwrap) => probe_userns(bwrap),
+        None => Err("`bwrap` not found".to_owned()),
+    };
+    let seccomp = probe_seccomp();
+    Capabilities {
+        bwrap,
+        prlimit,
+        user_namespaces,
+        cgroups: cgroup::detect(),
+        seccomp,
+        drops_root: rustix::process::geteuid().is_root(),
+    }
+}
+
+fn find(candidates: &[&str]) -> Option<PathBuf> {
+    candidates.iter().map(PathBuf::from).find(|p| p.is_file())
+}
+
+fn probe_userns(bwrap: &Path) -> Result<(), String> {
+    let mut cmd = Command::new(bwrap);
+    cmd.args(["--unshare-all", "--unshare-user", "--disable-userns"])
+        .args(["--die-with-parent", "--cap-drop", "ALL", "--clearenv"])
+        .args(usr_args().iter())
+        .args(["--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]);
+    cmd.env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    drop_root(&mut cmd);
+    let out = cmd.output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
+}
+
+fn probe_seccomp() -> Result<(), String> {
+    seccomp::compile().map_err(|e| e.to_string())?;
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    if status.lines().any(|l| l.starts_with("Seccomp:")) {
+        Ok(())
+    } else {
+        Err("the kernel reports no `Seccomp:` in `/proc/self/status`".to_owned())
+    }
+}
+
+/// Runs the job in the jail and waits for it; `cancel` is polled every few milliseconds.
+/// Must be called on a thread that outlives the job: bubblewrap's `--die-with-parent` ties
+/// the sandbox to the spawning thread.
+pub fn run(spec: &JobSpec, cancel: &dyn Fn() -> bool) -> Result<JobOutcome, JailError> {
+    validate(spec)?;
+    let bwrap = find(BWRAP_CANDIDATES).ok_or(JailError::Unsupported {
+        missing: vec![Missing::Bwrap],
+    })?;
+    let prlimit = find(PRLIMIT_CANDIDATES).ok_or(JailError::Unsupported {
+        missing: vec![Missing::Prlimit],
+    })?;
+    let as_root = rustix::process::geteuid().is_root();
+    let out_dir = spec.work_dir.join("out");
+    if as_root {
+        // bubblewrap resolves every source path as the jail uid, so a path under a private
+        // directory fails inside bwrap with a vaguer message; say which component blocks.
+        reachable(&spec.work_dir, JAIL_UID, JAIL_GID)?;
+        for bind in &spec.ro_binds {
+            reachable(&bind.host, JAIL_UID, JAIL_GID)?;
+        }
+        std::os::unix::fs::chown(&out_dir, Some(JAIL_UID), Some(JAIL_GID)).map_err(io_err(
+            format!("giving `{}` to the jail uid", out_dir.display()),
+        ))?;
+    }
+
+    let limits = &spec.limits;
+    let cg = match JobCgroup::create(limits) {
+        Ok(cg) => Some(cg),
+        Err(e) => {
+            tracing::debug!(error = %e, "no job cgroup");
+            None
+        }
+    };
+    let memory = enforcement(cg.as_ref().is_some_and(JobCgroup::memory_limited));
+    let pids = enforcement(cg.as_ref().is_some_and(JobCgroup::pids_limited));
+    let cpu = match limits.cpu {
+        CpuLimit::Unlimited => Enforcement::None,
+        CpuLimit::Cores(_) if cg.as_ref().is_some_and(JobCgroup::cpu_limited) => {
+            Enforcement::Cgroup
+        }
+        CpuLimit::Cores(_) => Enforcement::Rlimit,
+    };
+    let complete = memory == Enforcement::Cgroup
+        && pids == Enforcement::Cgroup
+        && matches!(cpu, Enforcement::Cgroup | Enforcement::None);
+    if !complete {
+        match spec.cgroups {
+            CgroupPolicy::Required => {
+                return Err(JailError::Unsupported {
+                    missing: vec![Missing::Cgroups {
+                        detail: format!("memory: {memory:?}, pids: {pids:?}, cpu: {cpu:?}"),
+                    }],
+                });
+            }
+            CgroupPolicy::RlimitFallback => tracing::warn!(
+                ?memory,
+                ?pids,
+                ?cpu,
+                "cgroups cannot enforce every job limit; falling back to rlimits"
+            ),
+        }
+    }
+
+    let seccomp_fd = seccomp::memfd()?;
+    let (block_r, block_w) =
+        pipe_with(PipeFlags::CLOEXEC).map_err(|e| io_err("creating the block pipe")(e.into()))?;
+    let (status_r, status_w) =
+        pipe_with(PipeFlags::CLOEXEC).map_err(|e| io_err("creating the status pipe")(e.into()))?;
+
+    let mut cmd = Command::new(&prlimit);
+    cmd.arg(format!("--fsize={}", limits.file_size))
+        .arg("--core=0");
+    if memory == Enforcement::Rlimit {
+        cmd.arg(format!("--as={}", limits.memory_bytes));
+    }
+    if pids == Enforcement::Rlimit {
+        cmd.arg(format!("--nproc={}", limits.pids));
+    }
+    if cpu == Enforcement::Rlimit {
+        // Without a CFS quota the wall clock is the real bound; RLIMIT_CPU is a backstop.
+        cmd.arg(format!("--cpu={}", limits.wall_clock.as_secs().max(1)));
+    }
+    cmd.arg("--").arg(&bwrap);
+    cmd.args(bwrap_args(
+        spec,
+        seccomp_fd.as_raw_fd(),
+        block_r.as_raw_fd(),
+        status_w.as_raw_fd(),
+    ));
+    cmd.env_clear()
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if as_root {
+        drop_root(&mut cmd);
+    }
+
+    let started = Instant::now();
+    let mut guard = KillOnDrop(spawn_with_fds(&mut cmd, [seccomp_fd, block_r, status_w])?);
+
+    let (status_tx, status_rx) = mpsc::channel();
+    std::thread::spawn(move || read_status(status_r, status_tx));
+
+    let flood = Arc::new(AtomicBool::new(false));
+    let stdout = guard
+        .0
+        .stdout
+        .take()
+        .map(|p| Capture::spawn(p, limits.stdout_bytes, Arc::clone(&flood)));
+    let stderr = guard
+        .0
+        .stderr
+        .take()
+        .map(|p| Capture::spawn(p, limits.stderr_bytes, Arc::clone(&flood)));
+
+    // The sandbox is blocked on `--block-fd` before exec: put bwrap's monitor and the
+    // sandbox's first process into the cgroup, then let it go. Everything the job starts
+    // later is born inside. On an early return `guard` kills bwrap before `block_w` closes
+    // (EOF would also release the block).
+    let mut exit_code = None;
+    if let Ok(StatusMsg::ChildPid(sandbox_pid)) = status_rx.recv_timeout(SETUP_TIMEOUT) {
+        if let Some(cg) = &cg {
+            cg.add(guard.0.id())?;
+            cg.add(sandbox_pid)?;
+        }
+        let mut block = std::fs::File::from(block_w);
+        // A failed write means bwrap already died; the wait below sees that.
+        let _ = block.write_all(b"x");
+    }
+
+    let deadline = started + limits.wall_clock;
+    let ended = loop {
+        if let Some(status) = guard.0.try_wait().map_err(io_err("waiting for bwrap"))? {
+            break Ended::Exited(status);
+        }
+        if flood.load(Ordering::SeqCst) {
+            break Ended::Killed(JobStatus::OutputFlood);
+        }
+        if cancel() {
+            break Ended::Killed(JobStatus::Cancelled);
+        }
+        if Instant::now() >= deadline {
+            break Ended::Killed(JobStatus::TimedOut);
+        }
+        std::thread::sleep(POLL);
+    };
+    // Killing bwrap's monitor takes the sandbox's pid 1 with it (`--die-with-parent`), and
+    // with it the whole pid namespace; the cgroup sweep catches anything else.
+    let _ = guard.0.kill();
+    let _ = guard.0.wait();
+    let duration = started.elapsed();
+    if let Some(cg) = &cg {
+        let left = cg.kill_all(KILL_PATIENCE);
+        if !left.is_empty() {
+            return Err(JailError::Escaped { pids: left });
+        }
+    }
+    let stdout = stdout.map(|c| c.finish(DRAIN_PATIENCE)).unwrap_or_default();
+    let stderr = stderr.map(|c| c.finish(DRAIN_PATIENCE)).unwrap_or_default();
+    while let Ok(msg) = status_rx.try_recv() {
+        if let StatusMsg::ExitCode(code) = msg {
+            exit_code = Some(code);
+        }
+    }
+    let oom = cg.as_ref().is_some_and(JobCgroup::oom_killed);
+    drop(cg);
+
+    let out_bytes = tree_size(&out_dir);
+    let status = match ended {
+        Ended::Killed(status) => status,
+        Ended::Exited(_) if oom => JobStatus::MemoryLimit,
+        Ended::Exited(bwrap_status) => match exit_code {
+            Some(code) if code > 128 && code < 128 + 65 => JobStatus::Signaled(code - 128),
+            Some(code) => JobStatus::Exited(code),
+            None => match bwrap_status.signal() {
+                Some(sig) => JobStatus::Signaled(sig),
+                // No exit code on the status fd: the sandbox never reached exec.
+                None => {
+                    return Err(JailError::Setup {
+                        stderr: String::from_utf8_lossy(&stderr.bytes)
+                            .chars()
+                            .take(2000)
+                            .collect(),
+                    });
+                }
+            },
+        },
+    };
+    let status = match status {
+        JobStatus::Exited(_) | JobStatus::Signaled(_) if out_bytes > limits.out_bytes => {
+            JobStatus::OutLimit
+        }
+        other => other,
+    };
+    Ok(JobOutcome {
+        status,
+        stdout,
+        stderr,
+        duration,
+        out_bytes,
+        memory,
+        pids,
+        cpu,
+    })
+}
+
+enum Ended {
+    Exited(std::process::ExitStatus),
+    Killed(JobStatus),
+}
+
+fn enforcement(by_cgroup: bool) -> Enforcement {
+    if by_cgroup {
+        Enforcement::Cgroup
+    } else {
+        Enforcement::Rlimit
+    }
+}
+
+/// Kills bwrap if `run` returns early, so no sandbox outlives an error.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Inheritable fds are visible to every child spawned while they are inheritable, so the
+/// window is serialised: jobs started concurrently never see each other's pipes. (Other
+/// spawns in this process are not covered; they would inherit the fds only for that instant
+/// and bwrap closes them before exec.)
+static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+
+fn spawn_with_fds<const N: usize>(
+    cmd: &mut Command,
+    fds: [OwnedFd; N],
+) -> Result<Child, JailError> {
+    let _lock = SPAWN_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    for fd in &fds {
+        fcntl_setfd(fd, FdFlags::empty())
+            .map_err(|e| io_err("making an fd inheritable")(e.into()))?;
+    }
+    let child = cmd.spawn().map_err(io_err("starting bwrap"));
+    // Our copies close here, so the pipes see EOF when bwrap closes its own.
+    drop(fds);
+    child
+}
+
+enum StatusMsg {
+    ChildPid(u32),
+    ExitCode(i32),
+}
+
+/// bwrap writes one JSON object per line to `--json-status-fd`: first the sandbox's pid
+/// (as seen from here), then, once the job's first process exits, its exit code.
+fn read_status(fd: OwnedFd, tx: mpsc::Sender<StatusMsg>) {
+    let file = std::fs::File::from(fd);
+    let stream = serde_json::Deserializer::from_reader(file).into_iter::<serde_json::Value>();
+    for value in stream {
+        let Ok(value) = value else { return };
+        let msg = if let Some(pid) = value.get("child-pid").and_then(serde_json::Value::as_u64) {
+            u32::try_from(pid).ok().map(StatusMsg::ChildPid)
+        } else if let Some(code) = value.get("exit-code").and_then(serde_json::Value::as_i64) {
+            i32::try_from(code).ok().map(StatusMsg::ExitCode)
+        } else {
+            None
+        };
+        if let Some(msg) = msg
+            && tx.send(msg).is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn drop_root(cmd: &mut Command) {
+    if rustix::process::geteuid().is_root() {
+        // std calls setgroups(0) before setgid/setuid when root changes uid, so no
+        // supplementary group of root's survives.
+        cmd.uid(JAIL_UID).gid(JAIL_GID);
+    }
+}
+
+/// `/usr` and the host's top-level aliases into it.
+fn usr_args() -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--ro-bind".into(), "/usr".into(), "/usr".into()];
+    for name in USR_ALIASES {
+        let host = Path::new("/").join(name);
+        match std::fs::read_link(&host) {
+            Ok(target) => {
+                args.push("--symlink".into());
+                args.push(target.into());
+                args.push(host.into());
+            }
+            Err(_) if host.is_dir() => {
+                args.push("--ro-bind".into());
+                args.push(host.clone().into());
+                args.push(host.into());
+            }
+            Err(_) => {}
+        }
+    }
+    args
+}
+
+fn bwrap_args(spec: &JobSpec, seccomp_fd: i32, block_fd: i32, status_fd: i32) -> Vec<OsString> {
+    let limits = &spec.limits;
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+    push(&["--unshare-all", "--unshare-user", "--disable-userns"]);
+    push(&["--die-with-parent", "--new-session", "--cap-drop", "ALL"]);
+    push(&["--clearenv"]);
+    let tmp = limits.tmp_bytes.to_string();
+    push(&["--proc", "/proc", "--dev", "/dev"]);
+    push(&["--perms", "1777", "--size", &tmp, "--tmpfs", "/tmp"]);
+    push(&["--perms", "1777", "--size", &tmp, "--tmpfs", "/dev/shm"]);
+    let fds = [
+        ("--seccomp", seccomp_fd),
+        ("--block-fd", block_fd),
+        ("--json-status-fd", status_fd),
+    ];
+    for (flag, fd) in fds {
+        push(&[flag, &fd.to_string()]);
+    }
+    a.extend(usr_args());
+    for (key, value) in &spec.env {
+        a.extend(["--setenv".into(), key.into(), value.into()]);
+    }
+    for bind in &spec.ro_binds {
+        a.extend([
+            "--ro-bind".into(),
+            bind.host.clone().into(),
+            bind.sandbox.clone().into(),
+        ]);
+    }
+    a.extend([
+        "--ro-bind".into(),
+        spec.work_dir.clone().into(),
+        SANDBOX_WORK_DIR.into(),
+        "--bind".into(),
+        spec.work_dir.join("out").into(),
+        Path::new(SANDBOX_WORK_DIR).join("out").into(),
+        "--remount-ro".into(),
+        "/".into(),
+        "--chdir".into(),
+        SANDBOX_WORK_DIR.into(),
+        "--".into(),
+        spec.program.clone().into(),
+    ]);
+    a.extend(spec.args.iter().cloned());
+    a
+}
+
+fn validate(spec: &JobSpec) -> Result<(), JailError> {
+    let bad = |reason: String| Err(JailError::InvalidSpec { reason });
+    if !clean_absolute(&spec.program) {
+        return bad(format!(
+            "program `{}` must be an absolute path without `..`",
+            spec.program.display()
+        ));
+    }
+    if !clean_absolute(&spec.work_dir) {
+        return bad(format!(
+            "work dir `{}` must be an absolute path without `..`",
+            spec.work_dir.display()
+        ));
+    }
+    if !spec.work_dir.join("out").is_dir() {
+        return bad(format!(
+            "work dir `{}` has no `out/` directory",
+            spec.work_dir.display()
+        ));
+    }
+    for bind in &spec.ro_binds {
+        if !clean_absolute(&bind.host) || !clean_absolute(&bind.sandbox) {
+            return bad(format!(
+                "bind `{}` -> `{}` needs absolute paths without `..`",
+                bind.host.display(),
+                bind.sandbox.display()
+            ));
+        }
+        let reserved = ["/", "/proc", "/dev", "/tmp", SANDBOX_WORK_DIR];
+        if reserved
+            .iter()
+            .any(|r| bind.sandbox == Path::new(r) || (*r != "/" && bind.sandbox.starts_with(r)))
+        {
+            return bad(format!(
+                "bind target `{}` overlaps a path the jail owns",
+                bind.sandbox.display()
+            ));
+        }
+    }
+    for (key, value) in &spec.env {
+        if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+            return bad(format!("environment variable `{key}` is not a valid name"));
+        }
+    }
+    if spec.limits.pids == 0 || spec.limits.memory_bytes == 0 {
+        return bad("memory and pids limits must be positive".to_owned());
+    }
+    Ok(())
+}
+
+fn clean_absolute(path: &Path) -> bool {
+    path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+/// Checks that `uid`/`gid` (with no supplementary groups) can search every directory on the
+/// way to `path` and read `path` itself, from the mode bits. ACLs are not consulted, so an
+/// ACL-only grant is reported as a block.
+fn reachable(path: &Path, uid: u32, gid: u32) -> Result<(), JailError> {
+    let blocked = |at: &Path| JailError::NotReachable {
+        path: path.to_owned(),
+        blocked_at: at.to_owned(),
+        uid,
+    };
+    let mut current = PathBuf::from("/");
+    let components: Vec<_> = path.components().collect();
+    for (i, component) in components.iter().enumerate() {
+        if let Component::Normal(name) = component {
+            current.push(name);
+        }
+        let meta = std::fs::metadata(&current)
+            .map_err(io_err(format!("reading `{}`", current.display())))?;
+        let mode = meta.mode();
+        let class = if meta.uid() == uid {
+            (mode >> 6) & 0o7
+        } else if meta.gid() == gid {
+            (mode >> 3) & 0o7
+        } else {
+            mode & 0o7
+        };
+        let last = i + 1 == components.len();
+        let need = if !last {
+            0o1
+        } else if meta.is_dir() {
+            0o5
+        } else {
+            0o4
+        };
+        if class & need != need {
+            return Err(blocked(&current));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes in regular files under `dir`, not following links.
+fn tree_size(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() {
+                total = total.saturating_add(meta.len());
+            }
+        }
+    }
+    total
+}

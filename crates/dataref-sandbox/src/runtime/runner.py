@@ -1,0 +1,330 @@
+"""dataref run_python runner: loads the inputs, runs the model's code, writes the outputs.
+
+Invoked as `python -I -B <job>/in/runner.py <job>` by the runtime's interpreter, inside the
+sandbox. The contract with the Rust side (crates/dataref-sandbox/src/runtime/exchange.rs):
+
+  <job>/in/request.json        {"inputs": [names], "result_cap": N, "max_outputs": N}
+  <job>/in/inputs/<name>.arrow Arrow IPC file format, uncompressed (a store artifact)
+  <job>/in/code.py             the model's code
+  <job>/in/files/...           workspace files the code may read
+  <job>/out/outputs/<name>.arrow
+  <job>/out/files/...          files the code writes for the workspace
+  <job>/out/result.json        {ok, result, error, outputs, duration_ms}
+
+The user's stdout and stderr are the process's own; this script never prints, so that
+whatever the model printed is all the Rust side captures.
+"""
+
+import builtins
+import json
+import keyword
+import math
+import os
+import sys
+import time
+import traceback
+
+_T0 = time.monotonic()
+# The model's code is run from the job root so that `in/files/...` and `out/files/...`
+# are the paths the tool description documents.
+_JOB = os.path.abspath(sys.argv[1])
+_CODE_NAME = "<code>"
+_MESSAGE_CAP = 2000
+_TRACEBACK_FRAMES_CAP = 20
+_CODE_LINE_CAP = 200
+_OUTPUT_NAME_CHARS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+)
+_OUTPUT_NAME_MAX = 64
+_RESERVED = frozenset({"outputs", "result", "pd", "np"})
+
+
+class ExchangeError(Exception):
+    """A broken rule of the exchange (not the model's own exception): `kind` is its type."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _cap(text, limit):
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... ({len(text) - limit} more characters cut)"
+
+
+def _write_json_atomic(path, value):
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, ensure_ascii=False, allow_nan=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _finish(ok, result=None, error=None, outputs=()):
+    _write_json_atomic(
+        os.path.join(_JOB, "out", "result.json"),
+        {
+            "ok": ok,
+            "result": result,
+            "error": error,
+            "outputs": list(outputs),
+            "duration_ms": int((time.monotonic() - _T0) * 1000),
+        },
+    )
+
+
+def _error(kind, message, frames=()):
+    return {"type": kind, "message": _cap(message, _MESSAGE_CAP), "traceback": list(frames)}
+
+
+def _user_frames(exc, source_lines):
+    """The frames of the model's code only: library internals mean nothing to it."""
+    frames = []
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename != _CODE_NAME or frame.lineno is None:
+            continue
+        code = ""
+        if 1 <= frame.lineno <= len(source_lines):
+            code = source_lines[frame.lineno - 1].strip()
+        frames.append({"line": frame.lineno, "code": _cap(code, _CODE_LINE_CAP)})
+    if isinstance(exc, SyntaxError) and exc.filename == _CODE_NAME and exc.lineno:
+        code = (exc.text or "").strip()
+        frames.append({"line": exc.lineno, "code": _cap(code, _CODE_LINE_CAP)})
+    return frames[-_TRACEBACK_FRAMES_CAP:]
+
+
+def _exception_message(exc):
+    if isinstance(exc, SyntaxError):
+        return exc.msg or str(exc)
+    # KeyError's str() is the repr of the key, which reads fine as a message.
+    return str(exc)
+
+
+def _jsonable(value, pd, np, where, depth=0):
+    """Converts `result` into plain JSON values; numpy and pandas scalars become their
+    Python equivalents, NaN and NaT become null."""
+    if depth > 32:
+        raise ExchangeError("ResultNotSerializable", f"`result` nests deeper than 32 levels at {where}")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    if value is pd.NaT or value is pd.NA:
+        return None
+    if isinstance(value, np.datetime64):
+        if np.isnat(value):
+            return None
+        return pd.Timestamp(value).isoformat()
+    if isinstance(value, np.timedelta64):
+        if np.isnat(value):
+            return None
+        return pd.Timedelta(value).isoformat()
+    if isinstance(value, (pd.Timestamp, pd.Timedelta)):
+        return value.isoformat()
+    if hasattr(value, "isoformat") and callable(value.isoformat):
+        # datetime.date, datetime.datetime, datetime.time
+        return value.isoformat()
+    if isinstance(value, pd.Period):
+        return str(value)
+    if isinstance(value, (pd.Series, pd.Index)):
+        value = value.to_dict() if isinstance(value, pd.Series) else value.tolist()
+    elif isinstance(value, pd.DataFrame):
+        value = value.to_dict(orient="records")
+    elif isinstance(value, np.ndarray):
+        value = value.tolist()
+    elif isinstance(value, np.generic):
+        value = value.item()
+        return _jsonable(value, pd, np, where, depth + 1)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            key = _jsonable(k, pd, np, f"{where} key {k!r}", depth + 1)
+            if not isinstance(key, str):
+                key = json.dumps(key) if key is not None else "null"
+            out[key] = _jsonable(v, pd, np, f"{where}[{k!r}]", depth + 1)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v, pd, np, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+    raise ExchangeError(
+        "ResultNotSerializable",
+        f"`result` holds a value of type `{type(value).__name__}` at {where}, which is not "
+        "JSON-serialisable; convert it (str(), float(), .tolist()) or store tables in "
+        "`outputs[name]`",
+    )
+
+
+def _result_json(value, pd, np, cap):
+    converted = _jsonable(value, pd, np, "result")
+    encoded = json.dumps(converted, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    size = len(encoded.encode("utf-8"))
+    if size > cap:
+        raise ExchangeError(
+            "ResultTooLarge",
+            f"`result` is {size} bytes as JSON, over the {cap}-byte cap; put tables in "
+            "`outputs[name]` (they are stored as new dataRefs) and keep `result` to a small "
+            "summary",
+        )
+    return converted
+
+
+def _column_name(name):
+    if isinstance(name, tuple):
+        parts = [str(p) for p in name if p is not None and str(p) != ""]
+        return "_".join(parts)
+    return str(name)
+
+
+def _output_frames(outputs, pd, max_outputs):
+    if not isinstance(outputs, dict):
+        raise ExchangeError(
+            "OutputsNotDict", f"`outputs` must stay a dict, but it is a `{type(outputs).__name__}`"
+        )
+    if len(outputs) > max_outputs:
+        raise ExchangeError(
+            "TooManyOutputs", f"{len(outputs)} outputs, at most {max_outputs} are allowed"
+        )
+    frames = {}
+    for name, value in outputs.items():
+        if (
+            not isinstance(name, str)
+            or not name
+            or len(name) > _OUTPUT_NAME_MAX
+            or name.startswith(".")
+            or not set(name) <= _OUTPUT_NAME_CHARS
+        ):
+            raise ExchangeError(
+                "OutputNameInvalid",
+                f"output name {name!r} is not allowed: use 1 to {_OUTPUT_NAME_MAX} of "
+                "A-Z a-z 0-9 . _ -, not starting with a dot",
+            )
+        if isinstance(value, pd.Series):
+            value = value.to_frame()
+        if not isinstance(value, pd.DataFrame):
+            raise ExchangeError(
+                "OutputNotDataFrame",
+                f"`outputs[{name!r}]` is a `{type(value).__name__}`; only pandas DataFrames "
+                "(or Series) can be stored, put small values in `result` instead",
+            )
+        # A non-default index carries data (groupby keys, pivot rows): keep it as columns
+        # rather than silently dropping it.
+        index = value.index
+        default_index = (
+            isinstance(index, pd.RangeIndex)
+            and index.start == 0
+            and index.step == 1
+            and index.name is None
+        )
+        if not default_index:
+            value = value.reset_index()
+        value = value.copy(deep=False)
+        value.columns = [_column_name(c) for c in value.columns]
+        frames[name] = value
+    return frames
+
+
+def _write_outputs(frames, pa):
+    out_dir = os.path.join(_JOB, "out", "outputs")
+    written = []
+    for name, df in frames.items():
+        try:
+            table = pa.Table.from_pandas(df, preserve_index=False)
+        except Exception as exc:  # noqa: BLE001 - the message is what the model needs
+            raise ExchangeError(
+                "OutputNotConvertible",
+                f"`outputs[{name!r}]` cannot be stored as an Arrow table: {exc}",
+            ) from None
+        # A dot-prefixed temp name is never picked up by the collector, so a runner killed
+        # mid-write leaves nothing that looks like an output.
+        tmp = os.path.join(out_dir, f".{name}.arrow.tmp")
+        with pa.OSFile(tmp, "wb") as sink:
+            with pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+        os.replace(tmp, os.path.join(out_dir, f"{name}.arrow"))
+        written.append(name)
+    return written
+
+
+def main():
+    with open(os.path.join(_JOB, "in", "request.json"), encoding="utf-8") as f:
+        request = json.load(f)
+    with open(os.path.join(_JOB, "in", "code.py"), encoding="utf-8") as f:
+        source = f.read()
+    source_lines = source.splitlines()
+    result_cap = int(request.get("result_cap", 4096))
+    max_outputs = int(request.get("max_outputs", 16))
+    os.makedirs(os.path.join(_JOB, "out", "outputs"), exist_ok=True)
+    os.makedirs(os.path.join(_JOB, "out", "files"), exist_ok=True)
+
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.ipc  # noqa: F401 - pa.ipc is a submodule
+
+    user_globals = {
+        "__name__": "__main__",
+        "__builtins__": builtins,
+        "pd": pd,
+        "np": np,
+        "outputs": {},
+        "result": None,
+    }
+    for name in request.get("inputs", []):
+        # The Rust side validates names; this is the second lock on the same door.
+        if (
+            not name.isidentifier()
+            or keyword.iskeyword(name)
+            or hasattr(builtins, name)
+            or name in _RESERVED
+            or name.startswith("__")
+        ):
+            raise ExchangeError("InputNameInvalid", f"input name {name!r} is not allowed")
+        # The map stays open for the life of the process: to_pandas may keep zero-copy
+        # views of its buffers.
+        source_file = pa.memory_map(os.path.join(_JOB, "in", "inputs", f"{name}.arrow"), "r")
+        table = pa.ipc.open_file(source_file).read_all()
+        # date32/date64 arrive as datetime64 so that `.dt` works, as models expect.
+        user_globals[name] = table.to_pandas(date_as_object=False)
+
+    try:
+        code = compile(source, _CODE_NAME, "exec")
+        os.chdir(_JOB)
+        exec(code, user_globals)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            _finish(False, error=_error("SystemExit", f"exit({exc.code!r})", _user_frames(exc, source_lines)))
+            return
+    except BaseException as exc:  # noqa: BLE001 - every failure is an observation
+        _finish(
+            False,
+            error=_error(type(exc).__name__, _exception_message(exc), _user_frames(exc, source_lines)),
+        )
+        return
+
+    try:
+        frames = _output_frames(user_globals.get("outputs"), pd, max_outputs)
+        result = _result_json(user_globals.get("result"), pd, np, result_cap)
+        written = _write_outputs(frames, pa)
+    except ExchangeError as exc:
+        _finish(False, error=_error(exc.kind, str(exc)))
+        return
+    _finish(True, result=result, outputs=written)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ExchangeError as exc:
+        _finish(False, error=_error(exc.kind, str(exc)))
+    except BaseException as exc:  # noqa: BLE001 - a broken job must still say why
+        _finish(False, error=_error("RunnerError", f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,6 @@
+//! Integration tests of the sandbox against the real bubblewrap and the real runtime.
+
+#![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
+
+mod jail;
+mod runtime;
