@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use anyhow::Result;
 use dataref_config::{Config, SourceKind};
@@ -50,7 +50,9 @@ pub fn run(common: &Common) -> Result<ExitCode> {
         }
         Err(e) => checks.push(check(Status::Fail, "config", format!("{e:#}"), None)),
     }
-    checks.push(python());
+    if let Ok(home) = settings::home(common) {
+        checks.push(python(&home));
+    }
     checks.push(sandbox());
 
     let mut out = std::io::stdout().lock();
@@ -144,50 +146,72 @@ fn sources(config: &Config) -> Vec<Check> {
         .collect()
 }
 
-fn version_of(cmd: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(cmd).args(args).output().ok()?;
-    let text = if out.stdout.is_empty() {
-        out.stderr
-    } else {
-        out.stdout
-    };
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&text).trim().to_owned())
-}
-
-fn python() -> Check {
-    match version_of("python3", &["--version"]) {
-        Some(v) => check(
-            Status::Warn,
-            "python",
+fn python(home: &Path) -> Check {
+    use dataref_sandbox::runtime::{Runtime, RuntimeStatus};
+    // `run_python` is not a tool yet: report what is there, but nothing is required.
+    match Runtime::check(home) {
+        RuntimeStatus::Ready(rt) => check(
+            Status::Ok,
+            "python runtime",
             format!(
-                "{v} found; `run_python` (with its own managed runtime) is not in this build yet"
+                "Python {} with {} packages (pandas {})",
+                rt.versions.python,
+                rt.versions.packages.len(),
+                rt.versions
+                    .packages
+                    .get("pandas")
+                    .map_or("?", String::as_str)
             ),
+            None,
+        ),
+        RuntimeStatus::NotInstalled { .. } => check(
+            Status::Warn,
+            "python runtime",
+            "not installed; `run_python` (which will install it) is not in this build yet",
             Some("nothing to do now"),
         ),
-        None => check(
+        RuntimeStatus::Outdated { .. } => check(
             Status::Warn,
-            "python",
-            "python3 not found; `run_python` will need it (not in this build yet)",
-            Some("apt-get install python3 python3-venv"),
+            "python runtime",
+            "installed with other versions than this build pins",
+            Some("nothing to do now; `run_python` will rebuild it"),
         ),
+        RuntimeStatus::Broken { reason, .. } => check(
+            Status::Warn,
+            "python runtime",
+            format!("unusable: {reason}"),
+            Some("remove the `python` folder in the data dir"),
+        ),
+        // `RuntimeStatus` is `#[non_exhaustive]`: a state this binary does not know yet.
+        other => check(Status::Warn, "python runtime", format!("{other:?}"), None),
     }
 }
 
 fn sandbox() -> Check {
-    match version_of("bwrap", &["--version"]) {
-        Some(v) => check(
-            Status::Warn,
+    let caps = dataref_sandbox::jail::probe();
+    let missing = caps.missing(dataref_sandbox::jail::CgroupPolicy::RlimitFallback);
+    if missing.is_empty() {
+        let limits = if caps.cgroups.complete() {
+            "cgroup limits"
+        } else {
+            "rlimits only (no usable cgroups)"
+        };
+        return check(
+            Status::Ok,
             "sandbox",
-            format!("{v} found; used by `run_python` (not in this build yet)"),
-            Some("nothing to do now"),
-        ),
-        None => check(
-            Status::Warn,
-            "sandbox",
-            "bubblewrap (`bwrap`) not found; `run_python` will need it (not in this build yet)",
-            Some("apt-get install bubblewrap"),
-        ),
+            format!("bubblewrap, user namespaces, seccomp and {limits} work"),
+            None,
+        );
     }
+    let what: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    let hints: Vec<&str> = missing.iter().map(|m| m.hint()).collect();
+    check(
+        Status::Warn,
+        "sandbox",
+        format!(
+            "{}; `run_python` will need it (not in this build yet)",
+            what.join("; ")
+        ),
+        Some(&hints.join("; ")),
+    )
 }
