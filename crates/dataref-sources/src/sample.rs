@@ -113,7 +113,36 @@ pub fn ensure_sample(spec: &SampleSpec, progress: &dyn Fn(u64)) -> Result<(), So
             source,
         })?;
     }
+    remove_stale_temps(&spec.path);
     generate_sample(&spec.path, spec.rows, progress)
+}
+
+/// Removes temp files that a generator killed mid-write left beside `path`
+/// (`.NAME.<pid>.tmp` whose process is gone). A live process's file is left alone: it may
+/// be generating the same sample right now.
+fn remove_stale_temps(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|rest| rest.strip_suffix(".tmp"))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = Path::new("/proc").join(pid.to_string()).exists();
+        if !alive && let Err(e) = fs::remove_file(entry.path()) {
+            tracing::warn!("cannot remove a stale sample temp file: {e}");
+        }
+    }
 }
 
 /// Writes a new sample database with `rows` rows to `path` (via a temp file and rename).
@@ -387,5 +416,31 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), 300);
         assert!(lines.iter().all(|l| l.price > 1.0));
+    }
+}
+
+#[cfg(test)]
+mod stale_temp_tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_generators_temp_file_is_removed_and_a_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sales-100.sqlite");
+        let dead = dir.path().join(".sales-100.sqlite.4294967294.tmp");
+        let other = dir.path().join(".unrelated.1.tmp");
+        for p in [&dead, &other] {
+            fs::write(p, b"partial").unwrap();
+        }
+        // The parent (the test runner) is a live process that is not us.
+        let parent_live = dir.path().join(format!(
+            ".sales-100.sqlite.{}.tmp",
+            std::os::unix::process::parent_id()
+        ));
+        fs::write(&parent_live, b"partial").unwrap();
+        remove_stale_temps(&path);
+        assert!(!dead.exists(), "a dead generator's file is removed");
+        assert!(parent_live.exists(), "a live process's file is kept");
+        assert!(other.exists(), "other files are not touched");
     }
 }
