@@ -743,26 +743,16 @@ fn collect_outputs(
                 continue;
             }
         };
-        let (file, bytes) = match open_regular(&dir, &cname) {
+        let (file, bytes) = match open_within(&dir, &cname, caps.output_bytes) {
             Ok(f) => f,
-            Err(e) => {
+            Err(reason) => {
                 job.skipped.push(Skipped {
                     path: rel.to_owned(),
-                    reason: e.into_skip(),
+                    reason,
                 });
                 continue;
             }
         };
-        if bytes > caps.output_bytes {
-            job.skipped.push(Skipped {
-                path: rel.to_owned(),
-                reason: SkipReason::TooLarge {
-                    bytes,
-                    cap: caps.output_bytes,
-                },
-            });
-            continue;
-        }
         match validate_arrow(&file) {
             Ok((schema, rows)) => found.push(CollectedOutput {
                 name: stem.to_owned(),
@@ -867,26 +857,16 @@ fn collect_files(
             });
             continue;
         }
-        let (file, bytes) = match open_regular(dir, &cname) {
+        let (file, bytes) = match open_within(dir, &cname, caps.file_bytes) {
             Ok(f) => f,
-            Err(e) => {
+            Err(reason) => {
                 job.skipped.push(Skipped {
                     path: rel.to_owned(),
-                    reason: e.into_skip(),
+                    reason,
                 });
                 continue;
             }
         };
-        if bytes > caps.file_bytes {
-            job.skipped.push(Skipped {
-                path: rel.to_owned(),
-                reason: SkipReason::TooLarge {
-                    bytes,
-                    cap: caps.file_bytes,
-                },
-            });
-            continue;
-        }
         if walk.total_bytes + bytes > caps.files_total_bytes {
             job.skipped.push(Skipped {
                 path: rel.to_owned(),
@@ -1006,6 +986,15 @@ impl OpenFailure {
 /// Opens `name` in `dir` only if it is a regular file with one link. `NOFOLLOW` refuses a
 /// symlink and `NONBLOCK` keeps a FIFO from blocking the open; `fstat` on the opened file
 /// (not the name) decides, so nothing can be swapped between check and use.
+/// A regular, single-link file of at most `cap` bytes, or why it is skipped.
+fn open_within(dir: &OwnedFd, name: &CStr, cap: u64) -> Result<(File, u64), SkipReason> {
+    let (file, bytes) = open_regular(dir, name).map_err(OpenFailure::into_skip)?;
+    if bytes > cap {
+        return Err(SkipReason::TooLarge { bytes, cap });
+    }
+    Ok((file, bytes))
+}
+
 fn open_regular(dir: &OwnedFd, name: &CStr) -> Result<(File, u64), OpenFailure> {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
