@@ -47,6 +47,33 @@ pub trait Tool: Send + Sync {
     ) -> Result<ToolOutput, ToolError>;
 }
 
+/// A tool whose arguments arrive already deserialised into its own type. Every such tool
+/// is a [`Tool`] through the impl below, so the parsing step is written once.
+#[async_trait]
+pub(crate) trait TypedTool: Send + Sync {
+    type Args: serde::de::DeserializeOwned + Send;
+
+    fn spec(&self) -> &ToolSpec;
+
+    async fn run(&self, args: Self::Args, ctx: &RunContext) -> Result<ToolOutput, ToolError>;
+}
+
+#[async_trait]
+impl<T: TypedTool> Tool for T {
+    fn spec(&self) -> &ToolSpec {
+        TypedTool::spec(self)
+    }
+
+    async fn call(
+        &self,
+        args: Map<String, Value>,
+        ctx: &RunContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let args = parse_args(args)?;
+        self.run(args, ctx).await
+    }
+}
+
 /// Makes a `ToolSpec` whose schemas come from Rust types, with annotations.
 pub(crate) fn spec_for<I: schemars::JsonSchema, O: schemars::JsonSchema>(
     name: &str,

@@ -4,15 +4,14 @@ use async_trait::async_trait;
 use dataref_protocol::{DataRef, DataStats, ToolSpec};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value};
 
-use crate::tool::{blocking, output, parse_args, spec_for};
-use crate::{RunContext, Tool, ToolError, ToolOutput};
+use crate::tool::{TypedTool, blocking, output, spec_for};
+use crate::{RunContext, ToolError, ToolOutput};
 
 /// Arguments of `describe_data`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DescribeArgs {
+pub(crate) struct DescribeArgs {
     /// The table to describe.
     data_ref: DataRef,
     /// Only these columns (default: all, a page at a time).
@@ -44,24 +43,15 @@ impl DescribeDataTool {
     }
 }
 
-impl Default for DescribeDataTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[async_trait]
-impl Tool for DescribeDataTool {
+impl TypedTool for DescribeDataTool {
+    type Args = DescribeArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    async fn call(
-        &self,
-        args: Map<String, Value>,
-        ctx: &RunContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let a: DescribeArgs = parse_args(args)?;
+    async fn run(&self, a: DescribeArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
         let store = ctx.store.clone();
         let owner = ctx.principal.clone();
         let max_columns = ctx.limits.describe_max_columns;

@@ -4,15 +4,14 @@ use async_trait::async_trait;
 use dataref_protocol::{DataRef, Timestamp, ToolSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
-use crate::tool::{blocking, output, parse_args, spec_for};
-use crate::{RunContext, Tool, ToolError, ToolOutput};
+use crate::tool::{TypedTool, blocking, output, spec_for};
+use crate::{RunContext, ToolError, ToolOutput};
 
 /// Arguments of `list_artifacts`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ListArgs {
+pub(crate) struct ListArgs {
     /// At most this many (default and maximum: the server's limit, usually 50).
     #[serde(default)]
     limit: Option<usize>,
@@ -59,24 +58,15 @@ impl ListArtifactsTool {
     }
 }
 
-impl Default for ListArtifactsTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[async_trait]
-impl Tool for ListArtifactsTool {
+impl TypedTool for ListArtifactsTool {
+    type Args = ListArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    async fn call(
-        &self,
-        args: Map<String, Value>,
-        ctx: &RunContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let a: ListArgs = parse_args(args)?;
+    async fn run(&self, a: ListArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
         let max = ctx.limits.list_artifacts_max;
         let limit = a.limit.unwrap_or(max).min(max);
         let store = ctx.store.clone();

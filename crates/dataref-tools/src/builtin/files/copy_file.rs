@@ -7,15 +7,14 @@ use dataref_protocol::ToolSpec;
 use dataref_workspace::{EntryKind, Overwrite, WorkspacePathError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
-use crate::tool::{blocking, output, parse_args, spec_for};
-use crate::{RunContext, Tool, ToolError, ToolOutput};
+use crate::tool::{TypedTool, blocking, output, spec_for};
+use crate::{RunContext, ToolError, ToolOutput};
 
 /// Arguments of `copy_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct CopyArgs {
+pub(crate) struct CopyArgs {
     /// The file to copy, relative to your workspace.
     src: String,
     /// The new file's path, relative to your workspace (e.g. `reports/q3-sales.csv`).
@@ -56,24 +55,15 @@ impl CopyFileTool {
     }
 }
 
-impl Default for CopyFileTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[async_trait]
-impl Tool for CopyFileTool {
+impl TypedTool for CopyFileTool {
+    type Args = CopyArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    async fn call(
-        &self,
-        args: Map<String, Value>,
-        ctx: &RunContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let a: CopyArgs = parse_args(args)?;
+    async fn run(&self, a: CopyArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
         let overwrite = if a.overwrite.unwrap_or(false) {
             Overwrite::Replace
         } else {

@@ -5,11 +5,10 @@ use dataref_protocol::{Timestamp, ToolSpec};
 use dataref_workspace::{EntryKind, Glob, Listing, TEMP_PREFIX, TreeOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use super::thousands;
-use crate::tool::{blocking, output, parse_args, spec_for};
-use crate::{RunContext, Tool, ToolError, ToolOutput};
+use crate::tool::{TypedTool, blocking, output, spec_for};
+use crate::{RunContext, ToolError, ToolOutput};
 
 const DEFAULT_MAX_ENTRIES: usize = 200;
 const MAX_ENTRIES: usize = 1_000;
@@ -20,7 +19,7 @@ const HIDDEN_SLACK: usize = 32;
 /// Arguments of `list_files`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ListArgs {
+pub(crate) struct ListArgs {
     /// The directory to list, relative to your workspace (default: its root, `.`).
     #[serde(default)]
     path: Option<String>,
@@ -108,24 +107,15 @@ impl ListFilesTool {
     }
 }
 
-impl Default for ListFilesTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[async_trait]
-impl Tool for ListFilesTool {
+impl TypedTool for ListFilesTool {
+    type Args = ListArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    async fn call(
-        &self,
-        args: Map<String, Value>,
-        ctx: &RunContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let a: ListArgs = parse_args(args)?;
+    async fn run(&self, a: ListArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
         let max_entries = a
             .max_entries
             .unwrap_or(DEFAULT_MAX_ENTRIES)

@@ -8,12 +8,11 @@ use async_trait::async_trait;
 use dataref_protocol::ToolSpec;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{known_mime_type, mime_type_for, thousands};
-use crate::tool::{blocking, output, parse_args, spec_for};
-use crate::{RunContext, Tool, ToolError, ToolOutput};
+use crate::tool::{TypedTool, blocking, output, spec_for};
+use crate::{RunContext, ToolError, ToolOutput};
 
 const DEFAULT_LIMIT: u64 = 200;
 const MAX_LIMIT: u64 = 2_000;
@@ -39,7 +38,7 @@ const READ_BUFFER: usize = 64 * 1024;
 /// Arguments of `read_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ReadArgs {
+pub(crate) struct ReadArgs {
     /// The file, relative to your workspace (e.g. `notes.md`, `reports/summary.txt`).
     path: String,
     /// The first line to show, counting from 1 (default 1). To go on after a window, pass
@@ -107,24 +106,15 @@ impl ReadFileTool {
     }
 }
 
-impl Default for ReadFileTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[async_trait]
-impl Tool for ReadFileTool {
+impl TypedTool for ReadFileTool {
+    type Args = ReadArgs;
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
 
-    async fn call(
-        &self,
-        args: Map<String, Value>,
-        ctx: &RunContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let a: ReadArgs = parse_args(args)?;
+    async fn run(&self, a: ReadArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
         let window = Window {
             offset: a.offset.unwrap_or(1).max(1),
             limit: a.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
