@@ -435,6 +435,39 @@ fn probe_seccomp() -> Result<(), String> {
 /// Must be called on a thread that outlives the job: bubblewrap's `--die-with-parent` ties
 /// the sandbox to the spawning thread.
 pub fn run(spec: &JobSpec, cancel: &dyn Fn() -> bool) -> Result<JobOutcome, JailError> {
+    start(spec, None)?.wait(spec.limits.wall_clock, cancel)
+}
+
+/// A job running in the jail (for the warm pool: started ahead, waiting on its `stdin` for
+/// work). Dropping it kills the job.
+pub struct Started {
+    guard: KillOnDrop,
+    cg: Option<JobCgroup>,
+    status_rx: mpsc::Receiver<StatusMsg>,
+    stdout: Option<Capture>,
+    stderr: Option<Capture>,
+    flood: Arc<AtomicBool>,
+    out_dir: PathBuf,
+    limits: Limits,
+    memory: Enforcement,
+    pids: Enforcement,
+    cpu: Enforcement,
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started")
+            .field("pid", &self.guard.0.id())
+            .field("out_dir", &self.out_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts the job in the jail and returns once its first process runs inside the job's
+/// cgroup. `stdin` becomes the job's standard input (`/dev/null` when `None`): a pipe or
+/// a Unix socket the caller keeps the other end of. Call it on a thread that outlives the
+/// job: bubblewrap's `--die-with-parent` ties the sandbox to the spawning thread.
+pub fn start(spec: &JobSpec, stdin: Option<OwnedFd>) -> Result<Started, JailError> {
     validate(spec)?;
     let bwrap = find(BWRAP_CANDIDATES).ok_or(JailError::Unsupported {
         missing: vec![Missing::Bwrap],
@@ -522,14 +555,13 @@ pub fn run(spec: &JobSpec, cancel: &dyn Fn() -> bool) -> Result<JobOutcome, Jail
     ));
     cmd.env_clear()
         .current_dir("/")
-        .stdin(Stdio::null())
+        .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if as_root {
         drop_root(&mut cmd);
     }
 
-    let started = Instant::now();
     let mut guard = KillOnDrop(spawn_with_fds(&mut cmd, [seccomp_fd, block_r, status_w])?);
 
     let (status_tx, status_rx) = mpsc::channel();
@@ -551,91 +583,134 @@ pub fn run(spec: &JobSpec, cancel: &dyn Fn() -> bool) -> Result<JobOutcome, Jail
     // sandbox's first process into the cgroup, then let it go. Everything the job starts
     // later is born inside. On an early return `guard` kills bwrap before `block_w` closes
     // (EOF would also release the block).
-    let mut exit_code = None;
     if let Ok(StatusMsg::ChildPid(sandbox_pid)) = status_rx.recv_timeout(SETUP_TIMEOUT) {
         if let Some(cg) = &cg {
             cg.add(guard.0.id())?;
             cg.add(sandbox_pid)?;
         }
         let mut block = std::fs::File::from(block_w);
-        // A failed write means bwrap already died; the wait below sees that.
+        // A failed write means bwrap already died; the wait sees that.
         let _ = block.write_all(b"x");
     }
-
-    let deadline = started + limits.wall_clock;
-    let ended = loop {
-        if let Some(status) = guard.0.try_wait().map_err(io_err("waiting for bwrap"))? {
-            break Ended::Exited(status);
-        }
-        if flood.load(Ordering::SeqCst) {
-            break Ended::Killed(JobStatus::OutputFlood);
-        }
-        if cancel() {
-            break Ended::Killed(JobStatus::Cancelled);
-        }
-        if Instant::now() >= deadline {
-            break Ended::Killed(JobStatus::TimedOut);
-        }
-        std::thread::sleep(POLL);
-    };
-    // Killing bwrap's monitor takes the sandbox's pid 1 with it (`--die-with-parent`), and
-    // with it the whole pid namespace; the cgroup sweep catches anything else.
-    let _ = guard.0.kill();
-    let _ = guard.0.wait();
-    let duration = started.elapsed();
-    if let Some(cg) = &cg {
-        let left = cg.kill_all(KILL_PATIENCE);
-        if !left.is_empty() {
-            return Err(JailError::Escaped { pids: left });
-        }
-    }
-    let stdout = stdout.map(|c| c.finish(DRAIN_PATIENCE)).unwrap_or_default();
-    let stderr = stderr.map(|c| c.finish(DRAIN_PATIENCE)).unwrap_or_default();
-    while let Ok(msg) = status_rx.try_recv() {
-        if let StatusMsg::ExitCode(code) = msg {
-            exit_code = Some(code);
-        }
-    }
-    let oom = cg.as_ref().is_some_and(JobCgroup::oom_killed);
-    drop(cg);
-
-    let out_bytes = tree_size(&out_dir);
-    let status = match ended {
-        Ended::Killed(status) => status,
-        Ended::Exited(_) if oom => JobStatus::MemoryLimit,
-        Ended::Exited(bwrap_status) => match exit_code {
-            Some(code) if code > 128 && code < 128 + 65 => JobStatus::Signaled(code - 128),
-            Some(code) => JobStatus::Exited(code),
-            None => match bwrap_status.signal() {
-                Some(sig) => JobStatus::Signaled(sig),
-                // No exit code on the status fd: the sandbox never reached exec.
-                None => {
-                    return Err(JailError::Setup {
-                        stderr: String::from_utf8_lossy(&stderr.bytes)
-                            .chars()
-                            .take(2000)
-                            .collect(),
-                    });
-                }
-            },
-        },
-    };
-    let status = match status {
-        JobStatus::Exited(_) | JobStatus::Signaled(_) if out_bytes > limits.out_bytes => {
-            JobStatus::OutLimit
-        }
-        other => other,
-    };
-    Ok(JobOutcome {
-        status,
+    Ok(Started {
+        guard,
+        cg,
+        status_rx,
         stdout,
         stderr,
-        duration,
-        out_bytes,
+        flood,
+        out_dir,
+        limits: limits.clone(),
         memory,
         pids,
         cpu,
     })
+}
+
+impl Started {
+    /// Whether the job's processes are still there (a warm sandbox that died while idle
+    /// is thrown away, not handed a job).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.guard.0.try_wait(), Ok(None)) && !self.flood.load(Ordering::SeqCst)
+    }
+
+    /// Waits for the job to end, at most `wall_clock` from now; `cancel` is polled every
+    /// few milliseconds. Kills whatever is left, then reports how it ended.
+    pub fn wait(
+        self,
+        wall_clock: Duration,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<JobOutcome, JailError> {
+        let Started {
+            mut guard,
+            cg,
+            status_rx,
+            stdout,
+            stderr,
+            flood,
+            out_dir,
+            limits,
+            memory,
+            pids,
+            cpu,
+        } = self;
+        let started = Instant::now();
+        let mut exit_code = None;
+        let deadline = started + wall_clock;
+        let ended = loop {
+            if let Some(status) = guard.0.try_wait().map_err(io_err("waiting for bwrap"))? {
+                break Ended::Exited(status);
+            }
+            if flood.load(Ordering::SeqCst) {
+                break Ended::Killed(JobStatus::OutputFlood);
+            }
+            if cancel() {
+                break Ended::Killed(JobStatus::Cancelled);
+            }
+            if Instant::now() >= deadline {
+                break Ended::Killed(JobStatus::TimedOut);
+            }
+            std::thread::sleep(POLL);
+        };
+        // Killing bwrap's monitor takes the sandbox's pid 1 with it (`--die-with-parent`), and
+        // with it the whole pid namespace; the cgroup sweep catches anything else.
+        let _ = guard.0.kill();
+        let _ = guard.0.wait();
+        let duration = started.elapsed();
+        if let Some(cg) = &cg {
+            let left = cg.kill_all(KILL_PATIENCE);
+            if !left.is_empty() {
+                return Err(JailError::Escaped { pids: left });
+            }
+        }
+        let stdout = stdout.map(|c| c.finish(DRAIN_PATIENCE)).unwrap_or_default();
+        let stderr = stderr.map(|c| c.finish(DRAIN_PATIENCE)).unwrap_or_default();
+        while let Ok(msg) = status_rx.try_recv() {
+            if let StatusMsg::ExitCode(code) = msg {
+                exit_code = Some(code);
+            }
+        }
+        let oom = cg.as_ref().is_some_and(JobCgroup::oom_killed);
+        drop(cg);
+
+        let out_bytes = tree_size(&out_dir);
+        let status = match ended {
+            Ended::Killed(status) => status,
+            Ended::Exited(_) if oom => JobStatus::MemoryLimit,
+            Ended::Exited(bwrap_status) => match exit_code {
+                Some(code) if code > 128 && code < 128 + 65 => JobStatus::Signaled(code - 128),
+                Some(code) => JobStatus::Exited(code),
+                None => match bwrap_status.signal() {
+                    Some(sig) => JobStatus::Signaled(sig),
+                    // No exit code on the status fd: the sandbox never reached exec.
+                    None => {
+                        return Err(JailError::Setup {
+                            stderr: String::from_utf8_lossy(&stderr.bytes)
+                                .chars()
+                                .take(2000)
+                                .collect(),
+                        });
+                    }
+                },
+            },
+        };
+        let status = match status {
+            JobStatus::Exited(_) | JobStatus::Signaled(_) if out_bytes > limits.out_bytes => {
+                JobStatus::OutLimit
+            }
+            other => other,
+        };
+        Ok(JobOutcome {
+            status,
+            stdout,
+            stderr,
+            duration,
+            out_bytes,
+            memory,
+            pids,
+            cpu,
+        })
+    }
 }
 
 enum Ended {
@@ -842,6 +917,12 @@ fn clean_absolute(path: &Path) -> bool {
         && path
             .components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+/// Whether jobs can read `path` (always, unless dataref runs as root and jobs run as
+/// [`JAIL_UID`]).
+pub fn jail_can_read(path: &Path) -> bool {
+    !rustix::process::geteuid().is_root() || reachable(path, JAIL_UID, JAIL_GID).is_ok()
 }
 
 /// Checks that `uid`/`gid` (with no supplementary groups) can search every directory on the

@@ -15,4 +15,5 @@
 )]
 
 pub mod jail;
+pub mod pool;
 pub mod runtime;

@@ -340,7 +340,13 @@ fn ready_runtime(dir: &Path) -> Result<Option<Runtime>, RuntimeError> {
         return Ok(None);
     };
     let python = venv_python(dir);
-    if manifest.pinned != pinned_map() || !python.is_file() || !manifest.base_prefix.is_dir() {
+    if manifest.pinned != pinned_map()
+        || !python.is_file()
+        || !manifest.base_prefix.is_dir()
+        || !crate::jail::jail_can_read(&manifest.base_prefix)
+    {
+        // A runtime made from a Python the jail uid cannot reach (pyenv under `/root`)
+        // cannot run in the sandbox: rebuild it from a reachable one.
         return Ok(None);
     }
     Ok(Some(Runtime {
@@ -373,7 +379,7 @@ fn ensure_managed(
 
     let base = match base {
         Some(p) => p.to_path_buf(),
-        None => find_on_path("python3").ok_or(RuntimeError::NoPython)?,
+        None => default_base().ok_or(RuntimeError::NoPython)?,
     };
     let host = probe(&base, ProbeDepth::Version)?;
     if parse_version(&host.python) < MIN_PYTHON {
@@ -410,6 +416,29 @@ fn ensure_managed(
             packages: manifest.installed,
         },
     })
+}
+
+/// The interpreter a managed runtime is made from when none is configured: the first
+/// `python3` on `PATH`, unless dataref runs as root and that one lives where the jail uid
+/// cannot follow (pyenv under `/root`); then the system's `/usr/bin/python3` or
+/// `/usr/local/bin/python3`.
+fn default_base() -> Option<PathBuf> {
+    let on_path = find_on_path("python3");
+    let usable = |p: &Path| {
+        fs::canonicalize(p)
+            .ok()
+            .is_some_and(|real| crate::jail::jail_can_read(&real))
+    };
+    if let Some(p) = &on_path
+        && usable(p)
+    {
+        return on_path;
+    }
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file() && usable(p))
+        .or(on_path)
 }
 
 /// Held for the whole build so concurrent starters download and build once; the lock goes

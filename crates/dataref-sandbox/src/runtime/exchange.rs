@@ -345,44 +345,13 @@ pub fn prepare_job(
     caps: &ExchangeCaps,
     placement: Placement,
 ) -> Result<PreparedJob, ExchangeError> {
-    let layout = JobLayout::new(dir);
-    let mut names = Vec::with_capacity(inputs.len());
-    for (name, _) in inputs {
-        let name = InputName::parse(name)?;
-        if names.contains(&name) {
-            return Err(ExchangeError::InputName {
-                name: name.0,
-                reason: "it is given twice",
-            });
-        }
-        names.push(name);
-    }
+    let layout = create_job_dir(dir)?;
+    let names: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+    let names = write_request(&layout, &names, code, caps)?;
     let mut file_targets = Vec::with_capacity(files.len());
     for (rel, _) in files {
         file_targets.push(layout.in_files().join(check_rel_path(rel, caps.max_depth)?));
     }
-
-    for d in [
-        layout.root().join("in/inputs"),
-        layout.in_files(),
-        layout.outputs(),
-        layout.out_files(),
-    ] {
-        fs::create_dir_all(&d).map_err(io_error("creating", &d))?;
-    }
-    write_file(&layout.runner(), RUNNER_PY.as_bytes())?;
-    write_file(&layout.code(), code.as_bytes())?;
-    let request = Request {
-        inputs: names.iter().map(InputName::as_str).collect(),
-        result_cap: caps.result_bytes,
-        max_outputs: caps.max_outputs,
-    };
-    let request = serde_json::to_vec(&request).map_err(|e| ExchangeError::Io {
-        action: "encoding",
-        path: layout.request(),
-        source: e.into(),
-    })?;
-    write_file(&layout.request(), &request)?;
 
     let mut binds = Vec::new();
     let placed = names
@@ -415,6 +384,80 @@ pub fn prepare_job(
         }
     }
     Ok(PreparedJob { layout, binds })
+}
+
+/// Creates the job directory with the runner and the empty `in/` and `out/` trees: all a
+/// warm sandbox needs before its job is known.
+pub fn create_job_dir(dir: &Path) -> Result<JobLayout, ExchangeError> {
+    let layout = JobLayout::new(dir);
+    for d in [
+        layout.root().join("in/inputs"),
+        layout.in_files(),
+        layout.outputs(),
+        layout.out_files(),
+    ] {
+        fs::create_dir_all(&d).map_err(io_error("creating", &d))?;
+    }
+    write_file(&layout.runner(), RUNNER_PY.as_bytes())?;
+    Ok(layout)
+}
+
+/// Writes `request.json` and `code.py` into a job directory made by [`create_job_dir`];
+/// the runner opens the inputs in the order of `input_names`.
+pub fn write_request(
+    layout: &JobLayout,
+    input_names: &[&str],
+    code: &str,
+    caps: &ExchangeCaps,
+) -> Result<Vec<InputName>, ExchangeError> {
+    let mut names = Vec::with_capacity(input_names.len());
+    for name in input_names {
+        let name = InputName::parse(name)?;
+        if names.contains(&name) {
+            return Err(ExchangeError::InputName {
+                name: name.0,
+                reason: "it is given twice",
+            });
+        }
+        names.push(name);
+    }
+    write_file(&layout.code(), code.as_bytes())?;
+    let request = Request {
+        inputs: names.iter().map(InputName::as_str).collect(),
+        result_cap: caps.result_bytes,
+        max_outputs: caps.max_outputs,
+    };
+    let request = serde_json::to_vec(&request).map_err(|e| ExchangeError::Io {
+        action: "encoding",
+        path: layout.request(),
+        source: e.into(),
+    })?;
+    write_file(&layout.request(), &request)?;
+    Ok(names)
+}
+
+/// Copies a workspace file the code may read to `in/files/<rel>` (at most `max_bytes`).
+pub fn copy_in_file(
+    layout: &JobLayout,
+    rel: &str,
+    source: &mut dyn Read,
+    max_bytes: u64,
+    caps: &ExchangeCaps,
+) -> Result<u64, ExchangeError> {
+    let target = layout.in_files().join(check_rel_path(rel, caps.max_depth)?);
+    if let Some(parent) = target.parent() {
+        fs::create_dir_all(parent).map_err(io_error("creating", parent))?;
+    }
+    let mut file = File::create(&target).map_err(io_error("creating", &target))?;
+    let copied = std::io::copy(&mut source.take(max_bytes.saturating_add(1)), &mut file)
+        .map_err(io_error("copying into", &target))?;
+    if copied > max_bytes {
+        return Err(ExchangeError::FilePath {
+            rel: rel.to_owned(),
+            reason: "it is larger than the cap for files passed to the code",
+        });
+    }
+    Ok(copied)
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ExchangeError> {

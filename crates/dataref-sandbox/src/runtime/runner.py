@@ -1,7 +1,8 @@
 """dataref run_python runner: loads the inputs, runs the model's code, writes the outputs.
 
 Invoked as `python -I -B <job>/in/runner.py <job>` by the runtime's interpreter, inside the
-sandbox. The contract with the Rust side (crates/dataref-sandbox/src/runtime/exchange.rs):
+sandbox. Started ahead for the warm pool, it imports pandas and pyarrow, then waits on its
+stdin (a Unix socket) for the job; see `_wait_for_job`. The contract with the Rust side (crates/dataref-sandbox/src/runtime/exchange.rs):
 
   <job>/in/request.json        {"inputs": [names], "result_cap": N, "max_outputs": N}
   <job>/in/inputs/<name>.arrow Arrow IPC file format, uncompressed (a store artifact)
@@ -19,7 +20,10 @@ import builtins
 import json
 import keyword
 import math
+import mmap
 import os
+import socket
+import stat
 import sys
 import time
 import traceback
@@ -255,7 +259,50 @@ def _write_outputs(frames, pa):
     return written
 
 
+def _wait_for_job():
+    """A warm sandbox is started before its job exists: its stdin is a Unix socket, and the
+    job arrives as one message `go` carrying the input files' descriptors (opened read-only
+    by the server) in the order of `request.json`'s inputs. Returns None when started for a
+    job directly (stdin is not a socket) and exits quietly when the server closes the
+    socket without a job (the pool is shutting down)."""
+    global _T0
+    if not stat.S_ISSOCK(os.fstat(0).st_mode):
+        return None
+    sock = socket.socket(fileno=0)
+    msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 256)
+    sock.close()
+    if msg != b"go":
+        for fd in fds:
+            os.close(fd)
+        sys.exit(0)
+    _T0 = time.monotonic()
+    return fds
+
+
+def _open_input(name, fds, index, pa, keep):
+    if fds is None:
+        source = pa.memory_map(os.path.join(_JOB, "in", "inputs", f"{name}.arrow"), "r")
+    else:
+        if index >= len(fds):
+            raise ExchangeError("InputMissing", f"input {name!r} was not passed")
+        # Mapped from the descriptor: the file itself is not reachable by path in here.
+        mapped = mmap.mmap(fds[index], 0, access=mmap.ACCESS_READ)
+        os.close(fds[index])
+        keep.append(mapped)
+        source = pa.BufferReader(pa.py_buffer(mapped))
+    # The map stays open for the life of the process: to_pandas may keep zero-copy views
+    # of its buffers.
+    keep.append(source)
+    return pa.ipc.open_file(source).read_all()
+
+
 def main():
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.ipc  # noqa: F401 - pa.ipc is a submodule
+
+    fds = _wait_for_job()
     with open(os.path.join(_JOB, "in", "request.json"), encoding="utf-8") as f:
         request = json.load(f)
     with open(os.path.join(_JOB, "in", "code.py"), encoding="utf-8") as f:
@@ -266,11 +313,6 @@ def main():
     os.makedirs(os.path.join(_JOB, "out", "outputs"), exist_ok=True)
     os.makedirs(os.path.join(_JOB, "out", "files"), exist_ok=True)
 
-    import numpy as np
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.ipc  # noqa: F401 - pa.ipc is a submodule
-
     user_globals = {
         "__name__": "__main__",
         "__builtins__": builtins,
@@ -279,7 +321,8 @@ def main():
         "outputs": {},
         "result": None,
     }
-    for name in request.get("inputs", []):
+    keep = []
+    for index, name in enumerate(request.get("inputs", [])):
         # The Rust side validates names; this is the second lock on the same door.
         if (
             not name.isidentifier()
@@ -289,10 +332,7 @@ def main():
             or name.startswith("__")
         ):
             raise ExchangeError("InputNameInvalid", f"input name {name!r} is not allowed")
-        # The map stays open for the life of the process: to_pandas may keep zero-copy
-        # views of its buffers.
-        source_file = pa.memory_map(os.path.join(_JOB, "in", "inputs", f"{name}.arrow"), "r")
-        table = pa.ipc.open_file(source_file).read_all()
+        table = _open_input(name, fds, index, pa, keep)
         # date32/date64 arrive as datetime64 so that `.dt` works, as models expect.
         user_globals[name] = table.to_pandas(date_as_object=False)
 

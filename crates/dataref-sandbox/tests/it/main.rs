@@ -3,4 +3,5 @@
 #![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
 mod jail;
+mod pool;
 mod runtime;

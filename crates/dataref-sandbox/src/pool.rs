@@ -1,0 +1,470 @@
+//! `run_python`'s engine: a warm pool of single-use sandboxes over the managed runtime.
+//!
+//! A warm sandbox is a jailed runner that has already imported numpy, pandas and pyarrow
+//! under the full confinement and now blocks on its stdin, a Unix socket. A job takes one
+//! from the pool, writes `request.json`, `code.py` and `in/files/` into its job directory
+//! (bound read-only into the sandbox, so the host's later writes show through), and sends
+//! `go` with the input artifacts' file descriptors attached (`SCM_RIGHTS`): the sandbox maps
+//! the Arrow files from those descriptors and never sees a path of the store. Each sandbox
+//! serves one job and is destroyed; a background thread refills the pool. When the pool is
+//! empty a sandbox is started for the job (the cold path), through the same steps.
+//!
+//! The thread that starts sandboxes lives as long as the [`PythonSandbox`]: bubblewrap's
+//! `--die-with-parent` ties each sandbox to the thread that spawned it.
+
+use std::collections::VecDeque;
+use std::fs::{self, File};
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::Duration;
+
+use rustix::net::{
+    AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+    sendmsg, socketpair,
+};
+
+use crate::jail::{
+    self, Captured, CgroupPolicy, JAIL_GID, JAIL_UID, JailError, JobSpec, JobStatus, Limits,
+    RoBind, SANDBOX_WORK_DIR, Started,
+};
+use crate::runtime::exchange::{self, ExchangeCaps, ExchangeError, JobLayout, JobResult};
+use crate::runtime::{Runtime, RuntimeError, RuntimeSpec, RuntimeStatus};
+
+/// At most this many input tables per job (one descriptor each in one message).
+pub const MAX_INPUTS: usize = 32;
+/// Files passed with `files` are copied into the job; together at most this many bytes.
+pub const MAX_IN_FILE_BYTES: u64 = 256 << 20;
+
+/// How the sandbox is built and bounded.
+#[derive(Debug, Clone)]
+pub struct SandboxSettings {
+    /// The data directory: the managed runtime lives in `<home>/python`, job directories
+    /// in `<home>/jobs`. When dataref runs as root, jobs run as uid 65534, which must be able
+    /// to reach both (so not under `/root`).
+    pub home: PathBuf,
+    pub runtime: RuntimeSpec,
+    /// Warm sandboxes kept ready; 0 turns the pool off (every job starts cold).
+    pub pool_size: usize,
+    /// Per-job limits; `wall_clock` is replaced by each job's timeout.
+    pub limits: Limits,
+    pub caps: ExchangeCaps,
+    pub cgroups: CgroupPolicy,
+}
+
+/// One job: the model's code, its input tables and files.
+#[derive(Debug)]
+pub struct PythonJob {
+    pub code: String,
+    /// `(global name, artifact file)`: Arrow IPC files, opened read-only by the caller.
+    pub inputs: Vec<(String, File)>,
+    /// `(path under in/files, file)`: copied into the job before it starts.
+    pub files: Vec<(String, File)>,
+    pub timeout: Duration,
+}
+
+/// How a job went. The job directory (and with it the output files `result` points at)
+/// is removed when this is dropped.
+#[derive(Debug)]
+pub struct PythonRun {
+    pub status: JobStatus,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    /// From the hand-off to the end (a warm sandbox's start-up is not counted).
+    pub duration: Duration,
+    /// Served by a pre-started sandbox.
+    pub warm: bool,
+    /// What the runner reported, for a job that ended by itself (`None` when it was killed
+    /// for a limit or cancelled).
+    pub result: Option<Result<JobResult, ExchangeError>>,
+    _dir: JobDir,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Jail(#[from] JailError),
+    #[error(transparent)]
+    Exchange(#[from] ExchangeError),
+    #[error("{action} `{}`: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0} input tables, at most {MAX_INPUTS} are allowed")]
+    TooManyInputs(usize),
+    #[error("the sandbox pool has shut down")]
+    ShutDown,
+}
+
+impl SandboxError {
+    /// What an operator or the model can do about it.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            SandboxError::Jail(e) => e.hint(),
+            SandboxError::TooManyInputs(_) => {
+                Some("combine tables in one `query`, or run the work in steps".to_owned())
+            }
+            SandboxError::Exchange(ExchangeError::InputName { .. }) => Some(
+                "input names become Python globals: use identifiers such as `sales` or `q1`"
+                    .to_owned(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether the caller's arguments caused it (not the host).
+    pub fn is_caller_error(&self) -> bool {
+        matches!(
+            self,
+            SandboxError::TooManyInputs(_)
+                | SandboxError::Exchange(
+                    ExchangeError::InputName { .. } | ExchangeError::FilePath { .. }
+                )
+        )
+    }
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SandboxError {
+    let path = path.to_path_buf();
+    move |source| SandboxError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// The job directory; removed with everything in it when dropped.
+#[derive(Debug)]
+struct JobDir(JobLayout);
+
+impl Drop for JobDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(self.0.root());
+    }
+}
+
+/// A sandbox started ahead, blocked on its socket.
+struct Warm {
+    started: Started,
+    socket: OwnedFd,
+    dir: JobDir,
+}
+
+enum Request {
+    Refill,
+    Cold(mpsc::SyncSender<Result<Warm, SandboxError>>),
+}
+
+struct Shared {
+    settings: SandboxSettings,
+    runtime: Mutex<Option<Runtime>>,
+    pool: Mutex<VecDeque<Warm>>,
+    next_id: AtomicU64,
+}
+
+/// `run_python`'s sandbox: lazily provisioned runtime, warm pool, cold path.
+pub struct PythonSandbox {
+    shared: Arc<Shared>,
+    spawner: Mutex<mpsc::Sender<Request>>,
+}
+
+impl std::fmt::Debug for PythonSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PythonSandbox")
+            .field("settings", &self.shared.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PythonSandbox {
+    /// Nothing is started or installed until [`PythonSandbox::prewarm`] or the first job.
+    pub fn new(settings: SandboxSettings) -> Self {
+        let shared = Arc::new(Shared {
+            settings,
+            runtime: Mutex::new(None),
+            pool: Mutex::new(VecDeque::new()),
+            next_id: AtomicU64::new(0),
+        });
+        let (tx, rx) = mpsc::channel();
+        let thread_shared = Arc::clone(&shared);
+        // A plain thread (not a runtime's blocking pool, whose threads exit when idle and
+        // would take their sandboxes with them).
+        let _ = std::thread::Builder::new()
+            .name("dataref-sandbox-pool".to_owned())
+            .spawn(move || spawner(&thread_shared, &rx));
+        PythonSandbox {
+            shared,
+            spawner: Mutex::new(tx),
+        }
+    }
+
+    pub fn settings(&self) -> &SandboxSettings {
+        &self.shared.settings
+    }
+
+    /// Fills the pool if the runtime is already installed; never downloads anything (the
+    /// first job does, with progress). For a server's start-up; returns at once.
+    pub fn prewarm(&self) {
+        let installed = match &self.shared.settings.runtime {
+            RuntimeSpec::Managed { .. } => {
+                matches!(
+                    Runtime::check(&self.shared.settings.home),
+                    RuntimeStatus::Ready(_)
+                )
+            }
+            RuntimeSpec::Interpreter(_) => true,
+        };
+        if installed && self.runtime(&|_| {}).is_ok() {
+            self.send(Request::Refill);
+        }
+    }
+
+    /// The runtime, provisioned on first use (`progress` hears each step).
+    pub fn runtime(&self, progress: &dyn Fn(&str)) -> Result<Runtime, SandboxError> {
+        let mut slot = self
+            .shared
+            .runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(r) = &*slot {
+            return Ok(r.clone());
+        }
+        let settings = &self.shared.settings;
+        let runtime = Runtime::ensure_with(&settings.home, &settings.runtime, progress)?;
+        *slot = Some(runtime.clone());
+        Ok(runtime)
+    }
+
+    /// Warm sandboxes ready now.
+    pub fn warm_count(&self) -> usize {
+        self.shared
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Runs one job to its end: blocks, so call it from a blocking thread. `cancel` is
+    /// polled every few milliseconds and kills the job.
+    pub fn run(
+        &self,
+        job: PythonJob,
+        progress: &dyn Fn(&str),
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<PythonRun, SandboxError> {
+        if job.inputs.len() > MAX_INPUTS {
+            return Err(SandboxError::TooManyInputs(job.inputs.len()));
+        }
+        self.runtime(progress)?;
+        let (warm, was_warm) = match self.take_warm() {
+            Some(w) => (w, true),
+            None => (self.start_cold()?, false),
+        };
+        // Refill in the background while this job runs.
+        self.send(Request::Refill);
+        let Warm {
+            started,
+            socket,
+            dir,
+        } = warm;
+        let settings = &self.shared.settings;
+        let names: Vec<&str> = job.inputs.iter().map(|(n, _)| n.as_str()).collect();
+        exchange::write_request(&dir.0, &names, &job.code, &settings.caps)?;
+        let mut budget = MAX_IN_FILE_BYTES;
+        for (rel, file) in &job.files {
+            let mut file = file;
+            let copied = exchange::copy_in_file(&dir.0, rel, &mut file, budget, &settings.caps)?;
+            budget -= copied;
+        }
+        let fds: Vec<BorrowedFd<'_>> = job.inputs.iter().map(|(_, f)| f.as_fd()).collect();
+        // A send that fails means the sandbox died while idle; its wait reports how.
+        let _ = send_go(&socket, &fds);
+        drop(socket);
+        let outcome = started.wait(job.timeout, cancel)?;
+        let result = match outcome.status {
+            JobStatus::Exited(_) | JobStatus::Signaled(_) => {
+                Some(exchange::collect(dir.0.root(), &settings.caps))
+            }
+            _ => None,
+        };
+        Ok(PythonRun {
+            status: outcome.status,
+            stdout: outcome.stdout,
+            stderr: outcome.stderr,
+            duration: outcome.duration,
+            warm: was_warm,
+            result,
+            _dir: dir,
+        })
+    }
+
+    fn take_warm(&self) -> Option<Warm> {
+        let mut pool = self
+            .shared
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while let Some(mut warm) = pool.pop_front() {
+            if warm.started.is_running() {
+                return Some(warm);
+            }
+            tracing::warn!("a warm sandbox died while idle; discarding it");
+        }
+        None
+    }
+
+    fn start_cold(&self) -> Result<Warm, SandboxError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Request::Cold(tx));
+        rx.recv().map_err(|_| SandboxError::ShutDown)?
+    }
+
+    fn send(&self, request: Request) {
+        let _ = self
+            .spawner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(request);
+    }
+}
+
+fn spawner(shared: &Shared, rx: &mpsc::Receiver<Request>) {
+    while let Ok(request) = rx.recv() {
+        match request {
+            Request::Cold(reply) => {
+                let _ = reply.send(spawn(shared));
+            }
+            Request::Refill => loop {
+                let have = shared
+                    .pool
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len();
+                if have >= shared.settings.pool_size {
+                    break;
+                }
+                match spawn(shared) {
+                    Ok(warm) => shared
+                        .pool
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push_back(warm),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not start a warm sandbox");
+                        break;
+                    }
+                }
+            },
+        }
+    }
+    // The sandbox is gone: kill the warm ones on this thread, their parent.
+    shared
+        .pool
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clear();
+}
+
+fn spawn(shared: &Shared) -> Result<Warm, SandboxError> {
+    let settings = &shared.settings;
+    let runtime = shared
+        .runtime
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+        .ok_or(SandboxError::ShutDown)?;
+    let jobs = settings.home.join("jobs");
+    fs::create_dir_all(&jobs).map_err(io_error("creating", &jobs))?;
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let path = jobs.join(format!("{}-{id}", std::process::id()));
+    if path.exists() {
+        fs::remove_dir_all(&path).map_err(io_error("removing the stale", &path))?;
+    }
+    let dir = JobDir(exchange::create_job_dir(&path)?);
+    if rustix::process::geteuid().is_root() {
+        give_to_jail(dir.0.root())?;
+    }
+    let (ours, theirs) = socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| io_error("creating the job socket for", dir.0.root())(e.into()))?;
+
+    let mut spec = JobSpec::new(
+        runtime.python.clone(),
+        dir.0.root(),
+        settings.limits.clone(),
+    );
+    spec.args = vec![
+        "-I".into(),
+        "-B".into(),
+        Path::new(SANDBOX_WORK_DIR).join("in/runner.py").into(),
+        SANDBOX_WORK_DIR.into(),
+    ];
+    spec.env = vec![
+        ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+        ("HOME".to_owned(), "/tmp".to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ("MPLCONFIGDIR".to_owned(), "/tmp/matplotlib".to_owned()),
+        ("MPLBACKEND".to_owned(), "Agg".to_owned()),
+        ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
+        ("OPENBLAS_NUM_THREADS".to_owned(), "1".to_owned()),
+    ];
+    for host in [&runtime.prefix, &runtime.base_prefix] {
+        if !host.starts_with("/usr") && !spec.ro_binds.iter().any(|b| &b.host == host) {
+            spec.ro_binds.push(RoBind {
+                host: host.clone(),
+                sandbox: host.clone(),
+            });
+        }
+    }
+    spec.cgroups = settings.cgroups;
+    let started = jail::start(&spec, Some(theirs))?;
+    Ok(Warm {
+        started,
+        socket: ours,
+        dir,
+    })
+}
+
+/// The job runs as the jail uid: it may read the job directory (group `nogroup`, nobody
+/// else) and write `out/`.
+fn give_to_jail(root: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(root, None, Some(JAIL_GID)).map_err(io_error("chown", root))?;
+    fs::set_permissions(root, fs::Permissions::from_mode(0o750))
+        .map_err(io_error("chmod", root))?;
+    let out = root.join("out");
+    for dir in [out.clone(), out.join("outputs"), out.join("files")] {
+        std::os::unix::fs::chown(&dir, Some(JAIL_UID), Some(JAIL_GID))
+            .map_err(io_error("chown", &dir))?;
+    }
+    Ok(())
+}
+
+fn send_go(socket: &OwnedFd, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(std::io::Error::other(
+            "too many descriptors for one message",
+        ));
+    }
+    sendmsg(
+        socket,
+        &[IoSlice::new(b"go")],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    Ok(())
+}
