@@ -34,7 +34,7 @@ mod resolve;
 mod units;
 
 pub use resolve::{
-    ColumnType, Config, ConfigError, Limits, ParamConfig, ParamType, QueryConfig, SampleSpec,
-    SourceConfig, SourceKind, StoreConfig,
+    ColumnType, Config, ConfigError, Limits, ParamConfig, ParamType, PythonConfig, QueryConfig,
+    SampleSpec, SourceConfig, SourceKind, StoreConfig,
 };
 pub use units::{parse_bytes, parse_duration};

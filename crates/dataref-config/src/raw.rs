@@ -17,6 +17,24 @@ pub(crate) struct RawConfig {
     pub sources: BTreeMap<String, RawSource>,
     #[serde(default)]
     pub queries: BTreeMap<String, RawQuery>,
+    #[serde(default)]
+    pub python: RawPython,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPython {
+    pub enabled: Option<bool>,
+    pub interpreter: Option<String>,
+    pub base_interpreter: Option<String>,
+    pub pool_size: Option<usize>,
+    pub timeout: Option<RawDuration>,
+    pub max_timeout: Option<RawDuration>,
+    pub memory: Option<RawSize>,
+    pub cpus: Option<f64>,
+    pub max_processes: Option<u64>,
+    pub result_bytes: Option<usize>,
+    pub require_cgroups: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

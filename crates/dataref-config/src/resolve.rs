@@ -6,7 +6,7 @@ use std::time::Duration;
 use dataref_protocol::Principal;
 use serde_json::Value;
 
-use crate::raw::{RawConfig, RawDuration, RawParam, RawQuery, RawSize, RawSource};
+use crate::raw::{RawConfig, RawDuration, RawParam, RawPython, RawQuery, RawSize, RawSource};
 use crate::units::{parse_bytes, parse_duration};
 
 /// Everything dataref needs to run, resolved and checked.
@@ -22,6 +22,55 @@ pub struct Config {
     pub queries: BTreeMap<String, QueryConfig>,
     /// Set when this config is the built-in sample: the database must be generated first.
     pub sample: Option<SampleSpec>,
+    pub python: PythonConfig,
+}
+
+/// `run_python`: the runtime, the warm pool and each job's limits (`[python]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PythonConfig {
+    /// Register `run_python`. Default true.
+    pub enabled: bool,
+    /// An operator-managed interpreter with pandas and pyarrow installed; dataref never
+    /// installs into it. Default: none, dataref provisions its own venv in the data dir.
+    pub interpreter: Option<PathBuf>,
+    /// The Python the managed venv is made from. Default: `python3` on `PATH`, or
+    /// `/usr/bin/python3` when that one is not reachable by the jail uid.
+    pub base_interpreter: Option<PathBuf>,
+    /// Warm sandboxes kept ready. Default 2; 0 starts every job cold.
+    pub pool_size: usize,
+    /// A job's wall clock when the call names none. Default 60 s.
+    pub timeout: Duration,
+    /// The most a call may ask for with `timeout_s`. Default 10 min.
+    pub max_timeout: Duration,
+    /// Memory of one job, swap included. Default 2 GiB.
+    pub memory_bytes: u64,
+    /// CPU cores one job may use. Default 1.
+    pub cpus: f64,
+    /// Processes and threads of one job. Default 64.
+    pub max_processes: u64,
+    /// `result` as JSON. Default 4 KiB.
+    pub result_bytes: usize,
+    /// Refuse to run jobs when cgroups cannot enforce memory, process and CPU limits
+    /// (instead of falling back to rlimits with a warning). Default false.
+    pub require_cgroups: bool,
+}
+
+impl Default for PythonConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interpreter: None,
+            base_interpreter: None,
+            pool_size: 2,
+            timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(600),
+            memory_bytes: 2 << 30,
+            cpus: 1.0,
+            max_processes: 64,
+            result_bytes: 4096,
+            require_cgroups: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -354,6 +403,7 @@ impl Config {
             sources: BTreeMap::from([("sample".into(), source)]),
             queries: BTreeMap::from([("sales".into(), query)]),
             sample: Some(SampleSpec { path, rows }),
+            python: PythonConfig::default(),
         }
     }
 
@@ -435,6 +485,7 @@ impl Config {
             let query = resolve_query(&name, q, &sources)?;
             queries.insert(name, query);
         }
+        let python = resolve_python(&raw.python, base)?;
         Ok(Self {
             home,
             principal,
@@ -443,8 +494,77 @@ impl Config {
             sources,
             queries,
             sample: None,
+            python,
         })
     }
+}
+
+fn resolve_python(raw: &RawPython, base: &Path) -> Result<PythonConfig, ConfigError> {
+    let d = PythonConfig::default();
+    let path = |p: &Option<String>| p.as_ref().map(|p| base.join(p));
+    let python = PythonConfig {
+        enabled: raw.enabled.unwrap_or(d.enabled),
+        interpreter: path(&raw.interpreter),
+        base_interpreter: path(&raw.base_interpreter),
+        pool_size: raw.pool_size.unwrap_or(d.pool_size),
+        timeout: duration("python.timeout", &raw.timeout, d.timeout)?,
+        max_timeout: duration("python.max_timeout", &raw.max_timeout, d.max_timeout)?,
+        memory_bytes: size("python.memory", &raw.memory, d.memory_bytes)?,
+        cpus: raw.cpus.unwrap_or(d.cpus),
+        max_processes: raw.max_processes.unwrap_or(d.max_processes),
+        result_bytes: raw.result_bytes.unwrap_or(d.result_bytes),
+        require_cgroups: raw.require_cgroups.unwrap_or(d.require_cgroups),
+    };
+    if python.interpreter.is_some() && python.base_interpreter.is_some() {
+        return Err(invalid(
+            "python.interpreter",
+            "`interpreter` and `base_interpreter` exclude each other",
+            "set `interpreter` for a Python you manage, or `base_interpreter` for the one dataref's venv is made from",
+        ));
+    }
+    if python.pool_size > 32 {
+        return Err(invalid(
+            "python.pool_size",
+            "must be at most 32",
+            "the default is 2",
+        ));
+    }
+    if python.timeout.is_zero() || python.timeout > python.max_timeout {
+        return Err(invalid(
+            "python.timeout",
+            "must be longer than zero and at most `python.max_timeout`",
+            "the defaults are `60s` and `10m`",
+        ));
+    }
+    if python.memory_bytes < 64 << 20 {
+        return Err(invalid(
+            "python.memory",
+            "must be at least 64MiB",
+            "the default is `2GiB`",
+        ));
+    }
+    if !(python.cpus.is_finite() && python.cpus > 0.0 && python.cpus <= 1024.0) {
+        return Err(invalid(
+            "python.cpus",
+            "must be a number of cores above 0",
+            "the default is 1",
+        ));
+    }
+    if python.max_processes < 4 {
+        return Err(invalid(
+            "python.max_processes",
+            "must be at least 4",
+            "the default is 64",
+        ));
+    }
+    if !(256..=1 << 20).contains(&python.result_bytes) {
+        return Err(invalid(
+            "python.result_bytes",
+            "must be between 256 and 1048576",
+            "the default is 4096; put tables in `outputs`, not in `result`",
+        ));
+    }
+    Ok(python)
 }
 
 fn default_principal() -> Principal {
@@ -618,6 +738,38 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml_str(text, Path::new("/cfg"), PathBuf::from("/home"))
+    }
+
+    #[test]
+    fn python_section_has_defaults_and_checks_its_values() {
+        let c = parse("").unwrap();
+        assert_eq!(c.python, PythonConfig::default());
+        let c = parse(
+            "[python]\npool_size = 0\ntimeout = \"5s\"\nmemory = \"512MiB\"\ninterpreter = \"venv/bin/python\"\ncpus = 0.5",
+        )
+        .unwrap();
+        assert_eq!(c.python.pool_size, 0);
+        assert_eq!(c.python.timeout, Duration::from_secs(5));
+        assert_eq!(c.python.memory_bytes, 512 << 20);
+        assert_eq!(
+            c.python.interpreter,
+            Some(PathBuf::from("/cfg/venv/bin/python"))
+        );
+        for bad in [
+            "timeout = \"20m\"",
+            "memory = \"1MB\"",
+            "cpus = 0",
+            "result_bytes = 10",
+            "pool_size = 1000",
+            "interpreter = \"a\"\nbase_interpreter = \"b\"",
+            "pool = 2",
+        ] {
+            let err = parse(&format!("[python]\n{bad}")).unwrap_err().to_string();
+            assert!(
+                err.contains("python") || err.contains("unknown field"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     const GOOD: &str = r#"

@@ -7,10 +7,12 @@ mod fetch;
 mod files;
 mod list_artifacts;
 mod query;
+mod run_python;
 
 use std::sync::Arc;
 
 use dataref_config::Config;
+use dataref_sandbox::pool::PythonSandbox;
 
 use crate::{ToolRegistry, ToolsError};
 
@@ -19,11 +21,26 @@ pub use fetch::FetchTool;
 pub use files::{CopyFileTool, ListFilesTool, ReadFileTool, mime_type_for};
 pub use list_artifacts::ListArtifactsTool;
 pub use query::QueryTool;
+pub use run_python::{RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, sandbox_settings};
 
 /// Every built-in tool for `config`: one `fetch_<name>` per configured query, `query` when
-/// a source allows SQL, `describe_data`, `list_artifacts`, `read_file`, `list_files` and
-/// `copy_file`.
+/// a source allows SQL, `describe_data`, `list_artifacts`, `run_python` (unless
+/// `[python] enabled = false`), `read_file`, `list_files` and `copy_file`. `run_python`
+/// gets a sandbox of its own that starts nothing until its first call.
 pub fn builtin_registry(config: &Config) -> Result<ToolRegistry, ToolsError> {
+    let python = config
+        .python
+        .enabled
+        .then(|| Arc::new(PythonSandbox::new(sandbox_settings(config))));
+    builtin_registry_with(config, python)
+}
+
+/// [`builtin_registry`] with the caller's sandbox for `run_python` (a server keeps it to
+/// fill the warm pool at start-up); `None` leaves `run_python` out.
+pub fn builtin_registry_with(
+    config: &Config,
+    python: Option<Arc<PythonSandbox>>,
+) -> Result<ToolRegistry, ToolsError> {
     let mut b = ToolRegistry::builder();
     for q in config.queries.values() {
         // Resolution guarantees the source exists.
@@ -42,6 +59,9 @@ pub fn builtin_registry(config: &Config) -> Result<ToolRegistry, ToolsError> {
     }
     b.register(Arc::new(DescribeDataTool::new()));
     b.register(Arc::new(ListArtifactsTool::new()));
+    if let Some(sandbox) = python {
+        b.register(Arc::new(RunPythonTool::new(sandbox, config.python.clone())));
+    }
     b.register(Arc::new(ReadFileTool::new()));
     b.register(Arc::new(ListFilesTool::new()));
     b.register(Arc::new(CopyFileTool::new()));

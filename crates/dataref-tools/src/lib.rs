@@ -32,7 +32,10 @@ mod execute;
 mod registry;
 mod tool;
 
-pub use builtin::{builtin_registry, mime_type_for};
+pub use builtin::{
+    RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, builtin_registry, builtin_registry_with,
+    mime_type_for, sandbox_settings,
+};
 pub use context::{NoProgress, ProgressSink, RunContext};
 pub use error::{ToolError, ToolsError};
 pub use execute::{CallArguments, CallOutcome, ToolCall, execute_tool_call};

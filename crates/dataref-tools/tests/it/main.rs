@@ -12,6 +12,7 @@
 )]
 
 mod files;
+mod python;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +85,14 @@ fn fixture() -> Fixture {
 /// The built-in tools (and `unruly`) for the caller `alice`, with the sample's limits
 /// changed by `tweak`.
 fn fixture_with(tweak: impl FnOnce(&mut Limits)) -> Fixture {
+    fixture_full(tweak, None)
+}
+
+/// [`fixture_with`], with `run_python` on a sandbox of the test's own.
+fn fixture_full(
+    tweak: impl FnOnce(&mut Limits),
+    python: Option<Arc<dataref_sandbox::pool::PythonSandbox>>,
+) -> Fixture {
     let home = tempfile::tempdir().unwrap();
     let mut config = Config::builtin_sample(home.path().to_owned(), 2_000);
     tweak(&mut config.limits);
@@ -91,7 +100,7 @@ fn fixture_with(tweak: impl FnOnce(&mut Limits)) -> Fixture {
     let store =
         LocalStore::open(home.path(), StoreLimits::default(), Arc::new(SystemClock)).unwrap();
     let mut builder = ToolRegistry::builder();
-    let builtins = dataref_tools::builtin_registry(&config).unwrap();
+    let builtins = dataref_tools::builtin_registry_with(&config, python).unwrap();
     for name in builtins.names() {
         builder.register(builtins.get(&name).unwrap().clone());
     }

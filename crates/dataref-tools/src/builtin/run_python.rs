@@ -1,0 +1,579 @@
+//! `run_python(code, inputs, files?, timeout_s?)`: pandas on dataRefs in the sandbox.
+//!
+//! The rows never pass through the model: inputs go to the sandbox as descriptors of the
+//! stored Arrow files, DataFrames stored in `outputs` come back as new artifacts of the
+//! caller's (validated and written through the store, so its caps apply), files written
+//! under `out/files/` land in the caller's workspace. The model gets a small JSON `result`,
+//! head and tail of stdout/stderr, and a description of each output.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arrow_ipc::reader::FileReader;
+use async_trait::async_trait;
+use dataref_config::{Config, PythonConfig};
+use dataref_protocol::{DataRef, Description, ToolSpec};
+use dataref_sandbox::jail::{CgroupPolicy, CpuLimit, JobStatus, Limits};
+use dataref_sandbox::pool::{PythonJob, PythonRun, PythonSandbox, SandboxError, SandboxSettings};
+use dataref_sandbox::runtime::RuntimeSpec;
+use dataref_sandbox::runtime::exchange::{
+    CollectedFile, CollectedOutput, ExchangeCaps, PythonError,
+};
+use dataref_store::{ArtifactStore, Lineage, SampleOptions, describe};
+use dataref_workspace::{Overwrite, Workspace};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::tool::{TypedTool, blocking, output, spec_for};
+use crate::{RunContext, ToolError, ToolOutput};
+
+/// stdout and stderr each come back cut to this many bytes (head and tail).
+pub const STREAM_SHOWN_BYTES: usize = 2048;
+/// What a job may print before it is stopped; the whole text is kept in the workspace.
+const STREAM_CAP_BYTES: usize = 1 << 20;
+/// Sample rows in the description of each output.
+const OUTPUT_SAMPLE_ROWS: usize = 3;
+/// Workspace directory for the whole stdout/stderr of runs whose output was cut.
+pub const RUNS_DIR: &str = ".runs";
+
+/// Arguments of `run_python`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunPythonArgs {
+    /// Python 3 source. Inputs are pandas DataFrames named by `inputs`; `pd` and `np` are
+    /// imported. Set `result` to a small JSON-able value (≤ 4 KB) and put tables in
+    /// `outputs["name"] = df`.
+    #[schemars(length(min = 1, max = 200_000))]
+    code: String,
+    /// Global name → dataRef, e.g. `{"sales": "dr_…"}`. Each becomes a DataFrame.
+    #[serde(default)]
+    inputs: BTreeMap<String, DataRef>,
+    /// Workspace files the code may read, at `in/files/<path>`.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    files: Vec<String>,
+    /// Seconds before the job is stopped (default 60).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 3600))]
+    timeout_s: Option<u64>,
+}
+
+/// One stream, cut to its head and tail when long.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StreamText {
+    pub text: String,
+    /// Bytes left out of `text` (present only when it was cut).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub omitted_bytes: Option<u64>,
+    /// Workspace file with the whole stream (present only when `text` was cut).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub full_text: Option<String>,
+}
+
+/// An exception or a limit that ended the code.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct PythonErrorOut {
+    /// Exception type (`KeyError`, …) or `Timeout`, `MemoryLimit`, `OutputLimit`, `Killed`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    /// Lines of the submitted code, innermost last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub traceback: Vec<TracebackLine>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct TracebackLine {
+    pub line: u32,
+    pub code: String,
+}
+
+/// A file the code wrote under `out/files/`, now in the workspace.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct FileOut {
+    pub path: String,
+    pub bytes: u64,
+    /// A file of that name was there and is replaced.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replaced: bool,
+}
+
+/// Something under `out/` that was not taken, and why.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct SkippedOut {
+    pub path: String,
+    pub reason: String,
+}
+
+/// What `run_python` returns.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunPythonResult {
+    pub ok: bool,
+    /// The value of `result` (null when not ok).
+    pub result: Value,
+    pub stdout: StreamText,
+    pub stderr: StreamText,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<PythonErrorOut>,
+    /// Output name → the stored table (a new dataRef).
+    pub outputs: BTreeMap<String, Description>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileOut>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedOut>,
+    pub duration_ms: u64,
+}
+
+pub struct RunPythonTool {
+    spec: ToolSpec,
+    sandbox: Arc<PythonSandbox>,
+    config: PythonConfig,
+}
+
+/// The sandbox settings `config` asks for.
+pub fn sandbox_settings(config: &Config) -> SandboxSettings {
+    let p = &config.python;
+    let runtime = match &p.interpreter {
+        Some(python) => RuntimeSpec::Interpreter(python.clone()),
+        None => RuntimeSpec::Managed {
+            base: p.base_interpreter.clone(),
+        },
+    };
+    SandboxSettings {
+        home: config.home.clone(),
+        runtime,
+        pool_size: p.pool_size,
+        limits: Limits {
+            memory_bytes: p.memory_bytes,
+            pids: p.max_processes,
+            cpu: CpuLimit::Cores(p.cpus),
+            wall_clock: p.timeout,
+            stdout_bytes: STREAM_CAP_BYTES,
+            stderr_bytes: STREAM_CAP_BYTES,
+            ..Limits::default()
+        },
+        caps: ExchangeCaps {
+            result_bytes: p.result_bytes,
+            ..ExchangeCaps::default()
+        },
+        cgroups: if p.require_cgroups {
+            CgroupPolicy::Required
+        } else {
+            CgroupPolicy::RlimitFallback
+        },
+    }
+}
+
+impl RunPythonTool {
+    pub fn new(sandbox: Arc<PythonSandbox>, config: PythonConfig) -> Self {
+        let description = format!(
+            "Run Python 3 (pandas {pandas}, numpy, pyarrow, matplotlib, openpyxl, python-docx, \
+             python-pptx) on stored tables, in a sandbox with no network. `inputs` maps names \
+             to dataRefs; each is a pandas DataFrame global of that name. Set `result` to a \
+             small JSON value (at most {cap} bytes: numbers, short lists, a few rows) and store \
+             tables with `outputs[\"name\"] = df`: each becomes a new dataRef you can pass on \
+             (charts, exports, another run) without the rows passing through you. `files` \
+             (workspace paths) are readable at `in/files/<path>`; files the code writes under \
+             `out/files/` are saved to the workspace at the same path. Do the arithmetic here, \
+             not in your head. Each run starts fresh: nothing is kept between runs except what \
+             you store. Default timeout {timeout} s.",
+            pandas = dataref_sandbox::runtime::PINNED
+                .iter()
+                .find(|p| p.name == "pandas")
+                .map_or("", |p| p.version),
+            cap = config.result_bytes,
+            timeout = config.timeout.as_secs(),
+        );
+        Self {
+            spec: spec_for::<RunPythonArgs, RunPythonResult>(
+                "run_python",
+                &description,
+                false,
+                false,
+            ),
+            sandbox,
+            config,
+        }
+    }
+}
+
+#[async_trait]
+impl TypedTool for RunPythonTool {
+    type Args = RunPythonArgs;
+
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn run(&self, a: RunPythonArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
+        let timeout = match a.timeout_s {
+            None => self.config.timeout,
+            Some(s) => {
+                let asked = Duration::from_secs(s);
+                if asked > self.config.max_timeout {
+                    return Err(ToolError::respond(
+                        format!(
+                            "timeout_s {s} is over the limit of {} s",
+                            self.config.max_timeout.as_secs()
+                        ),
+                        Some("work on fewer rows at a time, or ask for less".into()),
+                    ));
+                }
+                asked
+            }
+        };
+        let sandbox = Arc::clone(&self.sandbox);
+        let ctx = ctx.clone();
+        blocking("run_python", move || {
+            run_blocking(&sandbox, a, timeout, &ctx)
+        })
+        .await
+    }
+}
+
+fn run_blocking(
+    sandbox: &PythonSandbox,
+    a: RunPythonArgs,
+    timeout: Duration,
+    ctx: &RunContext,
+) -> Result<ToolOutput, ToolError> {
+    // Inputs: the caller's own live tables only (the store checks the owner).
+    let mut inputs = Vec::with_capacity(a.inputs.len());
+    for (name, data_ref) in &a.inputs {
+        let table = ctx.store.open_table(&ctx.principal, data_ref)?;
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the store's own file, opened read-only to pass its descriptor to the sandbox"
+        )]
+        let file = std::fs::File::open(&table.path)
+            .map_err(|e| ToolError::Fatal(format!("opening an input artifact: {e}")))?;
+        inputs.push((name.clone(), file));
+    }
+    let mut files = Vec::with_capacity(a.files.len());
+    for requested in &a.files {
+        let path = ctx.workspace.resolve(requested)?;
+        let file = ctx.workspace.open_read(&path)?;
+        files.push((path.as_str().to_owned(), file));
+    }
+    let job = PythonJob {
+        code: a.code.clone(),
+        inputs,
+        files,
+        timeout,
+    };
+    let progress = ctx.progress.clone();
+    let report = move |step: &str| progress.report(0.0, None, Some(step.to_owned()));
+    let cancel = ctx.cancel.clone();
+    let run = sandbox
+        .run(job, &report, &|| cancel.is_cancelled())
+        .map_err(sandbox_error)?;
+    if run.status == JobStatus::Cancelled {
+        return Err(ToolError::respond("the run was cancelled", None));
+    }
+    let lineage = Lineage::new(
+        "run_python",
+        json!({"code": a.code, "inputs": a.inputs, "files": a.files}),
+    );
+    let result = finish(run, ctx, lineage, timeout)?;
+    output(result)
+}
+
+fn sandbox_error(e: SandboxError) -> ToolError {
+    if e.is_caller_error() {
+        return ToolError::respond(e.to_string(), e.hint());
+    }
+    tracing::error!(error = %e, "run_python could not run the job");
+    // Fail closed, and say why: the operator has to act, the model can tell the person.
+    let mut message = format!("run_python cannot run code here: {e}");
+    message.truncate(1500);
+    ToolError::respond(
+        message,
+        Some(
+            e.hint().unwrap_or_else(|| {
+                "tell the person; `dataref doctor` shows what is missing".into()
+            }),
+        ),
+    )
+}
+
+fn finish(
+    run: PythonRun,
+    ctx: &RunContext,
+    lineage: Lineage,
+    timeout: Duration,
+) -> Result<RunPythonResult, ToolError> {
+    let run_id = run_id(ctx);
+    let stdout = stream(
+        &run.stdout.bytes,
+        run.stdout.dropped,
+        &ctx.workspace,
+        &run_id,
+        "stdout",
+    );
+    let stderr = stream(
+        &run.stderr.bytes,
+        run.stderr.dropped,
+        &ctx.workspace,
+        &run_id,
+        "stderr",
+    );
+    let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
+    let mut out = RunPythonResult {
+        ok: false,
+        result: Value::Null,
+        stdout,
+        stderr,
+        error: None,
+        outputs: BTreeMap::new(),
+        files: Vec::new(),
+        skipped: Vec::new(),
+        duration_ms,
+    };
+    let limit = |kind: &str, message: String, hint: &str| PythonErrorOut {
+        kind: kind.to_owned(),
+        message,
+        traceback: Vec::new(),
+        hint: Some(hint.to_owned()),
+    };
+    let job = match (run.status, run.result) {
+        (JobStatus::TimedOut, _) => {
+            out.error = Some(limit(
+                "Timeout",
+                format!(
+                    "the code ran longer than {} s and was stopped",
+                    timeout.as_secs()
+                ),
+                "work on fewer rows (filter in SQL first), vectorise loops, or raise timeout_s",
+            ));
+            return Ok(out);
+        }
+        (JobStatus::MemoryLimit, _) => {
+            out.error = Some(limit(
+                "MemoryLimit",
+                "the code used more memory than a run may and was stopped".into(),
+                "select fewer columns or rows, or process the table in chunks",
+            ));
+            return Ok(out);
+        }
+        (JobStatus::OutputFlood, _) => {
+            out.error = Some(limit(
+                "OutputLimit",
+                format!("the code printed more than {STREAM_CAP_BYTES} bytes and was stopped"),
+                "print summaries, not tables; store tables in `outputs`",
+            ));
+            return Ok(out);
+        }
+        (JobStatus::OutLimit, _) => {
+            out.error = Some(limit(
+                "OutputLimit",
+                "the files written under out/ are larger than a run may write".into(),
+                "write fewer or smaller files",
+            ));
+            return Ok(out);
+        }
+        (_, Some(Ok(job))) => job,
+        (status, other) => {
+            let detail = match other {
+                Some(Err(e)) => format!(" ({e})"),
+                _ => String::new(),
+            };
+            out.error = Some(limit(
+                "Killed",
+                format!("the Python process ended abnormally: {status:?}{detail}"),
+                "check stderr; a C extension crash or os._exit() ends the run without a result",
+            ));
+            return Ok(out);
+        }
+    };
+    out.skipped = job
+        .skipped
+        .iter()
+        .map(|s| SkippedOut {
+            path: s.path.clone(),
+            reason: s.reason.to_string(),
+        })
+        .collect();
+    if !job.ok {
+        let e = job.error.unwrap_or_else(|| PythonError {
+            kind: "RunnerError".into(),
+            message: "the run failed without saying why".into(),
+            traceback: Vec::new(),
+        });
+        out.error = Some(PythonErrorOut {
+            hint: error_hint(&e.kind),
+            kind: e.kind,
+            message: e.message,
+            traceback: e
+                .traceback
+                .into_iter()
+                .map(|f| TracebackLine {
+                    line: f.line,
+                    code: f.code,
+                })
+                .collect(),
+        });
+        return Ok(out);
+    }
+    for collected in job.outputs {
+        let name = collected.name.clone();
+        let description = store_output(collected, ctx, lineage.clone())?;
+        out.outputs.insert(name, description);
+    }
+    for file in job.files {
+        out.files.push(save_file(file, &ctx.workspace)?);
+    }
+    out.ok = true;
+    out.result = job.result;
+    Ok(out)
+}
+
+fn error_hint(kind: &str) -> Option<String> {
+    let hint = match kind {
+        "ResultTooLarge" => {
+            "keep `result` to a summary; store tables with `outputs[\"name\"] = df`"
+        }
+        "ResultNotSerializable" => "convert values with float(), str() or .tolist()",
+        "KeyError" => "check column names with `list(df.columns)` or `describe_data`",
+        "ModuleNotFoundError" => {
+            "only the standard library, pandas, numpy, pyarrow, matplotlib, openpyxl, \
+             python-docx and python-pptx are installed; there is no network to install more"
+        }
+        _ => return None,
+    };
+    Some(hint.to_owned())
+}
+
+/// Re-reads an output Arrow file the sandbox wrote (untrusted) and writes it through the
+/// store, so the byte cap, the owner's quota and the index apply as to any producer.
+fn store_output(
+    collected: CollectedOutput,
+    ctx: &RunContext,
+    lineage: Lineage,
+) -> Result<Description, ToolError> {
+    let name = collected.name.clone();
+    let bad = |e: String| {
+        ToolError::respond(
+            format!("`outputs[\"{name}\"]` could not be stored: {e}"),
+            Some("store plain DataFrames (numbers, text, dates, booleans)".into()),
+        )
+    };
+    let store: &dyn ArtifactStore = ctx.store.as_ref();
+    let ingest = || -> Result<dataref_store::ArtifactMeta, ToolError> {
+        let reader = FileReader::try_new(collected.file, None).map_err(|e| bad(e.to_string()))?;
+        let mut writer = store.create_table(&ctx.principal, reader.schema(), lineage)?;
+        for batch in reader {
+            let batch = batch.map_err(|e| bad(e.to_string()))?;
+            writer.write(&batch)?;
+        }
+        Ok(writer.finish()?)
+    };
+    // Arrow readers are not hardened against every hostile file: a panic is a bad output,
+    // not a dead server.
+    let meta = std::panic::catch_unwind(std::panic::AssertUnwindSafe(ingest))
+        .map_err(|_| bad("the Arrow file is malformed".into()))??;
+    let table = store.open_table(&ctx.principal, &meta.data_ref)?;
+    Ok(describe(
+        &table,
+        SampleOptions {
+            rows: OUTPUT_SAMPLE_ROWS,
+            max_value_chars: 80,
+        },
+    ))
+}
+
+fn save_file(file: CollectedFile, workspace: &Workspace) -> Result<FileOut, ToolError> {
+    let replaced = workspace
+        .resolve(&file.rel)
+        .ok()
+        .and_then(|p| workspace.metadata(&p).ok())
+        .is_some();
+    let mut target = workspace.create_atomic(&file.rel, Overwrite::Replace)?;
+    let mut source = file.file;
+    std::io::copy(&mut source, &mut target)
+        .map_err(|e| ToolError::Fatal(format!("saving `{}`: {e}", file.rel)))?;
+    let path = target.commit()?;
+    Ok(FileOut {
+        path: path.as_str().to_owned(),
+        bytes: file.bytes,
+        replaced,
+    })
+}
+
+/// A name for this run's directory under [`RUNS_DIR`]: time, then a random suffix.
+fn run_id(ctx: &RunContext) -> String {
+    let now = ctx.clock.now().to_string();
+    let stamp: String = now.chars().filter(char::is_ascii_digit).take(14).collect();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{stamp}-{}-{n}", std::process::id())
+}
+
+/// Head and tail of a stream; when cut, the whole text is written to the workspace (a
+/// failure to write it is logged, never fails the run).
+fn stream(
+    bytes: &[u8],
+    dropped: u64,
+    workspace: &Workspace,
+    run_id: &str,
+    name: &str,
+) -> StreamText {
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= STREAM_SHOWN_BYTES && dropped == 0 {
+        return StreamText {
+            text: text.into_owned(),
+            omitted_bytes: None,
+            full_text: None,
+        };
+    }
+    let half = STREAM_SHOWN_BYTES / 2;
+    let head_end = floor_char_boundary(&text, half);
+    let tail_start = ceil_char_boundary(&text, text.len().saturating_sub(half)).max(head_end);
+    let omitted = (tail_start - head_end) as u64 + dropped;
+    let path = format!("{RUNS_DIR}/{run_id}/{name}.txt");
+    let full_text = match workspace.create_atomic(&path, Overwrite::Replace) {
+        Ok(mut f) => match f.write_all(bytes).and_then(|()| f.flush()) {
+            Ok(()) => f.commit().ok().map(|p| p.as_str().to_owned()),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not keep the whole {name} of a run");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "could not keep the whole {name} of a run");
+            None
+        }
+    };
+    StreamText {
+        text: format!(
+            "{}\n… [{omitted} bytes cut] …\n{}",
+            &text[..head_end],
+            &text[tail_start..]
+        ),
+        omitted_bytes: Some(omitted),
+        full_text,
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
