@@ -34,6 +34,9 @@ use crate::jail::{
 use crate::runtime::exchange::{self, ExchangeCaps, ExchangeError, JobLayout, JobResult};
 use crate::runtime::{Runtime, RuntimeError, RuntimeSpec, RuntimeStatus};
 
+/// Where the managed runtime appears inside the sandbox.
+pub const SANDBOX_RUNTIME_DIR: &str = "/opt/dataref/python";
+
 /// At most this many input tables per job (one descriptor each in one message).
 pub const MAX_INPUTS: usize = 32;
 /// Files passed with `files` are copied into the job; together at most this many bytes.
@@ -400,11 +403,35 @@ fn spawn(shared: &Shared) -> Result<Warm, SandboxError> {
     )
     .map_err(|e| io_error("creating the job socket for", dir.0.root())(e.into()))?;
 
-    let mut spec = JobSpec::new(
-        runtime.python.clone(),
-        dir.0.root(),
-        settings.limits.clone(),
-    );
+    // The managed venv is mounted at a fixed path, so a data dir anywhere on the host (even
+    // under `/tmp`, which is the sandbox's own tmpfs) works; a venv finds its packages
+    // from the location of its interpreter. An operator's interpreter keeps its own path.
+    let (program, mut ro_binds) = match settings.runtime {
+        RuntimeSpec::Managed { .. } => (
+            Path::new(SANDBOX_RUNTIME_DIR).join("bin/python"),
+            vec![RoBind {
+                host: runtime.prefix.clone(),
+                sandbox: PathBuf::from(SANDBOX_RUNTIME_DIR),
+            }],
+        ),
+        RuntimeSpec::Interpreter(_) => (
+            runtime.python.clone(),
+            vec![RoBind {
+                host: runtime.prefix.clone(),
+                sandbox: runtime.prefix.clone(),
+            }],
+        ),
+    };
+    if runtime.base_prefix != runtime.prefix {
+        ro_binds.push(RoBind {
+            host: runtime.base_prefix.clone(),
+            sandbox: runtime.base_prefix.clone(),
+        });
+    }
+    // `/usr` is in every sandbox already.
+    ro_binds.retain(|b| !(b.host.starts_with("/usr") && b.sandbox == b.host));
+    let mut spec = JobSpec::new(program, dir.0.root(), settings.limits.clone());
+    spec.ro_binds = ro_binds;
     spec.args = vec![
         "-I".into(),
         "-B".into(),
@@ -420,14 +447,6 @@ fn spawn(shared: &Shared) -> Result<Warm, SandboxError> {
         ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
         ("OPENBLAS_NUM_THREADS".to_owned(), "1".to_owned()),
     ];
-    for host in [&runtime.prefix, &runtime.base_prefix] {
-        if !host.starts_with("/usr") && !spec.ro_binds.iter().any(|b| &b.host == host) {
-            spec.ro_binds.push(RoBind {
-                host: host.clone(),
-                sandbox: host.clone(),
-            });
-        }
-    }
     spec.cgroups = settings.cgroups;
     let started = jail::start(&spec, Some(theirs))?;
     Ok(Warm {

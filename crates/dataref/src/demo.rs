@@ -11,7 +11,7 @@ use dataref_mcp::rmcp;
 use dataref_mcp::{DatarefServer, connect_in_process};
 use dataref_protocol::DataRef;
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{NoProgress, RunContext, builtin_registry};
+use dataref_tools::{NoProgress, RunContext, builtin_registry_with};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +20,22 @@ use crate::{Common, settings};
 
 /// Rows whose JSON is tokenized to estimate the cost of returning every row.
 const NAIVE_SAMPLE_ROWS: usize = 2_000;
+
+/// The seed's question: which product lines lost the most revenue from one quarter to the
+/// next? The full delta table is stored as an artifact; only the top five come back.
+const QOQ_CODE: &str = "\
+q = sales.assign(quarter=sales['date'].dt.to_period('Q').astype(str))
+pivot = q.pivot_table(index='line', columns='quarter', values='revenue', aggfunc='sum', fill_value=0.0)
+prev, last = pivot.columns[-2], pivot.columns[-1]
+delta = pd.DataFrame({'line': pivot.index, 'previous': pivot[prev].values, 'latest': pivot[last].values})
+delta['delta'] = delta['latest'] - delta['previous']
+delta['pct'] = delta['delta'] / delta['previous'].where(delta['previous'] != 0)
+delta = delta.sort_values('delta').reset_index(drop=True)
+outputs['qoq_delta'] = delta
+top = delta.head(5)
+result = {'from': prev, 'to': last, 'lost_most': [
+    {'line': r.line, 'delta': round(r.delta, 2), 'pct': round(r.pct * 100, 1)} for r in top.itertuples()]}
+";
 
 struct Step {
     call: String,
@@ -40,7 +56,15 @@ pub fn run(common: &Common) -> Result<ExitCode> {
     config.principal = dataref_protocol::Principal::new("demo")?;
     settings::ensure_sample(&config)?;
     let store = settings::open_store(&config)?;
-    let registry = Arc::new(builtin_registry(&config)?);
+    let python = settings::python_sandbox(&config);
+    if let Some(sandbox) = &python {
+        // The first run installs the runtime from PyPI: say so, step by step, on stderr.
+        sandbox
+            .runtime(&|step| settings::progress_line(&format!("python runtime: {step}")))
+            .context("preparing the Python runtime for `run_python`")?;
+        sandbox.prewarm();
+    }
+    let registry = Arc::new(builtin_registry_with(&config, python)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -140,6 +164,24 @@ async fn play(
     .await?;
     if let Some(s) = steps.last_mut() {
         s.rows = rows;
+    }
+
+    // The arithmetic, where the data is: quarter-over-quarter revenue per product line.
+    let python = call(
+        &client,
+        &mut out,
+        &bpe,
+        "run_python",
+        json!({"code": QOQ_CODE, "inputs": {"sales": data_ref}}),
+        &mut steps,
+    )
+    .await?;
+    if let Some(s) = steps.last_mut() {
+        s.rows = rows;
+    }
+    let structured = python.structured_content.unwrap_or_default();
+    if structured.get("ok") != Some(&Value::Bool(true)) {
+        bail!("run_python did not succeed: {structured}");
     }
 
     // What returning the rows as JSON (the naive pattern) would have cost.

@@ -47,13 +47,20 @@ pub fn run(common: &Common) -> Result<ExitCode> {
             });
             checks.push(store(&config));
             checks.extend(sources(&config));
+            if config.python.enabled {
+                checks.push(python(&config));
+                checks.push(sandbox(&config));
+            } else {
+                checks.push(check(
+                    Status::Ok,
+                    "run_python",
+                    "disabled by `[python] enabled = false`",
+                    None,
+                ));
+            }
         }
         Err(e) => checks.push(check(Status::Fail, "config", format!("{e:#}"), None)),
     }
-    if let Ok(home) = settings::home(common) {
-        checks.push(python(&home));
-    }
-    checks.push(sandbox());
 
     let mut out = std::io::stdout().lock();
     writeln!(out, "dataref doctor")?;
@@ -146,72 +153,120 @@ fn sources(config: &Config) -> Vec<Check> {
         .collect()
 }
 
-fn python(home: &Path) -> Check {
-    use dataref_sandbox::runtime::{Runtime, RuntimeStatus};
-    // `run_python` is not a tool yet: report what is there, but nothing is required.
-    match Runtime::check(home) {
-        RuntimeStatus::Ready(rt) => check(
+fn python(config: &Config) -> Check {
+    use dataref_sandbox::runtime::{Runtime, RuntimeSpec, RuntimeStatus};
+    let ready = |rt: &Runtime| {
+        check(
             Status::Ok,
             "python runtime",
             format!(
-                "Python {} with {} packages (pandas {})",
+                "Python {} with {} packages (pandas {}) at `{}`",
                 rt.versions.python,
                 rt.versions.packages.len(),
                 rt.versions
                     .packages
                     .get("pandas")
-                    .map_or("?", String::as_str)
+                    .map_or("?", String::as_str),
+                rt.prefix.display()
             ),
             None,
-        ),
-        RuntimeStatus::NotInstalled { .. } => check(
+        )
+    };
+    if let Some(python) = &config.python.interpreter {
+        return match Runtime::ensure_with(
+            &config.home,
+            &RuntimeSpec::Interpreter(python.clone()),
+            &|_| {},
+        ) {
+            Ok(rt) => ready(&rt),
+            Err(e) => check(
+                Status::Fail,
+                "python runtime",
+                format!("the configured interpreter is unusable: {e}"),
+                Some("fix `[python] interpreter`, or remove it to let dataref manage its own"),
+            ),
+        };
+    }
+    match Runtime::check(&config.home) {
+        RuntimeStatus::Ready(rt) => ready(&rt),
+        RuntimeStatus::NotInstalled { dir } => check(
             Status::Warn,
             "python runtime",
-            "not installed; `run_python` (which will install it) is not in this build yet",
-            Some("nothing to do now"),
+            format!("not installed yet (`{}`)", dir.display()),
+            Some(
+                "the first `run_python` installs it from PyPI (about 100 MB, with progress); \
+                 `dataref demo` does it too",
+            ),
         ),
         RuntimeStatus::Outdated { .. } => check(
             Status::Warn,
             "python runtime",
             "installed with other versions than this build pins",
-            Some("nothing to do now; `run_python` will rebuild it"),
+            Some("the next `run_python` rebuilds it"),
         ),
-        RuntimeStatus::Broken { reason, .. } => check(
+        RuntimeStatus::Broken { reason, dir } => check(
             Status::Warn,
             "python runtime",
             format!("unusable: {reason}"),
-            Some("remove the `python` folder in the data dir"),
+            Some(&format!(
+                "remove `{}`; the next `run_python` builds it again",
+                dir.display()
+            )),
         ),
         // `RuntimeStatus` is `#[non_exhaustive]`: a state this binary does not know yet.
         other => check(Status::Warn, "python runtime", format!("{other:?}"), None),
     }
 }
 
-fn sandbox() -> Check {
-    let caps = dataref_sandbox::jail::probe();
-    let missing = caps.missing(dataref_sandbox::jail::CgroupPolicy::RlimitFallback);
-    if missing.is_empty() {
-        let limits = if caps.cgroups.complete() {
-            "cgroup limits"
-        } else {
-            "rlimits only (no usable cgroups)"
-        };
+fn sandbox(config: &Config) -> Check {
+    use dataref_sandbox::jail::{self, CgroupPolicy};
+    let policy = if config.python.require_cgroups {
+        CgroupPolicy::Required
+    } else {
+        CgroupPolicy::RlimitFallback
+    };
+    let caps = jail::probe();
+    let missing = caps.missing(policy);
+    if !missing.is_empty() {
+        let what: Vec<String> = missing.iter().map(ToString::to_string).collect();
+        let hints: Vec<&str> = missing.iter().map(|m| m.hint()).collect();
         return check(
-            Status::Ok,
+            Status::Fail,
             "sandbox",
-            format!("bubblewrap, user namespaces, seccomp and {limits} work"),
-            None,
+            format!("{}; `run_python` refuses to run code", what.join("; ")),
+            Some(&hints.join("; ")),
         );
     }
-    let what: Vec<String> = missing.iter().map(ToString::to_string).collect();
-    let hints: Vec<&str> = missing.iter().map(|m| m.hint()).collect();
-    check(
-        Status::Warn,
-        "sandbox",
-        format!(
-            "{}; `run_python` will need it (not in this build yet)",
-            what.join("; ")
-        ),
-        Some(&hints.join("; ")),
-    )
+    if !jail::jail_can_read(&config.home) {
+        return check(
+            Status::Fail,
+            "sandbox",
+            format!(
+                "jobs run as uid {} and cannot reach the data dir `{}`",
+                jail::JAIL_UID,
+                config.home.display()
+            ),
+            Some(
+                "use a data dir outside private directories such as `/root` (the default for root is `/var/lib/dataref`)",
+            ),
+        );
+    }
+    if caps.cgroups.complete() {
+        check(
+            Status::Ok,
+            "sandbox",
+            "bubblewrap, user namespaces, seccomp and cgroup limits work",
+            None,
+        )
+    } else {
+        check(
+            Status::Warn,
+            "sandbox",
+            "bubblewrap, user namespaces and seccomp work; no usable cgroups, so memory and \
+             process limits fall back to rlimits",
+            Some(
+                "run as root or give dataref a delegated cgroup v2 subtree; set `[python] require_cgroups = true` to refuse instead",
+            ),
+        )
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use dataref_mcp::DatarefServer;
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{NoProgress, RunContext, builtin_registry};
+use dataref_tools::{NoProgress, RunContext, builtin_registry_with};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Common, settings};
@@ -22,7 +22,9 @@ pub fn run(
     let workspace = settings::workspace(workspace, &config, &principal)?;
     settings::ensure_sample(&config)?;
     let store = settings::open_store(&config)?;
-    let registry = Arc::new(builtin_registry(&config).context("building the tool registry")?);
+    let python = settings::python_sandbox(&config);
+    let registry =
+        Arc::new(builtin_registry_with(&config, python).context("building the tool registry")?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

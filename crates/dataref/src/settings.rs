@@ -23,17 +23,28 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// The data directory of a dataref run by root.
+pub const ROOT_HOME: &str = "/var/lib/dataref";
+
 /// The data directory: `--home`, else `$DATAREF_HOME`, else `$XDG_DATA_HOME/dataref`, else
-/// `~/.local/share/dataref`.
+/// `/var/lib/dataref` for root (sandboxed jobs run as an unprivileged uid that cannot
+/// enter `/root`), else `~/.local/share/dataref`.
 pub fn home(common: &Common) -> Result<PathBuf> {
-    if let Some(h) = &common.home {
-        return Ok(h.clone());
-    }
-    if let Some(h) = std::env::var_os(env::DATAREF_HOME).filter(|h| !h.is_empty()) {
-        return Ok(PathBuf::from(h));
+    let given = common.home.clone().or_else(|| {
+        std::env::var_os(env::DATAREF_HOME)
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from)
+    });
+    if let Some(h) = given {
+        // Absolute, so paths handed to the sandbox mean the same inside it.
+        return std::path::absolute(&h)
+            .with_context(|| format!("resolving the data directory `{}`", h.display()));
     }
     if let Some(x) = std::env::var_os(env::XDG_DATA_HOME).filter(|h| !h.is_empty()) {
         return Ok(PathBuf::from(x).join("dataref"));
+    }
+    if rustix::process::geteuid().is_root() {
+        return Ok(PathBuf::from(ROOT_HOME));
     }
     if let Some(h) = std::env::var_os(env::HOME).filter(|h| !h.is_empty()) {
         return Ok(PathBuf::from(h).join(".local/share/dataref"));
@@ -147,4 +158,21 @@ pub fn open_store(config: &Config) -> Result<Arc<LocalStore>> {
         )
     })?;
     Ok(Arc::new(store))
+}
+
+/// `run_python`'s sandbox for `config` (`None` when `[python] enabled = false`). When the
+/// runtime is already installed, the warm pool fills in the background; nothing is
+/// downloaded here (the first call does that, with progress).
+pub fn python_sandbox(config: &Config) -> Option<Arc<dataref_sandbox::pool::PythonSandbox>> {
+    if !config.python.enabled {
+        return None;
+    }
+    let sandbox = Arc::new(dataref_sandbox::pool::PythonSandbox::new(
+        dataref_tools::sandbox_settings(config),
+    ));
+    let warm = Arc::clone(&sandbox);
+    let _ = std::thread::Builder::new()
+        .name("dataref-prewarm".to_owned())
+        .spawn(move || warm.prewarm());
+    Some(sandbox)
 }

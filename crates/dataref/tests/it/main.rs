@@ -9,6 +9,7 @@
     reason = "fixtures build files and hostile trees directly, outside the code under test"
 )]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -323,6 +324,8 @@ fn kill_9_mid_write_leaves_a_consistent_store() {
 #[test]
 fn demo_prints_what_the_model_receives() {
     let home = tempfile::tempdir().unwrap();
+    // Sandboxed jobs run as uid 65534, which must be able to enter the data dir.
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = Command::new(BIN)
         .args(["demo", "--rows", "4000", "--home"])
         .arg(home.path())
@@ -339,6 +342,17 @@ fn demo_prints_what_the_model_receives() {
     assert!(stdout.contains("▶ describe_data"), "{stdout}");
     assert!(stdout.contains("what the model receives"), "{stdout}");
     assert!(stdout.contains("| total | 4000 |"), "{stdout}");
+    // run_python found the quarter-over-quarter losers and stored the delta table.
+    assert!(stdout.contains("▶ run_python"), "{stdout}");
+    assert!(
+        stdout.contains(r#""from":"2025Q3","to":"2025Q4","lost_most":[{"line":"#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(r#""qoq_delta":{"dataRef":"data_"#),
+        "{stdout}"
+    );
+    assert!(stdout.contains(r#""rows":300"#), "{stdout}");
 }
 
 #[test]
