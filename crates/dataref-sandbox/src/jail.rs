@@ -665,9 +665,17 @@ impl Started {
         }
         let stdout = stdout.map(|c| c.finish(DRAIN_PATIENCE)).unwrap_or_default();
         let stderr = stderr.map(|c| c.finish(DRAIN_PATIENCE)).unwrap_or_default();
-        while let Ok(msg) = status_rx.try_recv() {
-            if let StatusMsg::ExitCode(code) = msg {
-                exit_code = Some(code);
+        // bwrap writes the exit code just before it exits, but the thread reading the status
+        // pipe may not have passed it on yet. Bounded: a write end that leaked into another
+        // process would keep the pipe open.
+        if matches!(ended, Ended::Exited(_)) {
+            let until = Instant::now() + DRAIN_PATIENCE;
+            while exit_code.is_none() {
+                match status_rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                    Ok(StatusMsg::ExitCode(code)) => exit_code = Some(code),
+                    Ok(StatusMsg::ChildPid(_)) => {}
+                    Err(_) => break,
+                }
             }
         }
         let oom = cg.as_ref().is_some_and(JobCgroup::oom_killed);

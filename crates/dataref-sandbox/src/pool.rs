@@ -14,9 +14,10 @@
 
 use std::collections::VecDeque;
 use std::fs::{self, File};
-use std::io::IoSlice;
+use std::io::{IoSlice, Read};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
@@ -36,6 +37,9 @@ use crate::runtime::{Runtime, RuntimeError, RuntimeSpec, RuntimeStatus};
 
 /// Where the managed runtime appears inside the sandbox.
 pub const SANDBOX_RUNTIME_DIR: &str = "/opt/dataref/python";
+
+/// How long a new sandbox may take to import pandas and pyarrow.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// At most this many input tables per job (one descriptor each in one message).
 pub const MAX_INPUTS: usize = 32;
@@ -105,6 +109,8 @@ pub enum SandboxError {
     TooManyInputs(usize),
     #[error("the sandbox pool has shut down")]
     ShutDown,
+    #[error("the Python runner did not start ({reason}); it printed:\n{stderr}")]
+    NotReady { reason: String, stderr: String },
 }
 
 impl SandboxError {
@@ -157,7 +163,7 @@ impl Drop for JobDir {
 /// A sandbox started ahead, blocked on its socket.
 struct Warm {
     started: Started,
-    socket: OwnedFd,
+    socket: UnixStream,
     dir: JobDir,
 }
 
@@ -170,8 +176,11 @@ struct Shared {
     settings: SandboxSettings,
     runtime: Mutex<Option<Runtime>>,
     pool: Mutex<VecDeque<Warm>>,
-    next_id: AtomicU64,
 }
+
+/// Job directories are `<home>/jobs/<pid>-<n>`; `n` counts over every [`PythonSandbox`] of the
+/// process, so that two of them never take (and clear as stale) each other's directory.
+static NEXT_JOB_ID: AtomicU64 = AtomicU64::new(0);
 
 /// `run_python`'s sandbox: lazily provisioned runtime, warm pool, cold path.
 pub struct PythonSandbox {
@@ -194,7 +203,6 @@ impl PythonSandbox {
             settings,
             runtime: Mutex::new(None),
             pool: Mutex::new(VecDeque::new()),
-            next_id: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel();
         let thread_shared = Arc::clone(&shared);
@@ -339,7 +347,34 @@ impl PythonSandbox {
     }
 }
 
+/// Job directories of dataref processes that are gone (killed with jobs running or warm
+/// sandboxes waiting); a live process's are left alone.
+fn remove_stale_job_dirs(home: &Path) {
+    let jobs = home.join("jobs");
+    let Ok(entries) = fs::read_dir(&jobs) else {
+        return;
+    };
+    let own = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != own
+            && !Path::new("/proc").join(pid.to_string()).exists()
+            && let Err(e) = fs::remove_dir_all(entry.path())
+        {
+            tracing::warn!(error = %e, path = %entry.path().display(), "could not remove a stale job directory");
+        }
+    }
+}
+
 fn spawner(shared: &Shared, rx: &mpsc::Receiver<Request>) {
+    remove_stale_job_dirs(&shared.settings.home);
     while let Ok(request) = rx.recv() {
         match request {
             Request::Cold(reply) => {
@@ -386,7 +421,7 @@ fn spawn(shared: &Shared) -> Result<Warm, SandboxError> {
         .ok_or(SandboxError::ShutDown)?;
     let jobs = settings.home.join("jobs");
     fs::create_dir_all(&jobs).map_err(io_error("creating", &jobs))?;
-    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let id = NEXT_JOB_ID.fetch_add(1, Ordering::Relaxed);
     let path = jobs.join(format!("{}-{id}", std::process::id()));
     if path.exists() {
         fs::remove_dir_all(&path).map_err(io_error("removing the stale", &path))?;
@@ -449,11 +484,45 @@ fn spawn(shared: &Shared) -> Result<Warm, SandboxError> {
     ];
     spec.cgroups = settings.cgroups;
     let started = jail::start(&spec, Some(theirs))?;
-    Ok(Warm {
-        started,
-        socket: ours,
-        dir,
-    })
+    let socket = UnixStream::from(ours);
+    match wait_ready(&socket) {
+        Ok(()) => Ok(Warm {
+            started,
+            socket,
+            dir,
+        }),
+        Err(e) => {
+            // It died importing (or hangs): kill it and say what it printed.
+            let outcome = started.wait(Duration::ZERO, &|| true)?;
+            let stderr = String::from_utf8_lossy(&outcome.stderr.bytes);
+            let tail: String = stderr
+                .chars()
+                .rev()
+                .take(1500)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            Err(SandboxError::NotReady {
+                reason: e.to_string(),
+                stderr: tail,
+            })
+        }
+    }
+}
+
+/// Waits for the runner's `ready` (its imports are done).
+fn wait_ready(socket: &UnixStream) -> std::io::Result<()> {
+    socket.set_read_timeout(Some(READY_TIMEOUT))?;
+    let mut buf = [0u8; 5];
+    let mut reader = socket;
+    reader.read_exact(&mut buf)?;
+    if &buf != b"ready" {
+        return Err(std::io::Error::other(
+            "the runner said something other than `ready`",
+        ));
+    }
+    socket.set_read_timeout(None)
 }
 
 /// The job runs as the jail uid: it may read the job directory (group `nogroup`, nobody
@@ -471,7 +540,7 @@ fn give_to_jail(root: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
-fn send_go(socket: &OwnedFd, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+fn send_go(socket: &UnixStream, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
     let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {

@@ -17,6 +17,7 @@ whatever the model printed is all the Rust side captures.
 """
 
 import builtins
+import ctypes
 import json
 import keyword
 import math
@@ -261,7 +262,8 @@ def _write_outputs(frames, pa):
 
 def _wait_for_job():
     """A warm sandbox is started before its job exists: its stdin is a Unix socket, and the
-    job arrives as one message `go` carrying the input files' descriptors (opened read-only
+    sandbox says `ready` once its imports are done, and the job arrives as one message `go`
+    carrying the input files' descriptors (opened read-only
     by the server) in the order of `request.json`'s inputs. Returns None when started for a
     job directly (stdin is not a socket) and exits quietly when the server closes the
     socket without a job (the pool is shutting down)."""
@@ -269,14 +271,56 @@ def _wait_for_job():
     if not stat.S_ISSOCK(os.fstat(0).st_mode):
         return None
     sock = socket.socket(fileno=0)
+    # Imports are done: the server puts this sandbox in the pool only now, so a job's
+    # wall clock never pays for them.
+    sock.sendall(b"ready")
     msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 256)
     sock.close()
+    # Standard input is /dev/null from here on, not whatever is opened next on fd 0.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    if devnull != 0:
+        os.dup2(devnull, 0)
+        os.close(devnull)
     if msg != b"go":
         for fd in fds:
             os.close(fd)
         sys.exit(0)
     _T0 = time.monotonic()
     return fds
+
+
+def _map_and_close(fd, pa):
+    """Maps `fd` read-only for the life of the process and closes it. (`mmap.mmap` would
+    keep a duplicate of the descriptor open as long as the map: a store file in reach of the
+    model's code, which could read its host path from `/proc/self/fd`.)"""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        os.close(fd)
+        return pa.py_buffer(b"")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (
+        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long
+    )
+    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    err = ctypes.get_errno()
+    os.close(fd)
+    if address is None or address == ctypes.c_void_p(-1).value:
+        raise OSError(err, f"mapping an input: {os.strerror(err)}")
+    return pa.foreign_buffer(address, size)
+
+
+def _close_inherited_fds():
+    """Closes every descriptor above stderr, before anything of the runner's is open: a
+    descriptor the server process inherited without close-on-exec passes through bubblewrap
+    into the sandbox, and a directory among them would reach past the mount namespace."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed already
 
 
 def _open_input(name, fds, index, pa, keep):
@@ -286,10 +330,7 @@ def _open_input(name, fds, index, pa, keep):
         if index >= len(fds):
             raise ExchangeError("InputMissing", f"input {name!r} was not passed")
         # Mapped from the descriptor: the file itself is not reachable by path in here.
-        mapped = mmap.mmap(fds[index], 0, access=mmap.ACCESS_READ)
-        os.close(fds[index])
-        keep.append(mapped)
-        source = pa.BufferReader(pa.py_buffer(mapped))
+        source = pa.BufferReader(_map_and_close(fds[index], pa))
     # The map stays open for the life of the process: to_pandas may keep zero-copy views
     # of its buffers.
     keep.append(source)
@@ -297,6 +338,7 @@ def _open_input(name, fds, index, pa, keep):
 
 
 def main():
+    _close_inherited_fds()
     import numpy as np
     import pandas as pd
     import pyarrow as pa
@@ -335,6 +377,9 @@ def main():
         table = _open_input(name, fds, index, pa, keep)
         # date32/date64 arrive as datetime64 so that `.dt` works, as models expect.
         user_globals[name] = table.to_pandas(date_as_object=False)
+    # Descriptors beyond the inputs would stay in reach of the model's code.
+    for fd in (fds or [])[len(request.get("inputs", [])):]:
+        os.close(fd)
 
     try:
         code = compile(source, _CODE_NAME, "exec")

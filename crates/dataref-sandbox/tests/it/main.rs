@@ -2,6 +2,7 @@
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
+mod escape;
 mod jail;
 mod pool;
 mod runtime;
