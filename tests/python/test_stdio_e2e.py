@@ -49,7 +49,7 @@ def test_initialize_lists_tools_with_schemas(tmp_path):
             assert "dataRef" in (init.instructions or "")
             tools = {t.name: t for t in (await s.list_tools()).tools}
             for name in ["fetch_sales", "query", "describe_data", "list_artifacts",
-                         "read_file", "list_files", "copy_file"]:
+                         "run_python", "read_file", "list_files", "copy_file"]:
                 assert name in tools, tools.keys()
                 assert tools[name].input_schema["type"] == "object"
                 assert tools[name].output_schema is not None
@@ -138,5 +138,59 @@ def test_principals_cannot_see_each_others_artifacts(tmp_path):
             # ...and the owner still has it after a restart.
             again = await a.call_tool("describe_data", {"dataRef": ref})
             assert not again.is_error, text_of(again)
+
+    asyncio.run(go())
+
+
+# One data dir for the run_python tests, so the Python runtime is provisioned once (from
+# PyPI or pip's cache). Sandboxed jobs run as uid 65534, which must be able to enter it.
+PYTHON_HOME = Path(__file__).resolve().parents[2] / "target" / "tmp" / "pytest-run-python"
+
+
+@pytest.mark.timeout(600)
+def test_run_python_computes_in_the_sandbox_and_stores_outputs():
+    PYTHON_HOME.mkdir(parents=True, exist_ok=True)
+    for p in [PYTHON_HOME, *PYTHON_HOME.parents]:
+        if p == Path("/"):
+            break
+        assert os.stat(p).st_mode & 0o001, f"{p} must be searchable by others"
+
+    async def go():
+        async with session(PYTHON_HOME) as s:
+            await s.initialize()
+            r = await s.call_tool("fetch_sales", {"since": "2025-01-01"})
+            assert not r.is_error, text_of(r)
+            sales = r.structured_content["dataRef"]
+            code = (
+                "q = sales.assign(quarter=sales['date'].dt.to_period('Q').astype(str))\n"
+                "t = q.groupby(['quarter', 'line'], as_index=False)['revenue'].sum()\n"
+                "outputs['by_quarter'] = t\n"
+                "result = {'rows': len(sales), 'revenue': round(float(sales['revenue'].sum()), 2)}\n"
+                "print('computed', len(t), 'groups')\n"
+            )
+            r = await s.call_tool("run_python", {"code": code, "inputs": {"sales": sales}})
+            assert not r.is_error, text_of(r)
+            out = r.structured_content
+            assert out["ok"] is True, out
+            assert out["result"]["rows"] == int(ROWS)
+            assert out["stdout"]["text"].startswith("computed ")
+            stored = out["outputs"]["by_quarter"]
+            assert REF.match(stored["dataRef"])
+            assert list(stored["columns"]) == ["quarter", "line", "revenue"]
+            # The new table is an artifact like any other: describe it, list it.
+            stats = await s.call_tool("describe_data", {"dataRef": stored["dataRef"]})
+            assert not stats.is_error, text_of(stats)
+            listed = await s.call_tool("list_artifacts", {})
+            assert listed.structured_content["total"] >= 2
+
+            # The sandbox has no network, and a runaway job is stopped at its timeout.
+            r = await s.call_tool("run_python", {
+                "code": "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=2)",
+            })
+            out = r.structured_content
+            assert out["ok"] is False and out["error"]["type"] in ("OSError", "PermissionError"), out
+            r = await s.call_tool("run_python", {"code": "while True: pass", "timeout_s": 1})
+            out = r.structured_content
+            assert out["ok"] is False and out["error"]["type"] == "Timeout", out
 
     asyncio.run(go())

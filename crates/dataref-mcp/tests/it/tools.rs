@@ -48,8 +48,8 @@ async fn every_tool_is_listed_with_both_schemas() -> anyhow::Result<()> {
     assert_eq!(names, env.registry.names());
     assert!(names.contains(&"fetch_sales"));
     assert!(names.contains(&"query"));
-    for file_tool in ["read_file", "list_files", "copy_file"] {
-        assert!(names.contains(&file_tool), "{file_tool} missing: {names:?}");
+    for tool in ["read_file", "list_files", "copy_file", "run_python"] {
+        assert!(names.contains(&tool), "{tool} missing: {names:?}");
     }
     for tool in &tools {
         assert_eq!(
@@ -61,9 +61,10 @@ async fn every_tool_is_listed_with_both_schemas() -> anyhow::Result<()> {
         let output = tool.output_schema.as_ref().expect("output schema");
         assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);
         let hints = tool.annotations.as_ref().expect("annotations");
-        // Only `copy_file` writes (into the caller's workspace, replacing a file only when
-        // asked), so hosts may ask before it; every other tool is read-only.
-        let writes = tool.name == "copy_file";
+        // Only `copy_file` (replacing a file only when asked) and `run_python` (files the
+        // code writes replace those of the same name) write into the caller's workspace, so
+        // hosts may ask before them; every other tool is read-only.
+        let writes = matches!(tool.name.as_ref(), "copy_file" | "run_python");
         assert_eq!(hints.read_only_hint, Some(!writes), "{}", tool.name);
         if !writes {
             assert_eq!(hints.destructive_hint, Some(false), "{}", tool.name);

@@ -20,7 +20,7 @@ use dataref_sandbox::jail::{CgroupPolicy, CpuLimit, JobStatus, Limits};
 use dataref_sandbox::pool::{PythonJob, PythonRun, PythonSandbox, SandboxError, SandboxSettings};
 use dataref_sandbox::runtime::RuntimeSpec;
 use dataref_sandbox::runtime::exchange::{
-    CollectedFile, CollectedOutput, ExchangeCaps, PythonError,
+    CollectedFile, CollectedOutput, ExchangeCaps, ExchangeError, InputName, PythonError,
 };
 use dataref_store::{ArtifactStore, Lineage, SampleOptions, describe};
 use dataref_workspace::{Overwrite, Workspace};
@@ -83,7 +83,7 @@ pub(crate) struct PythonErrorOut {
     pub kind: String,
     pub message: String,
     /// Lines of the submitted code, innermost last.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traceback: Vec<TracebackLine>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
@@ -101,7 +101,7 @@ pub(crate) struct FileOut {
     pub path: String,
     pub bytes: u64,
     /// A file of that name was there and is replaced.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replaced: bool,
 }
 
@@ -125,9 +125,9 @@ pub(crate) struct RunPythonResult {
     pub error: Option<PythonErrorOut>,
     /// Output name → the stored table (a new dataRef).
     pub outputs: BTreeMap<String, Description>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileOut>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedOut>,
     pub duration_ms: u64,
 }
@@ -245,6 +245,10 @@ fn run_blocking(
     timeout: Duration,
     ctx: &RunContext,
 ) -> Result<ToolOutput, ToolError> {
+    // Names first: a bad one is the model's to fix, and must not cost a warm sandbox.
+    for name in a.inputs.keys() {
+        InputName::parse(name).map_err(input_name_error)?;
+    }
     // Inputs: the caller's own live tables only (the store checks the owner).
     let mut inputs = Vec::with_capacity(a.inputs.len());
     for (name, data_ref) in &a.inputs {
@@ -302,6 +306,17 @@ fn sandbox_error(e: SandboxError) -> ToolError {
             }),
         ),
     )
+}
+
+/// One message and one hint (the exchange error's own text carries a hint line of its own).
+fn input_name_error(e: ExchangeError) -> ToolError {
+    match e {
+        ExchangeError::InputName { name, reason } => ToolError::respond(
+            format!("input name `{name}` is not allowed: {reason}"),
+            SandboxError::Exchange(ExchangeError::InputName { name, reason }).hint(),
+        ),
+        other => sandbox_error(other.into()),
+    }
 }
 
 fn finish(
@@ -402,6 +417,11 @@ fn finish(
         })
         .collect();
     if !job.ok {
+        // Files written before an exception are still the person's (a chart, a partial
+        // export); the runner collects them either way.
+        for file in job.files {
+            out.files.push(save_file(file, &ctx.workspace)?);
+        }
         let e = job.error.unwrap_or_else(|| PythonError {
             kind: "RunnerError".into(),
             message: "the run failed without saying why".into(),

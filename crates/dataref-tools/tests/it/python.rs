@@ -1,14 +1,26 @@
 //! `run_python` through `execute_tool_call`: the real sandbox, the real store and workspace.
+//!
+//! Every test shares one prewarmed sandbox (two warm slots, refilled one at a time), so
+//! each run costs a sandbox start: checks that need no code to run are made without one.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
+use dataref_protocol::Principal;
 use dataref_sandbox::pool::{PythonSandbox, SandboxSettings};
 use dataref_sandbox::runtime::RuntimeSpec;
-use dataref_tools::ToolCall;
+use dataref_tools::{
+    NoProgress, RUNS_DIR, RunContext, STREAM_SHOWN_BYTES, ToolCall, execute_tool_call,
+};
+use dataref_workspace::{Overwrite, Workspace};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
-use super::{Fixture, fixture_full, run};
+use super::{Fixture, error_text, fixture_full, run};
+
+/// A dataRef nobody minted.
+const RANDOM_REF: &str = "data_AAAAAAAAAAAAAAAAAAAAAA";
 
 /// The runtime the sandbox crate's tests provision, shared (PyPI is hit once per target dir).
 fn runtime_home() -> PathBuf {
@@ -33,28 +45,97 @@ fn sandbox() -> Arc<PythonSandbox> {
 
 fn fixture() -> Fixture {
     fixture_full(
-        |limits| limits.tool_timeout = std::time::Duration::from_secs(120),
+        |limits| limits.tool_timeout = Duration::from_secs(120),
         Some(sandbox()),
     )
 }
 
-async fn fetch(f: &Fixture) -> String {
-    let o = run(
-        f,
-        ToolCall::new("fetch_sales", json!({"since": "2020-01-01"})),
-    )
-    .await;
+async fn fetch_since(f: &Fixture, since: &str) -> (String, u64) {
+    let o = run(f, ToolCall::new("fetch_sales", json!({"since": since}))).await;
     assert!(!o.is_error, "{}", o.text);
-    o.structured.unwrap()["dataRef"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    let d = o.structured.unwrap();
+    (
+        d["dataRef"].as_str().unwrap().to_owned(),
+        d["rows"].as_u64().unwrap(),
+    )
 }
 
+async fn fetch(f: &Fixture) -> String {
+    fetch_since(f, "2020-01-01").await.0
+}
+
+/// A `run_python` call that produced a result (`ok` may still be false).
 async fn python(f: &Fixture, args: Value) -> Value {
     let o = run(f, ToolCall::new("run_python", args)).await;
     assert!(!o.is_error, "{}", o.text);
-    o.structured.unwrap()
+    let v = o.structured.unwrap();
+    assert_eq!(serde_json::to_string(&v).unwrap(), o.text);
+    // Clients validate structured content against the declared output schema (the MCP
+    // Python SDK refuses the result otherwise): every answer must fit it.
+    let spec = f.registry.get("run_python").unwrap().spec().clone();
+    let validator = jsonschema::validator_for(spec.output_schema.as_ref().unwrap()).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "output schema violated: {errors:?}\n{v}");
+    v
+}
+
+/// A `run_python` call the tool refused, as the model reads it.
+async fn refused(f: &Fixture, args: Value) -> String {
+    error_text(&run(f, ToolCall::new("run_python", args)).await)
+}
+
+/// The same store, another caller with a workspace of their own.
+fn as_bob(f: &Fixture) -> RunContext {
+    let principal = Principal::new("bob").unwrap();
+    let workspace = Arc::new(Workspace::for_principal(f.home.path(), &principal).unwrap());
+    RunContext {
+        principal,
+        workspace,
+        ..f.ctx.clone()
+    }
+}
+
+/// A file of the caller's workspace, read through the workspace API.
+fn workspace_file(f: &Fixture, path: &str) -> Vec<u8> {
+    let ws = &f.ctx.workspace;
+    let mut file = ws.open_read(&ws.resolve(path).unwrap()).unwrap();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+    bytes
+}
+
+fn workspace_has(f: &Fixture, path: &str) -> bool {
+    let ws = &f.ctx.workspace;
+    ws.resolve(path).is_ok_and(|p| ws.metadata(&p).is_ok())
+}
+
+/// `(line, code)` of each traceback frame, outermost first.
+fn traceback(out: &Value) -> Vec<(u64, String)> {
+    out["error"]["traceback"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["line"].as_u64().unwrap(),
+                f["code"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A failed run: `ok` false, no result, nothing stored.
+fn assert_failed(out: &Value, kind: &str) {
+    assert_eq!(out["ok"], json!(false), "{out}");
+    assert_eq!(out["error"]["type"], json!(kind), "{out}");
+    assert_eq!(out["result"], Value::Null, "{out}");
+    assert_eq!(out["outputs"], json!({}), "{out}");
+}
+
+fn hint(out: &Value) -> &str {
+    out["error"]["hint"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no hint in {out}"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -70,16 +151,433 @@ async fn totals_come_back_as_result_and_a_new_artifact() {
     )
     .await;
     assert_eq!(out["ok"], json!(true), "{out}");
+    assert!(out.get("error").is_none(), "{out}");
     assert_eq!(out["result"]["rows"], json!(2000));
-    assert_eq!(out["stdout"]["text"], json!("done\n"));
+    assert_eq!(out["stdout"], json!({"text": "done\n"}));
+    assert_eq!(out["stderr"], json!({"text": ""}));
     let totals = &out["outputs"]["totals"];
     let lines = out["result"]["lines"].as_u64().unwrap();
+    assert!(lines > 1, "{out}");
     assert_eq!(totals["rows"].as_u64().unwrap(), lines);
-    // The new dataRef is the caller's and can be described like any producer result.
+    let columns: Vec<&String> = totals["columns"].as_object().unwrap().keys().collect();
+    assert_eq!(columns, ["line", "revenue"], "{totals}");
+    let totals_ref = totals["dataRef"].as_str().unwrap();
+    assert_ne!(totals_ref, sales);
+
+    // The new dataRef is the caller's: described and listed like any producer's result.
     let d = run(
         &f,
-        ToolCall::new("describe_data", json!({"dataRef": totals["dataRef"]})),
+        ToolCall::new("describe_data", json!({"dataRef": totals_ref})),
     )
     .await;
     assert!(!d.is_error, "{}", d.text);
+    assert_eq!(d.structured.unwrap()["rows"].as_u64(), Some(lines));
+    let listed = run(&f, ToolCall::new("list_artifacts", json!({}))).await;
+    assert!(listed.text.contains(totals_ref), "{}", listed.text);
+
+    // Anyone else gets the answer an unknown reference gets, word for word, whether they
+    // describe it or pass it to their own run.
+    let bob = as_bob(&f);
+    let ask = |tool: &str, args: Value| {
+        let call = ToolCall::new(tool, args);
+        let registry = &f.registry;
+        let bob = &bob;
+        async move { error_text(&execute_tool_call(registry, call, bob).await) }
+    };
+    for (tool, args) in [
+        ("describe_data", json!({"dataRef": "REF"})),
+        (
+            "run_python",
+            json!({"code": "result = len(t)", "inputs": {"t": "REF"}}),
+        ),
+    ] {
+        let with = |r: &str| serde_json::from_str(&args.to_string().replace("REF", r)).unwrap();
+        let foreign = ask(tool, with(totals_ref)).await;
+        let unknown = ask(tool, with(RANDOM_REF)).await;
+        assert_eq!(foreign, unknown, "{tool}");
+        assert!(foreign.contains("is unknown or expired"), "{foreign}");
+        assert!(!foreign.contains(totals_ref), "{foreign}");
+        assert!(foreign.contains("\nhint: "), "{foreign}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_inputs_arrive_as_two_dataframes() {
+    let f = fixture();
+    let (all, all_rows) = fetch_since(&f, "2020-01-01").await;
+    let (recent, recent_rows) = fetch_since(&f, "2025-06-01").await;
+    assert_ne!(all_rows, recent_rows);
+    let out = python(
+        &f,
+        json!({
+            "code": "result = {'all': len(everything), 'recent': len(recent), \
+                     'same_columns': list(everything.columns) == list(recent.columns), \
+                     'revenue': float(recent['revenue'].sum())}",
+            "inputs": {"everything": all, "recent": recent},
+        }),
+    )
+    .await;
+    assert_eq!(out["ok"], json!(true), "{out}");
+    assert_eq!(out["result"]["all"].as_u64(), Some(all_rows), "{out}");
+    assert_eq!(out["result"]["recent"].as_u64(), Some(recent_rows), "{out}");
+    assert_eq!(out["result"]["same_columns"], json!(true), "{out}");
+    assert!(out["result"]["revenue"].as_f64().unwrap() > 0.0, "{out}");
+}
+
+/// Every refusal that needs no code to run, as the model reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_model_reads_when_a_run_is_refused() {
+    let f = fixture();
+    let sales = fetch(&f).await;
+    f.ctx
+        .workspace
+        .write_atomic("notes.txt", b"hello", Overwrite::Refuse)
+        .unwrap();
+    let code = "result = 1";
+    let cases: Vec<(&str, Value)> = vec![
+        ("missing_code", json!({"inputs": {"sales": sales}})),
+        (
+            "unknown_ref",
+            json!({"code": code, "inputs": {"sales": RANDOM_REF}}),
+        ),
+        (
+            "name_not_identifier",
+            json!({"code": code, "inputs": {"2024-sales": sales}}),
+        ),
+        (
+            "name_reserved_pd",
+            json!({"code": code, "inputs": {"pd": sales}}),
+        ),
+        (
+            "name_reserved_result",
+            json!({"code": code, "inputs": {"result": sales}}),
+        ),
+        (
+            "name_keyword",
+            json!({"code": code, "inputs": {"class": sales}}),
+        ),
+        (
+            "name_builtin",
+            json!({"code": code, "inputs": {"len": sales}}),
+        ),
+        ("file_escapes", json!({"code": code, "files": ["../x"]})),
+        (
+            "file_missing",
+            json!({"code": code, "files": ["nothere.csv"]}),
+        ),
+        ("timeout_over_max", json!({"code": code, "timeout_s": 601})),
+        (
+            "timeout_over_schema",
+            json!({"code": code, "timeout_s": 4000}),
+        ),
+    ];
+    let mut all = String::new();
+    for (name, args) in cases {
+        all.push_str(&format!("## {name}\n{}\n\n", refused(&f, args).await));
+    }
+    // `notes.txt` exists and is fine: only the refused arguments were the problem.
+    let ok_file = refused(
+        &f,
+        json!({"code": code, "files": ["notes.txt"], "inputs": {"class": sales}}),
+    )
+    .await;
+    assert!(ok_file.contains("`class`"), "{ok_file}");
+    insta::assert_snapshot!("python_refusals", all);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_input_name_says_why_with_a_hint() {
+    let f = fixture();
+    let sales = fetch(&f).await;
+    for (name, why) in [
+        ("2024-sales", "identifier"),
+        ("my sales", "identifier"),
+        ("pd", "`pd`"),
+        ("result", "`result`"),
+        ("outputs", "`outputs`"),
+        ("class", "keyword"),
+        ("lambda", "keyword"),
+    ] {
+        let text = refused(&f, json!({"code": "result = 1", "inputs": {name: sales}})).await;
+        assert!(
+            text.starts_with(&format!("error: input name `{name}` is not allowed")),
+            "{text}"
+        );
+        assert!(text.contains(why), "{name}: {text}");
+        assert_eq!(text.matches("\nhint: ").count(), 1, "{text}");
+        assert!(text.contains("identifier"), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_result_over_the_cap_or_not_json_is_refused_with_a_hint() {
+    let f = fixture();
+    let (big, odd) = tokio::join!(
+        python(
+            &f,
+            json!({"code": "result = list(range(2000))\noutputs['x'] = pd.DataFrame({'a': [1]})"}),
+        ),
+        python(
+            &f,
+            json!({"code": "result = {'when': 1, 'what': object()}"})
+        ),
+    );
+
+    assert_failed(&big, "ResultTooLarge");
+    let message = big["error"]["message"].as_str().unwrap();
+    assert!(message.contains("4096"), "{message}");
+    assert!(hint(&big).contains("outputs[\"name\"]"), "{big}");
+    assert!(big["error"].get("traceback").is_none(), "{big}");
+
+    assert_failed(&odd, "ResultNotSerializable");
+    let message = odd["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`object`"), "{message}");
+    assert!(message.contains("result['what']"), "{message}");
+    assert!(hint(&odd).contains("str()"), "{odd}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exception_names_its_type_and_the_users_lines() {
+    let f = fixture();
+    let code = "def pick(d):\n    x = 1\n    return d['b']\n\n\
+                open('out/files/before.txt', 'w').write('saved before the error')\n\
+                result = pick({'a': 1})\n";
+    let out = python(&f, json!({"code": code})).await;
+    assert_failed(&out, "KeyError");
+    assert_eq!(out["error"]["message"], json!("'b'"));
+    assert_eq!(
+        traceback(&out),
+        [
+            (6, "result = pick({'a': 1})".to_owned()),
+            (3, "return d['b']".to_owned()),
+        ],
+        "{out}"
+    );
+    assert!(hint(&out).contains("df.columns"), "{out}");
+    // Nothing of the runner or pandas leaks into what the model reads.
+    assert!(!out.to_string().contains("runner.py"), "{out}");
+    // A file written before the exception is still the person's.
+    assert_eq!(out["files"][0]["path"], json!("before.txt"), "{out}");
+    assert_eq!(workspace_file(&f, "before.txt"), b"saved before the error");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_module_says_there_is_no_network() {
+    let f = fixture();
+    let out = python(&f, json!({"code": "import pandas\nimport requests\n"})).await;
+    assert_failed(&out, "ModuleNotFoundError");
+    assert!(
+        out["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'requests'"),
+        "{out}"
+    );
+    assert_eq!(traceback(&out), [(2, "import requests".to_owned())]);
+    assert!(hint(&out).contains("no network"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn long_stdout_and_stderr_are_cut_and_kept_whole_in_the_workspace() {
+    let f = fixture();
+    let line =
+        |stream: &str, c: char, i: usize| format!("{stream} {i:04} {}\n", c.to_string().repeat(40));
+    let whole_out: String = (0..200).map(|i| line("out", 'o', i)).collect();
+    let whole_err: String = (0..150).map(|i| line("err", 'e', i)).collect();
+    let out = python(
+        &f,
+        json!({"code": "import sys\n\
+                        for i in range(200):\n    print(f'out {i:04} ' + 'o' * 40)\n\
+                        for i in range(150):\n    print(f'err {i:04} ' + 'e' * 40, file=sys.stderr)\n\
+                        result = 'printed'"}),
+    )
+    .await;
+    assert_eq!(out["ok"], json!(true), "{out}");
+    assert_eq!(out["result"], json!("printed"));
+
+    let mut kept = Vec::new();
+    for (name, whole) in [("stdout", &whole_out), ("stderr", &whole_err)] {
+        let s = &out[name];
+        let text = s["text"].as_str().unwrap();
+        let half = STREAM_SHOWN_BYTES / 2;
+        assert!(text.starts_with(&whole[..half]), "{name}: {text}");
+        assert!(
+            text.ends_with(&whole[whole.len() - half..]),
+            "{name}: {text}"
+        );
+        assert!(
+            text.len() < STREAM_SHOWN_BYTES + 100,
+            "{name}: {} bytes",
+            text.len()
+        );
+        let omitted = s["omittedBytes"].as_u64().unwrap();
+        assert_eq!(omitted as usize, whole.len() - STREAM_SHOWN_BYTES, "{name}");
+        assert!(text.contains(&format!("{omitted} bytes")), "{name}: {text}");
+        let full = s["fullText"].as_str().unwrap().to_owned();
+        assert!(full.starts_with(&format!("{RUNS_DIR}/")), "{full}");
+        assert_eq!(
+            String::from_utf8(workspace_file(&f, &full)).unwrap(),
+            *whole,
+            "{name}"
+        );
+        kept.push(full);
+    }
+    assert_ne!(kept[0], kept[1]);
+
+    // The model can read it with its own tool.
+    let o = run(
+        &f,
+        ToolCall::new(
+            "read_file",
+            json!({"path": kept[0], "offset": 101, "limit": 1}),
+        ),
+    )
+    .await;
+    assert!(!o.is_error, "{}", o.text);
+    let read = o.structured.unwrap();
+    assert_eq!(read["totalLines"], json!(200), "{read}");
+    assert_eq!(
+        read["text"],
+        json!(format!("   101\t{}", line("out", 'o', 100).trim_end())),
+        "{read}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn files_come_in_from_the_workspace_and_go_back_to_it() {
+    let f = fixture();
+    f.ctx
+        .workspace
+        .write_atomic(
+            "data/q1.csv",
+            b"region,revenue\nnorth,10.5\nsouth,4\nnorth,1.5\n",
+            Overwrite::Refuse,
+        )
+        .unwrap();
+    let args = json!({
+        "code": "df = pd.read_csv('in/files/data/q1.csv')\n\
+                 t = df.groupby('region', as_index=False)['revenue'].sum()\n\
+                 t.to_csv('out/files/report.csv', index=False)\n\
+                 result = float(df['revenue'].sum())",
+        "files": ["data/q1.csv"],
+    });
+    let report = b"region,revenue\nnorth,12.0\nsouth,4.0\n";
+
+    let first = python(&f, args.clone()).await;
+    assert_eq!(first["ok"], json!(true), "{first}");
+    assert_eq!(first["result"], json!(16.0));
+    assert_eq!(
+        first["files"],
+        json!([{"path": "report.csv", "bytes": report.len()}]),
+        "{first}"
+    );
+    assert_eq!(workspace_file(&f, "report.csv"), report);
+
+    // The same run again replaces the file, and says so.
+    f.ctx
+        .workspace
+        .write_atomic("report.csv", b"stale", Overwrite::Replace)
+        .unwrap();
+    let again = python(&f, args).await;
+    assert_eq!(
+        again["files"],
+        json!([{"path": "report.csv", "bytes": report.len(), "replaced": true}]),
+        "{again}"
+    );
+    assert_eq!(workspace_file(&f, "report.csv"), report);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runaway_loop_stops_at_its_own_timeout() {
+    let f = fixture();
+    let started = Instant::now();
+    let out = python(&f, json!({"code": "while True:\n    pass", "timeout_s": 1})).await;
+    let took = started.elapsed();
+    assert_failed(&out, "Timeout");
+    assert!(
+        out["error"]["message"].as_str().unwrap().contains("1 s"),
+        "{out}"
+    );
+    assert!(hint(&out).contains("timeout_s"), "{out}");
+    // Stopped by its own second (the job's time, from the hand-off), not by the call's 120 s
+    // (the wall clock also counts waiting for a sandbox while other tests hold them).
+    let ran = out["durationMs"].as_u64().unwrap();
+    assert!((1_000..5_000).contains(&ran), "{ran} ms");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_the_call_stops_the_job() {
+    let f = fixture();
+    let ctx = f
+        .ctx
+        .for_call(Arc::new(NoProgress), CancellationToken::new());
+    let cancel = ctx.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cancel.cancel();
+    });
+    let started = Instant::now();
+    let o = execute_tool_call(
+        &f.registry,
+        ToolCall::new(
+            "run_python",
+            json!({"code": "import time\ntime.sleep(1.5)\nopen('out/files/late.txt', 'w').write('x')"}),
+        ),
+        &ctx,
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(error_text(&o), "error: `run_python` was cancelled");
+    // A job that went on would have saved its file by now.
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(started.elapsed())).await;
+    assert!(
+        !workspace_has(&f, "late.txt"),
+        "the job ran on after the cancel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_python_is_listed_with_a_schema_that_requires_code() {
+    let f = fixture();
+    assert!(f.registry.names().contains(&"run_python".to_owned()));
+    let spec = f.registry.get("run_python").unwrap().spec();
+    assert_eq!(spec.name, "run_python");
+    let schema = &spec.input_schema;
+    assert_eq!(schema["type"], json!("object"));
+    assert_eq!(schema["required"], json!(["code"]));
+    let mut params: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+    params.sort();
+    assert_eq!(params, ["code", "files", "inputs", "timeout_s"]);
+    for needle in [
+        "no network",
+        "`inputs`",
+        "`outputs[\"name\"] = df`",
+        "in/files/<path>",
+        "out/files/",
+        "4096 bytes",
+        "60 s",
+    ] {
+        assert!(
+            spec.description.contains(needle),
+            "{needle}: {}",
+            spec.description
+        );
+    }
+    // It writes (artifacts, workspace files), so it is not announced as read-only.
+    assert!(!spec.annotations.read_only);
+    let output = spec.output_schema.as_ref().unwrap();
+    for field in ["ok", "result", "stdout", "stderr", "outputs"] {
+        assert!(
+            output["required"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(field)),
+            "{field}: {output}"
+        );
+    }
 }
