@@ -746,15 +746,44 @@ impl Drop for KillOnDrop {
 
 /// Inheritable fds are visible to every child spawned while they are inheritable, so the
 /// window is serialised: jobs started concurrently never see each other's pipes. (Other
-/// spawns in this process are not covered; they would inherit the fds only for that instant
-/// and bwrap closes them before exec.)
+/// spawns in this process are not covered; they would inherit the fds only for that
+/// instant. bwrap does not close inherited fds, so nothing else may be inheritable: see
+/// [`cloexec_all`].)
 static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+
+/// Marks every descriptor above stderr close-on-exec. Descriptors dataref opens are
+/// close-on-exec already; this catches those the process inherited from whoever started it
+/// (a host, a shell, a test harness), which bubblewrap would otherwise carry into the
+/// sandbox — a directory among them reaches past the mount namespace.
+fn cloexec_all() -> Result<(), JailError> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    #[expect(
+        unsafe_code,
+        reason = "close_range with CLOSE_RANGE_CLOEXEC only sets a flag on descriptors; it closes nothing and touches no memory"
+    )]
+    // SAFETY: no pointers are passed; the call cannot invalidate any descriptor.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if rc != 0 {
+        return Err(io_err("marking inherited descriptors close-on-exec")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
 
 fn spawn_with_fds<const N: usize>(
     cmd: &mut Command,
     fds: [OwnedFd; N],
 ) -> Result<Child, JailError> {
     let _lock = SPAWN_LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    cloexec_all()?;
     for fd in &fds {
         fcntl_setfd(fd, FdFlags::empty())
             .map_err(|e| io_err("making an fd inheritable")(e.into()))?;

@@ -514,3 +514,26 @@ fn read_only_binds_are_visible_read_only() {
     assert!(text.contains("X = 1") && !text.contains("WROTE"), "{text}");
     assert!(!lib.path().join("new").exists());
 }
+
+#[test]
+fn descriptors_the_server_inherited_do_not_reach_the_job() {
+    assert_root();
+    // A directory descriptor without close-on-exec, as a careless parent would leave one.
+    let planted = rustix::fs::open(
+        "/etc",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    let flags = rustix::io::fcntl_getfd(&planted).unwrap();
+    assert!(!flags.contains(rustix::io::FdFlags::CLOEXEC));
+    let (_job, outcome) = sh("ls /proc/self/fd", limits());
+    assert_eq!(outcome.status, JobStatus::Exited(0), "{outcome:?}");
+    // 0-2, and the descriptor `ls` opened to list the directory.
+    let fds: Vec<String> = stdout(&outcome)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(fds, ["0", "1", "2", "3"], "{fds:?}");
+    drop(planted);
+}
