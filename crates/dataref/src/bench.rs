@@ -1,6 +1,10 @@
 //! `dataref bench`: fetch and describe speed and memory, with `pandas.read_sql` on the same
-//! file and query in the same run. Each measured step runs in a process of its own so its
-//! peak RSS is its own.
+//! file and query in the same run; then `run_python`'s sandbox ([`python`]): start-up
+//! latency and the seed's quarter-over-quarter pivot against pandas in-process and against
+//! the seed's Parquet hand-off. Each measured step runs in a process of its own so its peak
+//! RSS is its own.
+
+mod python;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +17,9 @@ use clap::{Args, Subcommand};
 use dataref_config::Config;
 use dataref_protocol::Principal;
 use dataref_sources::{FetchRequest, ParamValue, SqlPolicy};
-use dataref_store::{ArtifactStore, Lineage, LocalStore, SampleOptions, StoreLimits, SystemClock};
+use dataref_store::{
+    ArtifactMeta, ArtifactStore, Lineage, LocalStore, SampleOptions, StoreLimits, SystemClock,
+};
 use serde_json::{Value, json};
 
 use crate::settings;
@@ -29,9 +35,26 @@ pub struct BenchArgs {
     /// Skip the pandas comparison.
     #[arg(long)]
     no_pandas: bool,
-    /// Where sample databases are kept between runs (default: `<data dir>/bench`).
+    /// Where sample databases are kept between runs (default: `<data dir>/bench`). The
+    /// `run_python` section uses the data dir's runtime (`DATAREF_HOME`, as `serve` does),
+    /// installing it on the first run.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Only the `run_python` section (skip fetch and describe).
+    #[arg(long, conflicts_with = "skip_python")]
+    python_only: bool,
+    /// Skip the `run_python` section.
+    #[arg(long)]
+    skip_python: bool,
+    /// Rows of the sample the `run_python` pivot reads.
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    python_rows: u64,
+    /// Runs of the trivial `run_python` script, warm and cold each (for p50/p95).
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    python_runs: usize,
+    /// Runs of the pivot, for each of dataref, pandas in-process and the seed's path.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pivot_runs: usize,
 }
 
 #[derive(Debug, Args)]
@@ -51,6 +74,9 @@ enum WorkerStep {
         #[arg(long)]
         describe: bool,
     },
+    /// The `run_python` section: fetch the sample, then time the sandbox (and, with
+    /// `--python`, the pandas baselines) on the artifact.
+    Python(python::WorkerArgs),
 }
 
 /// The sample query, as `fetch_sales(since = "2025-01-01")` runs it.
@@ -64,12 +90,37 @@ fn sample_sql(config: &Config) -> Result<String> {
 }
 
 pub fn worker(args: &WorkerArgs) -> Result<ExitCode> {
-    let WorkerStep::Fetch {
-        dir,
-        rows,
-        describe,
-    } = &args.step;
-    let config = Config::builtin_sample(dir.clone(), *rows);
+    let out = match &args.step {
+        WorkerStep::Fetch {
+            dir,
+            rows,
+            describe,
+        } => fetch_worker(dir, *rows, *describe)?,
+        WorkerStep::Python(a) => python::worker(a)?,
+    };
+    writeln!(std::io::stdout().lock(), "{out}")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The sample fetched into a fresh store of its own, removed when dropped.
+struct Fetched {
+    store: Arc<LocalStore>,
+    owner: Principal,
+    meta: ArtifactMeta,
+    secs: f64,
+    dir: PathBuf,
+}
+
+impl Drop for Fetched {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `fetch_sales(since = "2025-01-01")` on the `rows`-row sample (generated beforehand)
+/// into a new store under `dir`.
+fn fetch_sample(dir: &Path, rows: u64) -> Result<Fetched> {
+    let config = Config::builtin_sample(dir.to_path_buf(), rows);
     let source = config
         .sources
         .get("sample")
@@ -103,30 +154,39 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode> {
         &|_| {},
         &|| false,
     )?;
-    let fetch_secs = t.elapsed().as_secs_f64();
+    Ok(Fetched {
+        store,
+        owner,
+        meta,
+        secs: t.elapsed().as_secs_f64(),
+        dir: store_dir,
+    })
+}
+
+fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
+    let fetched = fetch_sample(dir, rows)?;
+    let (store, owner, meta) = (&fetched.store, &fetched.owner, &fetched.meta);
     // The high-water mark now is the fetch's own; describe maps the file and adds to it.
     let mut out = json!({
         "rows": meta.rows,
         "bytes": meta.bytes,
-        "fetch_secs": fetch_secs,
+        "fetch_secs": fetched.secs,
         "peak_rss_bytes": peak_rss_bytes(),
     });
-    if *describe {
+    if describe {
         let t = Instant::now();
-        let table = store.open_table(&owner, &meta.data_ref)?;
+        let table = store.open_table(owner, &meta.data_ref)?;
         let d = dataref_store::describe(&table, SampleOptions::default());
         out["describe_secs"] = json!(t.elapsed().as_secs_f64());
         out["describe_bytes"] = json!(serde_json::to_string(&d)?.len());
         let t = Instant::now();
-        let table = store.open_table(&owner, &meta.data_ref)?;
+        let table = store.open_table(owner, &meta.data_ref)?;
         let s = dataref_store::describe_data(&table, None, 0, 100)?;
         out["describe_data_secs"] = json!(t.elapsed().as_secs_f64());
         out["describe_data_columns"] = json!(s.columns.len());
         out["describe_peak_rss_bytes"] = json!(peak_rss_bytes());
     }
-    let _ = std::fs::remove_dir_all(&store_dir);
-    writeln!(std::io::stdout().lock(), "{out}")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(out)
 }
 
 fn tempdir_in(dir: &Path) -> Result<PathBuf> {
@@ -137,11 +197,16 @@ fn tempdir_in(dir: &Path) -> Result<PathBuf> {
 
 /// VmHWM: the high-water mark of this process's resident memory.
 fn peak_rss_bytes() -> u64 {
+    proc_status_bytes("VmHWM:")
+}
+
+/// A `kB` line of `/proc/self/status`, in bytes (0 when it cannot be read).
+fn proc_status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
@@ -167,10 +232,12 @@ print(json.dumps({"rows": len(df), "fetch_secs": secs, "describe_secs": describe
 fn run_json(cmd: &mut Command) -> Result<Value> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.trim().is_empty() {
+            // Its stderr was not captured (it went to ours, above).
+            bail!("{cmd:?} failed ({})", out.status);
+        }
+        bail!("{cmd:?} failed: {}", stderr.trim());
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().last().unwrap_or_default();
@@ -196,16 +263,16 @@ fn mb(bytes: f64) -> String {
 }
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    let common = crate::Common {
+        home: None,
+        config: None,
+        rows: None,
+    };
+    // The data dir, as `serve` finds it: the run_python section uses its runtime.
+    let home = settings::home(&common)?;
     let dir = match &args.dir {
         Some(d) => d.clone(),
-        None => {
-            let common = crate::Common {
-                home: None,
-                config: None,
-                rows: None,
-            };
-            settings::home(&common)?.join("bench")
-        }
+        None => home.join("bench"),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating `{}`", dir.display()))?;
     let exe = std::env::current_exe().context("finding the dataref executable")?;
@@ -220,22 +287,45 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             args.python
         ));
     }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "\ndataref bench — {} cores",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    )?;
+    if !args.python_only {
+        fetch_section(args, &dir, &exe, pandas.as_deref(), &mut out)?;
+    }
+    if !args.skip_python {
+        python::section(args, &dir, &home, &exe, pandas.as_deref(), &mut out)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fetch and describe of the SQLite sample, against `pandas.read_sql`.
+fn fetch_section(
+    args: &BenchArgs,
+    dir: &Path,
+    exe: &Path,
+    pandas: Option<&str>,
+    out: &mut impl Write,
+) -> Result<()> {
     let mut rows_out = Vec::new();
     for &n in &args.rows {
-        let config = Config::builtin_sample(dir.clone(), n);
+        let config = Config::builtin_sample(dir.to_path_buf(), n);
         let t = Instant::now();
         settings::ensure_sample(&config)?;
         let gen_secs = t.elapsed().as_secs_f64();
         settings::progress_line(&format!("measuring fetch of {n} rows…"));
         let describe = n <= 1_000_000;
-        let mut cmd = Command::new(&exe);
+        let mut cmd = Command::new(exe);
         cmd.args(["bench-worker", "fetch", "--rows", &n.to_string(), "--dir"])
-            .arg(&dir);
+            .arg(dir);
         if describe {
             cmd.arg("--describe");
         }
         let ours = run_json(&mut cmd)?;
-        let theirs = match &pandas {
+        let theirs = match pandas {
             Some(_) => {
                 settings::progress_line(&format!("measuring pandas.read_sql of {n} rows…"));
                 let db = config
@@ -256,13 +346,8 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         rows_out.push((n, gen_secs, ours, theirs));
     }
 
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "\ndataref bench — SQLite sample (`fetch_sales(since=\"2025-01-01\")`), {} cores",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    )?;
-    if let Some(v) = &pandas {
+    writeln!(out, "\nSQLite sample (`fetch_sales(since=\"2025-01-01\")`)")?;
+    if let Some(v) = pandas {
         writeln!(
             out,
             "pandas {v}: `pandas.read_sql(sql, sqlite3, parse_dates=[\"date\"])` on the same file and query"
@@ -324,5 +409,5 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         out,
         "\ngoals: fetch ≥ 3× pandas; peak RSS of a 10M-row fetch < 200 MB; describe_data at 1M rows < 0.5 s"
     )?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

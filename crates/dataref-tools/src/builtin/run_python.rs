@@ -274,7 +274,13 @@ fn run_blocking(
         timeout,
     };
     let progress = ctx.progress.clone();
-    let report = move |step: &str| progress.report(0.0, None, Some(step.to_owned()));
+    // MCP progress must grow with every notification: count the steps (installing the
+    // runtime on first use is the only long one).
+    let steps = AtomicU64::new(0);
+    let report = move |step: &str| {
+        let n = steps.fetch_add(1, Ordering::Relaxed) + 1;
+        progress.report(n as f64, None, Some(step.to_owned()));
+    };
     let cancel = ctx.cancel.clone();
     let run = sandbox
         .run(job, &report, &|| cancel.is_cancelled())
