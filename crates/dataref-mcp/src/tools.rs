@@ -2,10 +2,13 @@
 
 use std::sync::Arc;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use dataref_protocol::ToolSpec;
 use dataref_tools::{Attachment, CallOutcome};
 use rmcp::model::{
-    Annotations, CallToolResult, ContentBlock, JsonObject, Resource, Role, Tool, ToolAnnotations,
+    Annotations, CallToolResult, ContentBlock, EmbeddedResource, ImageContent, JsonObject,
+    Resource, ResourceContents, Role, TextContent, Tool, ToolAnnotations,
 };
 use serde_json::Value;
 
@@ -50,8 +53,8 @@ fn schema_object(tool: &str, schema: &Value) -> JsonObject {
 }
 
 /// One text block for the model (the JSON of the result, or the error with its hint),
-/// `structuredContent` when there is one, and the attachments as resource links for the
-/// person.
+/// `structuredContent` when there is one, and the attachments for the person (resource
+/// links, images, Markdown, embedded documents), each marked `audience: ["user"]`.
 pub(crate) fn to_call_result(outcome: CallOutcome) -> CallToolResult {
     let CallOutcome {
         is_error,
@@ -72,6 +75,8 @@ pub(crate) fn to_call_result(outcome: CallOutcome) -> CallToolResult {
 }
 
 fn attachment_block(attachment: Attachment) -> Option<ContentBlock> {
+    // Everything attached is for the person; the model's part is the first text block.
+    let for_user = || Annotations::default().with_audience(vec![Role::User]);
     match attachment {
         Attachment::ResourceLink {
             uri,
@@ -79,12 +84,30 @@ fn attachment_block(attachment: Attachment) -> Option<ContentBlock> {
             mime_type,
             description,
         } => {
-            let mut link = Resource::new(uri, name)
-                .with_annotations(Annotations::default().with_audience(vec![Role::User]));
+            let mut link = Resource::new(uri, name).with_annotations(for_user());
             link.mime_type = mime_type;
             link.description = description;
             Some(ContentBlock::resource_link(link))
         }
+        Attachment::Image { data, mime_type } => Some(ContentBlock::Image(
+            ImageContent::new(BASE64.encode(data), mime_type).with_annotations(for_user()),
+        )),
+        Attachment::Markdown { text } => Some(ContentBlock::Text(
+            TextContent::new(text).with_annotations(for_user()),
+        )),
+        Attachment::Document {
+            uri,
+            mime_type,
+            text,
+        } => Some(ContentBlock::Resource(
+            EmbeddedResource::new(ResourceContents::TextResourceContents {
+                uri,
+                mime_type: Some(mime_type),
+                text,
+                meta: None,
+            })
+            .with_annotations(for_user()),
+        )),
         // `Attachment` is non-exhaustive across crates; a kind this server cannot show
         // yet is left out (the model's text result is complete without it).
         other => {
@@ -153,5 +176,48 @@ mod tests {
         assert_eq!(v["content"][1]["type"], json!("resource_link"));
         assert_eq!(v["content"][1]["annotations"]["audience"], json!(["user"]));
         assert_eq!(v["content"][1]["mimeType"], json!("image/png"));
+    }
+
+    #[test]
+    fn images_tables_and_documents_are_for_the_user() {
+        let outcome = CallOutcome {
+            is_error: false,
+            structured: Some(json!({"points": 3})),
+            text: r#"{"points":3}"#.into(),
+            attachments: vec![
+                Attachment::Image {
+                    data: vec![0x89, b'P', b'N', b'G'],
+                    mime_type: "image/png".into(),
+                },
+                Attachment::Markdown {
+                    text: "| a |\n| --- |\n| 1 |\n".into(),
+                },
+                Attachment::Document {
+                    uri: "dataref://files/tables/t.html".into(),
+                    mime_type: "text/html".into(),
+                    text: "<table></table>".into(),
+                },
+            ],
+        };
+        let v = serde_json::to_value(to_call_result(outcome)).unwrap();
+        assert_eq!(
+            v["content"][0]["annotations"],
+            Value::Null,
+            "the model's block"
+        );
+        assert_eq!(
+            v["content"][1],
+            json!({
+                "type": "image",
+                "data": "iVBORw==",
+                "mimeType": "image/png",
+                "annotations": {"audience": ["user"]}
+            })
+        );
+        assert_eq!(v["content"][2]["type"], json!("text"));
+        assert_eq!(v["content"][2]["annotations"]["audience"], json!(["user"]));
+        assert_eq!(v["content"][3]["type"], json!("resource"));
+        assert_eq!(v["content"][3]["resource"]["mimeType"], json!("text/html"));
+        assert_eq!(v["content"][3]["annotations"]["audience"], json!(["user"]));
     }
 }

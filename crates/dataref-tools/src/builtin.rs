@@ -3,10 +3,13 @@
 //! `copy_file`).
 
 mod describe_data;
+mod export_data;
 mod fetch;
 mod files;
 mod list_artifacts;
 mod query;
+mod render_chart;
+mod render_table;
 mod run_python;
 
 use std::sync::Arc;
@@ -21,6 +24,8 @@ pub use fetch::FetchTool;
 pub use files::{CopyFileTool, ListFilesTool, ReadFileTool, mime_type_for};
 pub use list_artifacts::ListArtifactsTool;
 pub use query::QueryTool;
+pub use render_chart::RenderChartTool;
+pub use render_table::RenderTableTool;
 pub use run_python::{RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, sandbox_settings};
 
 /// Every built-in tool for `config`: one `fetch_<name>` per configured query, `query` when
@@ -59,11 +64,14 @@ pub fn builtin_registry_with(
     }
     b.register(Arc::new(DescribeDataTool::new()));
     b.register(Arc::new(ListArtifactsTool::new()));
+    b.register(Arc::new(RenderChartTool::new()));
+    b.register(Arc::new(RenderTableTool::new()));
     if let Some(sandbox) = python {
         b.register(Arc::new(RunPythonTool::new(sandbox, config.python.clone())));
     }
     b.register(Arc::new(ReadFileTool::new()));
     b.register(Arc::new(ListFilesTool::new()));
     b.register(Arc::new(CopyFileTool::new()));
+    b.register(Arc::new(export_data::ExportDataTool::new()));
     b.build()
 }

@@ -9,7 +9,8 @@
 //!   schema violation, tool error, timeout, cancellation, panic) and the cap on what goes
 //!   back to the model. The MCP server and the agent loop both call it.
 //! - [`builtin_registry`]: `fetch_*` per configured query, `query`, `describe_data`,
-//!   `list_artifacts`, and the file tools `read_file`, `list_files`, `copy_file` over the
+//!   `list_artifacts`, `render_chart` and `render_table` (an image or tables for the
+//!   person as [`Attachment`]s), and the file tools `read_file`, `list_files`, `copy_file` over the
 //!   caller's workspace. [`mime_type_for`] is their extension-to-MIME table.
 //!
 //! ```no_run

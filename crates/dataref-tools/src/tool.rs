@@ -15,6 +15,17 @@ pub enum Attachment {
         mime_type: Option<String>,
         description: Option<String>,
     },
+    /// An image to show the person, e.g. a chart (MCP image content).
+    Image { data: Vec<u8>, mime_type: String },
+    /// Markdown for the person, e.g. a table (MCP text content).
+    Markdown { text: String },
+    /// A document given inline, e.g. an HTML table, named by the `dataref://` URI it can
+    /// also be read at (MCP embedded resource).
+    Document {
+        uri: String,
+        mime_type: String,
+        text: String,
+    },
 }
 
 /// A successful result: a small JSON value for the model (`structuredContent`, with its

@@ -7,6 +7,7 @@
 
 mod support;
 
+mod charts;
 mod errors;
 mod files;
 mod progress_cancel;

@@ -61,10 +61,15 @@ async fn every_tool_is_listed_with_both_schemas() -> anyhow::Result<()> {
         let output = tool.output_schema.as_ref().expect("output schema");
         assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);
         let hints = tool.annotations.as_ref().expect("annotations");
-        // Only `copy_file` (replacing a file only when asked) and `run_python` (files the
-        // code writes replace those of the same name) write into the caller's workspace, so
-        // hosts may ask before them; every other tool is read-only.
-        let writes = matches!(tool.name.as_ref(), "copy_file" | "run_python");
+        // Only `copy_file` (replacing a file only when asked), `run_python` (files the
+        // code writes replace those of the same name), `render_chart`/`render_table` (their
+        // own files under `charts/` and `tables/`) and `export_data` (new files under
+        // `exports/`) write into the caller's workspace, so hosts may ask before them;
+        // every other tool is read-only.
+        let writes = matches!(
+            tool.name.as_ref(),
+            "copy_file" | "run_python" | "render_chart" | "render_table" | "export_data"
+        );
         assert_eq!(hints.read_only_hint, Some(!writes), "{}", tool.name);
         if !writes {
             assert_eq!(hints.destructive_hint, Some(false), "{}", tool.name);

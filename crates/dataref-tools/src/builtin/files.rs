@@ -62,6 +62,44 @@ pub(crate) fn known_mime_type(path: &str) -> Option<&'static str> {
     Some(mime)
 }
 
+/// The `dataref://files/{path}` URI of a workspace path, as the MCP server lists it:
+/// unreserved characters and `/` as they are, every other byte percent-encoded.
+pub(crate) fn file_uri(path: &str) -> String {
+    let mut uri = String::from("dataref://files/");
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
+}
+
+/// A file name from a title: lowercase ASCII letters and digits joined by `-`, at most
+/// 40 characters, then `-` and 8 hex digits of `key`, so different requests get different
+/// files and the same request the same file.
+pub(crate) fn file_stem(title: &str, key: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut slug = String::new();
+    for c in title.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c);
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+        if slug.len() >= 40 {
+            break;
+        }
+    }
+    let slug = slug.trim_end_matches('-');
+    let slug = if slug.is_empty() { "untitled" } else { slug };
+    // SipHash with fixed keys: the same across runs.
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    format!("{slug}-{:08x}", h.finish() as u32)
+}
+
 /// `12,345` — numbers in prose (notes, messages); arguments to pass back stay plain.
 pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -87,6 +125,19 @@ mod tests {
         assert_eq!(mime_type_for(".gitignore"), "application/octet-stream");
         assert_eq!(mime_type_for("dir.csv/README"), "application/octet-stream");
         assert_eq!(known_mime_type("x.unknown"), None);
+    }
+
+    #[test]
+    fn stems_and_uris() {
+        let a = file_stem("Revenue by Région (2024)", "k1");
+        assert!(a.starts_with("revenue-by-r-gion-2024-"), "{a}");
+        assert_ne!(a, file_stem("Revenue by Région (2024)", "k2"));
+        assert_eq!(a, file_stem("Revenue by Région (2024)", "k1"));
+        assert!(file_stem("!!!", "k").starts_with("untitled-"));
+        assert_eq!(
+            file_uri("charts/a b.png"),
+            "dataref://files/charts/a%20b.png"
+        );
     }
 
     #[test]

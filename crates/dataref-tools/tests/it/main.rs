@@ -11,6 +11,8 @@
     reason = "test helpers fail by panicking, like the tests that call them"
 )]
 
+mod charts;
+mod export;
 mod files;
 mod python;
 

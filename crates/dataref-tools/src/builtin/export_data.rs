@@ -1,0 +1,359 @@
+//! `export_data(source, format, …)`: a stored table written to a file in the caller's
+//! workspace (`exports/`) for the person: CSV, XLSX, Parquet, JSON or NDJSON.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use dataref_export::{Bom, ExportError, ExportOptions, Format, Formulas, Order, SortBy};
+use dataref_protocol::{DataRef, ToolSpec};
+use dataref_workspace::{Overwrite, Workspace, WorkspacePathError};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::tool::{TypedTool, blocking, spec_for};
+use crate::{Attachment, RunContext, ToolError, ToolOutput};
+
+/// Where exports go in the workspace.
+pub const EXPORTS_DIR: &str = "exports";
+/// Tries at a free name (`name.csv`, `name-2.csv`, …) before giving up.
+const NAME_TRIES: u32 = 100;
+
+/// File formats of `export_data`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum FormatArg {
+    Csv,
+    Xlsx,
+    Parquet,
+    Json,
+    Ndjson,
+}
+
+impl FormatArg {
+    fn format(self) -> Format {
+        match self {
+            Self::Csv => Format::Csv,
+            Self::Xlsx => Format::Xlsx,
+            Self::Parquet => Format::Parquet,
+            Self::Json => Format::Json,
+            Self::Ndjson => Format::Ndjson,
+        }
+    }
+}
+
+/// Arguments of `export_data`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExportArgs {
+    /// What to export: a `dataRef` (`data_…`), or the workspace path of an Arrow IPC file
+    /// (`.arrow`).
+    source: String,
+    /// `csv` (RFC 4180, UTF-8), `xlsx` (Excel: typed cells, frozen header row), `parquet`
+    /// (Snappy), `json` (an array of objects) or `ndjson` (an object per line).
+    format: FormatArg,
+    /// These columns, in this order (default: all).
+    #[serde(default)]
+    columns: Option<Vec<String>>,
+    /// Names a person reads, by column, e.g. `{"revenue": "Revenue (EUR)"}`; other
+    /// columns keep their names.
+    #[serde(default)]
+    headers: Option<BTreeMap<String, String>>,
+    /// Sort the rows by this column (NULLs last; ties keep the table's order).
+    #[serde(default)]
+    sort_by: Option<String>,
+    /// Sort largest first (default false).
+    #[serde(default)]
+    descending: Option<bool>,
+    /// Skip this many rows (after sorting).
+    #[serde(default)]
+    offset: Option<u64>,
+    /// Write at most this many rows (default: all).
+    #[serde(default)]
+    limit: Option<u64>,
+    /// The file's name without directory, e.g. `q3-sales` (the extension is added). Default:
+    /// `export-<date>-<time>`. An existing file is never replaced: `-2`, `-3`, … is added.
+    #[serde(default)]
+    filename: Option<String>,
+    /// CSV only: start with a UTF-8 byte order mark, which Excel needs to show accents
+    /// right (default false).
+    #[serde(default)]
+    bom: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct ExportResult {
+    /// The file, relative to your workspace.
+    path: String,
+    format: FormatArg,
+    /// Data rows written.
+    rows: u64,
+    /// The file's size.
+    bytes: u64,
+    /// Column names as written, in order.
+    columns: Vec<String>,
+    /// XLSX: worksheets (a sheet holds 1,048,575 rows; more continue on the next).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sheets: Option<usize>,
+}
+
+pub struct ExportDataTool {
+    spec: ToolSpec,
+}
+
+impl ExportDataTool {
+    pub fn new() -> Self {
+        Self {
+            spec: spec_for::<ExportArgs, ExportResult>(
+                "export_data",
+                "Write a stored table to a file for the person, by reference: the rows go from \
+                 the store to `exports/` in your workspace, never through you. Formats: `csv` \
+                 (RFC 4180, UTF-8), `xlsx` (typed cells, frozen header; more than 1,048,575 \
+                 rows continue on further sheets), `parquet`, `json`, `ndjson`. Choose and \
+                 order `columns`, rename them with `headers`, sort (`sort_by`, `descending`) \
+                 and page (`offset`, `limit`). Filtering and aggregation are not export's job: \
+                 do them in SQL or `run_python` first and export the `dataRef` that returns. \
+                 Text a spreadsheet would run as a formula is neutralised. Returns the path, \
+                 rows and size; the person gets a link to the file.",
+                false,
+                false,
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl TypedTool for ExportDataTool {
+    type Args = ExportArgs;
+
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn run(&self, a: ExportArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
+        let format = a.format.format();
+        let stem = match &a.filename {
+            Some(name) => file_stem(name, format)?,
+            None => generated_stem(ctx.clock.now().0),
+        };
+        let options = ExportOptions {
+            columns: a.columns,
+            headers: a.headers.unwrap_or_default(),
+            sort: a.sort_by.map(|column| SortBy {
+                column,
+                order: if a.descending.unwrap_or(false) {
+                    Order::Descending
+                } else {
+                    Order::Ascending
+                },
+            }),
+            offset: a.offset.unwrap_or(0),
+            limit: a.limit,
+            bom: if a.bom.unwrap_or(false) {
+                Bom::With
+            } else {
+                Bom::Without
+            },
+            formulas: Formulas::Neutralise,
+        };
+        let (store, owner, workspace) = (
+            ctx.store.clone(),
+            ctx.principal.clone(),
+            ctx.workspace.clone(),
+        );
+        let cancel = ctx.cancel.clone();
+        let source = a.source;
+        let format_arg = a.format;
+        let result = blocking("export_data", move || {
+            let (schema, batches) = if source.starts_with("data_") {
+                let data_ref = DataRef::parse(&source).map_err(|_| {
+                    ToolError::respond(
+                        format!("`{source}` is not a valid dataRef"),
+                        Some(
+                            "pass a `dataRef` exactly as a tool returned it (`data_` and 22 \
+                             characters), or call `list_artifacts`"
+                                .into(),
+                        ),
+                    )
+                })?;
+                let table = store.open_table(&owner, &data_ref)?;
+                (table.meta.schema, table.batches)
+            } else {
+                read_arrow_file(&workspace, &source)?
+            };
+            let mut file = create_free(&workspace, &stem, format)?;
+            let done =
+                dataref_export::export(format, &schema, &batches, &options, &mut file, &|| {
+                    cancel.is_cancelled()
+                })
+                .map_err(export_error)?;
+            let path = file.commit()?;
+            let bytes = workspace.metadata(&path)?.size;
+            Ok(ExportResult {
+                path: path.as_str().to_owned(),
+                format: format_arg,
+                rows: done.rows,
+                bytes,
+                columns: done.columns,
+                sheets: matches!(format, Format::Xlsx).then_some(done.sheets),
+            })
+        })
+        .await?;
+        let name = result
+            .path
+            .rsplit('/')
+            .next()
+            .unwrap_or(&result.path)
+            .to_owned();
+        let link = Attachment::ResourceLink {
+            uri: format!("dataref://files/{}", result.path),
+            name,
+            mime_type: Some(format.mime_type().to_owned()),
+            description: Some(format!(
+                "{} rows × {} columns exported as {}",
+                result.rows,
+                result.columns.len(),
+                format.extension().to_uppercase()
+            )),
+        };
+        let structured = serde_json::to_value(&result)
+            .map_err(|e| ToolError::Fatal(format!("serialising the result: {e}")))?;
+        Ok(ToolOutput {
+            structured,
+            attachments: vec![link],
+        })
+    }
+}
+
+/// The model's file name, checked: one plain name, the format's extension optional.
+fn file_stem(name: &str, format: Format) -> Result<String, ToolError> {
+    let ext = format!(".{}", format.extension());
+    let stem = match name.len().checked_sub(ext.len()) {
+        Some(cut) if name.is_char_boundary(cut) && name[cut..].eq_ignore_ascii_case(&ext) => {
+            &name[..cut]
+        }
+        _ => name,
+    };
+    let bad = stem.is_empty()
+        || stem.starts_with('.')
+        || stem.chars().count() > 120
+        || stem
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control());
+    if bad {
+        return Err(ToolError::respond(
+            format!("`{name}` cannot be an export's file name"),
+            Some(format!(
+                "give a plain name such as `q3-sales` (no `/`, not starting with `.`, at most \
+                 120 characters); the file goes to `{EXPORTS_DIR}/` and gets `{ext}`; use \
+                 `copy_file` afterwards to put it elsewhere"
+            )),
+        ));
+    }
+    Ok(stem.to_owned())
+}
+
+/// `export-20251231-235959` for the given time (seconds since the epoch, UTC).
+fn generated_stem(now_secs: i64) -> String {
+    let iso = dataref_store::format_timestamp_micros(now_secs.saturating_mul(1_000_000));
+    let compact: String = iso
+        .chars()
+        .map(|c| if c == 'T' { '-' } else { c })
+        .filter(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    // `2025-12-31-23:59:59` → `20251231-235959`
+    let (date, time) = compact.split_at(compact.len().min(10));
+    format!(
+        "export-{}-{}",
+        date.replace('-', ""),
+        time.trim_start_matches('-')
+    )
+}
+
+/// A new file `exports/<stem>.<ext>`, or `<stem>-2`, `<stem>-3`, … when that exists.
+fn create_free(
+    workspace: &Workspace,
+    stem: &str,
+    format: Format,
+) -> Result<dataref_workspace::AtomicFile, ToolError> {
+    let ext = format.extension();
+    for n in 1..=NAME_TRIES {
+        let path = if n == 1 {
+            format!("{EXPORTS_DIR}/{stem}.{ext}")
+        } else {
+            format!("{EXPORTS_DIR}/{stem}-{n}.{ext}")
+        };
+        match workspace.create_atomic(&path, Overwrite::Refuse) {
+            Ok(file) => return Ok(file),
+            Err(WorkspacePathError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ToolError::respond(
+        format!("`{EXPORTS_DIR}/{stem}.{ext}` and {NAME_TRIES} numbered variants exist already"),
+        Some("pick another `filename`".into()),
+    ))
+}
+
+/// The batches of an Arrow IPC file in the workspace; other files are not supported yet.
+fn read_arrow_file(
+    workspace: &Workspace,
+    source: &str,
+) -> Result<(arrow_schema::SchemaRef, Vec<arrow_array::RecordBatch>), ToolError> {
+    let is_arrow = source.rsplit_once('.').is_some_and(|(_, ext)| {
+        ext.eq_ignore_ascii_case("arrow") || ext.eq_ignore_ascii_case("feather")
+    });
+    if !is_arrow {
+        return Err(ToolError::respond(
+            format!(
+                "`{source}` is neither a dataRef nor an Arrow IPC file (`.arrow`); exporting \
+                 other workspace files is not supported yet"
+            ),
+            Some(
+                "pass a `dataRef` (`data_…`), or load the file with `run_python` \
+                 (`outputs[\"t\"] = pd.read_csv(...)`) and export the dataRef it returns"
+                    .into(),
+            ),
+        ));
+    }
+    let path = workspace.resolve(source)?;
+    let file = workspace.open_read(&path)?;
+    let not_arrow = |e: arrow_schema::ArrowError| {
+        ToolError::respond(
+            format!("`{path}` is not a readable Arrow IPC file: {e}"),
+            Some("pass a `dataRef`, or write the file with pyarrow's `ipc.new_file`".into()),
+        )
+    };
+    let reader = arrow_ipc::reader::FileReader::try_new(file, None).map_err(not_arrow)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<Result<Vec<_>, _>>().map_err(not_arrow)?;
+    Ok((schema, batches))
+}
+
+/// A failed export as the model reads it.
+fn export_error(e: ExportError) -> ToolError {
+    match &e {
+        ExportError::Cancelled => ToolError::respond("the export was cancelled", None),
+        _ if e.is_caller_error() => ToolError::respond(e.to_string(), e.hint()),
+        _ => ToolError::Fatal(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_names_carry_the_time() {
+        assert_eq!(generated_stem(1_767_225_599), "export-20251231-235959");
+    }
+
+    #[test]
+    fn file_names_are_plain() {
+        assert_eq!(file_stem("q3-sales.CSV", Format::Csv).unwrap(), "q3-sales");
+        assert_eq!(file_stem("q3 sales", Format::Xlsx).unwrap(), "q3 sales");
+        assert_eq!(file_stem("x.csv", Format::Xlsx).unwrap(), "x.csv");
+        for bad in ["../x", "a/b", ".hidden", "", ".csv"] {
+            assert!(file_stem(bad, Format::Csv).is_err(), "{bad}");
+        }
+    }
+}

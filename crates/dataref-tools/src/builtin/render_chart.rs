@@ -1,0 +1,211 @@
+//! `render_chart(dataRef, x, y, kind, …)`: a chart of a stored table for the person; the
+//! model gets the file paths and how many points were drawn.
+
+use async_trait::async_trait;
+use dataref_chart::{ChartError, ChartKind, ChartSpec, SortOrder};
+use dataref_protocol::{DataRef, ToolSpec};
+use dataref_workspace::Overwrite;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::files::{file_stem, file_uri};
+use crate::tool::{TypedTool, blocking, output, spec_for};
+use crate::{Attachment, RunContext, ToolError, ToolOutput};
+
+/// Where charts are written in the caller's workspace.
+pub const CHARTS_DIR: &str = "charts";
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Kind {
+    Bar,
+    Line,
+    Area,
+    Scatter,
+    Histogram,
+    Pie,
+}
+
+impl From<Kind> for ChartKind {
+    fn from(k: Kind) -> Self {
+        match k {
+            Kind::Bar => Self::Bar,
+            Kind::Line => Self::Line,
+            Kind::Area => Self::Area,
+            Kind::Scatter => Self::Scatter,
+            Kind::Histogram => Self::Histogram,
+            Kind::Pie => Self::Pie,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Sort {
+    /// By `x` itself (numbers and dates ascending, text alphabetically).
+    X,
+    /// Smallest total first.
+    Ascending,
+    /// Largest total first.
+    Descending,
+}
+
+impl From<Sort> for SortOrder {
+    fn from(s: Sort) -> Self {
+        match s {
+            Sort::X => Self::X,
+            Sort::Ascending => Self::Ascending,
+            Sort::Descending => Self::Descending,
+        }
+    }
+}
+
+/// Arguments of `render_chart`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ChartArgs {
+    /// The table to draw.
+    data_ref: DataRef,
+    /// The column along the horizontal axis: categories (bar, pie), dates or numbers
+    /// (line, area, scatter), or the values to bin (histogram).
+    x: String,
+    /// Numeric columns to draw, one series each; rows with the same `x` are summed. Leave
+    /// out to count rows. Not used by histograms.
+    #[serde(default)]
+    y: Vec<String>,
+    /// bar, line, area, scatter, histogram or pie.
+    kind: Kind,
+    /// A column whose values split each `y` into one series per value (colour).
+    #[serde(default)]
+    group: Option<String>,
+    /// Default: made from the column names, e.g. "revenue by region".
+    #[serde(default)]
+    title: Option<String>,
+    /// Order of categories. Default: largest first for text, by `x` for dates and numbers.
+    #[serde(default)]
+    sort: Option<Sort>,
+    /// Keep this many categories (bar, pie) and groups; the rest are summed into `other`.
+    /// Default: 20 bars, 8 slices, 8 groups.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 200))]
+    top: Option<u32>,
+    /// Width in pixels (default 1000).
+    #[serde(default)]
+    #[schemars(range(min = 200, max = 4000))]
+    width: Option<u32>,
+    /// Height in pixels (default 600).
+    #[serde(default)]
+    #[schemars(range(min = 200, max = 4000))]
+    height: Option<u32>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ChartResult {
+    /// The PNG, relative to your workspace (already shown to the person).
+    png: String,
+    /// The same chart as SVG, relative to your workspace.
+    svg: String,
+    kind: Kind,
+    /// Marks drawn (bars, slices, line vertices, dots) after folding and downsampling.
+    points: u64,
+    /// Rows read from the table.
+    rows: u64,
+}
+
+pub struct RenderChartTool {
+    spec: ToolSpec,
+}
+
+impl RenderChartTool {
+    pub fn new() -> Self {
+        Self {
+            spec: spec_for::<ChartArgs, ChartResult>(
+                "render_chart",
+                "Draw a chart of a stored table for the person: bar, line, area, scatter, \
+                 histogram or pie. The rows never pass through you: the chart is written to \
+                 `charts/` in your workspace as PNG and SVG and shown to the person; you get \
+                 the paths and how many points were drawn. `y` takes one or more numeric \
+                 columns (summed per `x`; leave it out to count rows); `group` splits series \
+                 by a column. Many categories are folded into the top N plus `other`, long \
+                 series are downsampled, dates get a time axis. Aggregate or filter first with \
+                 SQL or `run_python` when the chart needs a different table.",
+                false,
+                false,
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl TypedTool for RenderChartTool {
+    type Args = ChartArgs;
+
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn run(&self, a: ChartArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
+        let store = ctx.store.clone();
+        let owner = ctx.principal.clone();
+        let workspace = ctx.workspace.clone();
+        // The file name depends on every argument, so a variant never replaces another.
+        let key = serde_json::to_string(&a).unwrap_or_default();
+        let (result, png) = blocking("render_chart", move || {
+            let table = store.open_table(&owner, &a.data_ref)?;
+            let mut spec = ChartSpec::new(a.kind.into(), a.x, a.y);
+            spec.group = a.group;
+            spec.title = a.title;
+            spec.sort = a.sort.map(Into::into);
+            spec.top = a.top.map(|t| t as usize);
+            spec.width = a.width.unwrap_or(ChartSpec::DEFAULT_SIZE.0);
+            spec.height = a.height.unwrap_or(ChartSpec::DEFAULT_SIZE.1);
+            let chart = dataref_chart::render(&table.meta.schema, &table.batches, &spec)
+                .map_err(chart_error)?;
+            let stem = format!("{CHARTS_DIR}/{}", file_stem(&chart.title, &key));
+            let png_path =
+                workspace.write_atomic(&format!("{stem}.png"), &chart.png, Overwrite::Replace)?;
+            let svg_path = workspace.write_atomic(
+                &format!("{stem}.svg"),
+                chart.svg.as_bytes(),
+                Overwrite::Replace,
+            )?;
+            let result = ChartResult {
+                png: png_path.as_str().to_owned(),
+                svg: svg_path.as_str().to_owned(),
+                kind: a.kind,
+                points: chart.points,
+                rows: chart.rows,
+            };
+            Ok((result, chart.png))
+        })
+        .await?;
+        let links =
+            [(&result.png, "image/png"), (&result.svg, "image/svg+xml")].map(|(path, mime)| {
+                Attachment::ResourceLink {
+                    uri: file_uri(path),
+                    name: path.clone(),
+                    mime_type: Some(mime.into()),
+                    description: Some("chart".into()),
+                }
+            });
+        let mut out = output(result)?;
+        out.attachments.push(Attachment::Image {
+            data: png,
+            mime_type: "image/png".into(),
+        });
+        out.attachments.extend(links);
+        Ok(out)
+    }
+}
+
+fn chart_error(e: ChartError) -> ToolError {
+    match &e {
+        ChartError::UnknownColumn { column, available } => ToolError::respond(
+            e.to_string(),
+            Some(dataref_store::did_you_mean(column, available)),
+        ),
+        _ if e.is_caller_error() => ToolError::respond(e.to_string(), e.hint()),
+        _ => ToolError::Fatal(e.to_string()),
+    }
+}

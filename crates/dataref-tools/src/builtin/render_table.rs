@@ -1,0 +1,399 @@
+//! `render_table(dataRef, columns?, sort?, descending?, limit?)`: a table of a stored table's
+//! rows for the person (Markdown, and HTML written to the workspace); the model gets only
+//! how many rows were shown.
+
+use std::cmp::Ordering;
+
+use async_trait::async_trait;
+use dataref_protocol::{DataRef, ToolSpec};
+use dataref_store::{Table, cell_to_json, did_you_mean};
+use dataref_workspace::Overwrite;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::files::{file_stem, file_uri};
+use crate::tool::{TypedTool, blocking, output, spec_for};
+use crate::{Attachment, RunContext, ToolError, ToolOutput};
+
+/// Where HTML tables are written in the caller's workspace.
+pub const TABLES_DIR: &str = "tables";
+/// The most rows one table shows.
+pub const MAX_TABLE_ROWS: u32 = 2000;
+const DEFAULT_ROWS: u32 = 100;
+/// Columns shown when none are named; wider tables say what was left out.
+const DEFAULT_MAX_COLUMNS: usize = 40;
+/// Longer cells end in `…`.
+const MAX_CELL_CHARS: usize = 200;
+
+/// Arguments of `render_table`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct TableArgs {
+    /// The table to show.
+    data_ref: DataRef,
+    /// These columns in this order (default: all, up to 40).
+    #[serde(default)]
+    columns: Option<Vec<String>>,
+    /// Order rows by this column (default: stored order).
+    #[serde(default)]
+    sort: Option<String>,
+    /// With `sort`: largest first (default false).
+    #[serde(default)]
+    descending: Option<bool>,
+    /// Rows to show, at most 2000 (default 100).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 2000))]
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct TableResult {
+    /// Rows shown to the person.
+    rows_shown: u64,
+    /// Rows in the table.
+    rows_total: u64,
+    /// Columns shown, in order.
+    columns: Vec<String>,
+    /// The HTML table, relative to your workspace.
+    html: String,
+}
+
+pub struct RenderTableTool {
+    spec: ToolSpec,
+}
+
+impl RenderTableTool {
+    pub fn new() -> Self {
+        Self {
+            spec: spec_for::<TableArgs, TableResult>(
+                "render_table",
+                "Show rows of a stored table to the person as a formatted table (Markdown, and \
+                 HTML saved under `tables/` in your workspace). The rows go to the person, not \
+                 to you: you get only how many were shown. Pick `columns`, `sort` (+ \
+                 `descending`) and `limit` (at most 2000). Use it when the person wants to \
+                 see the data; compute with SQL or `run_python` first when they want a \
+                 summary.",
+                false,
+                false,
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl TypedTool for RenderTableTool {
+    type Args = TableArgs;
+
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn run(&self, a: TableArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
+        let store = ctx.store.clone();
+        let owner = ctx.principal.clone();
+        let workspace = ctx.workspace.clone();
+        let key = serde_json::to_string(&a).unwrap_or_default();
+        let (result, markdown, html) = blocking("render_table", move || {
+            let table = store.open_table(&owner, &a.data_ref)?;
+            let limit = a.limit.unwrap_or(DEFAULT_ROWS).clamp(1, MAX_TABLE_ROWS) as usize;
+            let shown = Shown::select(
+                &table,
+                a.columns.as_deref(),
+                a.sort.as_deref(),
+                a.descending.unwrap_or(false),
+                limit,
+            )?;
+            let markdown = shown.markdown(&table);
+            let html = shown.html(&table);
+            let title = format!("table {}", a.data_ref);
+            let path = workspace.write_atomic(
+                &format!("{TABLES_DIR}/{}.html", file_stem(&title, &key)),
+                html.as_bytes(),
+                Overwrite::Replace,
+            )?;
+            let result = TableResult {
+                rows_shown: shown.rows.len() as u64,
+                rows_total: table.meta.rows,
+                columns: shown.names(&table),
+                html: path.as_str().to_owned(),
+            };
+            Ok((result, markdown, html))
+        })
+        .await?;
+        let uri = file_uri(&result.html);
+        let mut out = output(&result)?;
+        out.attachments = vec![
+            Attachment::Markdown { text: markdown },
+            Attachment::Document {
+                uri,
+                mime_type: "text/html".into(),
+                text: html,
+            },
+        ];
+        Ok(out)
+    }
+}
+
+/// Which columns and rows are shown: column indices, and (batch, row) pairs in order.
+struct Shown {
+    columns: Vec<usize>,
+    rows: Vec<(usize, usize)>,
+    /// Columns left out because none were named and the table is wide.
+    hidden_columns: usize,
+}
+
+fn column_index(table: &Table, name: &str) -> Result<usize, ToolError> {
+    table.meta.schema.index_of(name).map_err(|_| {
+        let available: Vec<String> = table
+            .meta
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        ToolError::respond(
+            format!("no column `{name}`"),
+            Some(did_you_mean(name, &available)),
+        )
+    })
+}
+
+/// NULLs last in either direction; numbers by value, text by code points.
+fn compare(a: &Value, b: &Value) -> Ordering {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+            x.total_cmp(&y)
+        }
+        (Value::String(x), Value::String(y)) => x.cmp(y),
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        _ => Ordering::Equal,
+    }
+}
+
+impl Shown {
+    fn select(
+        table: &Table,
+        columns: Option<&[String]>,
+        sort: Option<&str>,
+        descending: bool,
+        limit: usize,
+    ) -> Result<Self, ToolError> {
+        let width = table.meta.schema.fields().len();
+        let (columns, hidden_columns) = match columns {
+            Some(names) if !names.is_empty() => (
+                names
+                    .iter()
+                    .map(|n| column_index(table, n))
+                    .collect::<Result<Vec<_>, _>>()?,
+                0,
+            ),
+            _ => (
+                (0..width.min(DEFAULT_MAX_COLUMNS)).collect(),
+                width.saturating_sub(DEFAULT_MAX_COLUMNS),
+            ),
+        };
+        let rows = match sort {
+            None => table
+                .batches
+                .iter()
+                .enumerate()
+                .flat_map(|(b, batch)| (0..batch.num_rows()).map(move |r| (b, r)))
+                .take(limit)
+                .collect(),
+            Some(name) => {
+                let c = column_index(table, name)?;
+                let mut keyed: Vec<(Value, (usize, usize))> = Vec::new();
+                for (b, batch) in table.batches.iter().enumerate() {
+                    let array = batch.column(c);
+                    for r in 0..batch.num_rows() {
+                        keyed.push((cell_to_json(array, r, None).0, (b, r)));
+                    }
+                }
+                let order = |x: &(Value, (usize, usize)), y: &(Value, (usize, usize))| {
+                    let by_value = match (x.0.is_null(), y.0.is_null()) {
+                        (true, true) => Ordering::Equal,
+                        (true, false) => Ordering::Greater,
+                        (false, true) => Ordering::Less,
+                        (false, false) if descending => compare(&y.0, &x.0),
+                        (false, false) => compare(&x.0, &y.0),
+                    };
+                    // Stored order breaks ties, so the result is the same every time.
+                    by_value.then(x.1.cmp(&y.1))
+                };
+                if keyed.len() > limit {
+                    keyed.select_nth_unstable_by(limit, order);
+                    keyed.truncate(limit);
+                }
+                keyed.sort_unstable_by(order);
+                keyed.into_iter().map(|(_, at)| at).collect()
+            }
+        };
+        Ok(Self {
+            columns,
+            rows,
+            hidden_columns,
+        })
+    }
+
+    fn names(&self, table: &Table) -> Vec<String> {
+        self.columns
+            .iter()
+            .map(|c| table.meta.schema.field(*c).name().clone())
+            .collect()
+    }
+
+    fn numeric(&self, table: &Table) -> Vec<bool> {
+        self.columns
+            .iter()
+            .map(|c| table.meta.schema.field(*c).data_type().is_numeric())
+            .collect()
+    }
+
+    /// Each shown row's cells as display text (empty for NULL).
+    fn cells<'t>(&'t self, table: &'t Table) -> impl Iterator<Item = Vec<String>> + 't {
+        self.rows.iter().map(move |(b, r)| {
+            let batch = &table.batches[*b];
+            self.columns
+                .iter()
+                .map(|c| display(&cell_to_json(batch.column(*c), *r, Some(MAX_CELL_CHARS)).0))
+                .collect()
+        })
+    }
+
+    fn caption(&self, table: &Table) -> String {
+        let mut s = format!(
+            "{} of {} rows",
+            super::files::thousands(self.rows.len() as u64),
+            super::files::thousands(table.meta.rows)
+        );
+        if self.hidden_columns > 0 {
+            s.push_str(&format!("; {} more columns not shown", self.hidden_columns));
+        }
+        s
+    }
+
+    fn markdown(&self, table: &Table) -> String {
+        let names = self.names(table);
+        let numeric = self.numeric(table);
+        let mut out = String::new();
+        let row = |cells: &[String], out: &mut String| {
+            out.push('|');
+            for c in cells {
+                out.push(' ');
+                out.push_str(&md_escape(c));
+                out.push_str(" |");
+            }
+            out.push('\n');
+        };
+        row(&names, &mut out);
+        out.push('|');
+        for n in &numeric {
+            out.push_str(if *n { " ---: |" } else { " --- |" });
+        }
+        out.push('\n');
+        for cells in self.cells(table) {
+            row(&cells, &mut out);
+        }
+        out.push_str(&format!("\n_{}_\n", self.caption(table)));
+        out
+    }
+
+    fn html(&self, table: &Table) -> String {
+        let names = self.names(table);
+        let numeric = self.numeric(table);
+        let mut out = String::from("<table>\n<caption>");
+        out.push_str(&html_escape(&self.caption(table)));
+        out.push_str("</caption>\n<thead><tr>");
+        for (n, num) in names.iter().zip(&numeric) {
+            out.push_str(if *num {
+                "<th style=\"text-align:right\">"
+            } else {
+                "<th>"
+            });
+            out.push_str(&html_escape(n));
+            out.push_str("</th>");
+        }
+        out.push_str("</tr></thead>\n<tbody>\n");
+        for cells in self.cells(table) {
+            out.push_str("<tr>");
+            for (c, num) in cells.iter().zip(&numeric) {
+                out.push_str(if *num {
+                    "<td style=\"text-align:right\">"
+                } else {
+                    "<td>"
+                });
+                out.push_str(&html_escape(c));
+                out.push_str("</td>");
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody>\n</table>\n");
+        out
+    }
+}
+
+/// A cell as a person reads it: integers with thousands separators, text as is.
+fn display(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => signed_thousands(i),
+            (None, Some(u)) => super::files::thousands(u),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+fn signed_thousands(i: i64) -> String {
+    let digits = super::files::thousands(i.unsigned_abs());
+    if i < 0 { format!("-{digits}") } else { digits }
+}
+
+fn md_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '|' | '\\' | '*' | '_' | '`' | '<' | '>' | '[' | ']' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping() {
+        assert_eq!(md_escape("a|b\nc"), "a\\|b c");
+        assert_eq!(html_escape("<b>&\"'"), "&lt;b&gt;&amp;&quot;&#39;");
+        assert_eq!(display(&serde_json::json!(-1234567)), "-1,234,567");
+        assert_eq!(display(&serde_json::json!(2.5)), "2.5");
+        assert_eq!(display(&Value::Null), "");
+    }
+}
