@@ -142,9 +142,10 @@ def test_principals_cannot_see_each_others_artifacts(tmp_path):
     asyncio.run(go())
 
 
-# One data dir for the run_python tests, so the Python runtime is provisioned once (from
-# PyPI or pip's cache). Sandboxed jobs run as uid 65534, which must be able to enter it.
-PYTHON_HOME = Path(__file__).resolve().parents[2] / "target" / "tmp" / "pytest-run-python"
+# The data dir the Rust tests provision the Python runtime in (target/tmp), so it is
+# installed once per target dir. Sandboxed jobs run as uid 65534, which must be able to
+# enter it.
+PYTHON_HOME = Path(__file__).resolve().parents[2] / "target" / "tmp" / "dataref-runtime-home"
 
 
 @pytest.mark.timeout(600)

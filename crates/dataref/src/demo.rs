@@ -32,6 +32,7 @@ delta['delta'] = delta['latest'] - delta['previous']
 delta['pct'] = delta['delta'] / delta['previous'].where(delta['previous'] != 0)
 delta = delta.sort_values('delta').reset_index(drop=True)
 outputs['qoq_delta'] = delta
+outputs['biggest_losers'] = delta.head(10)
 top = delta.head(5)
 result = {'from': prev, 'to': last, 'lost_most': [
     {'line': r.line, 'delta': round(r.delta, 2), 'pct': round(r.pct * 100, 1)} for r in top.itertuples()]}
@@ -183,6 +184,70 @@ async fn play(
     if structured.get("ok") != Some(&Value::Bool(true)) {
         bail!("run_python did not succeed: {structured}");
     }
+    let delta_ref = structured
+        .pointer("/outputs/qoq_delta/dataRef")
+        .and_then(Value::as_str)
+        .context("run_python stored no `qoq_delta` table")?
+        .to_owned();
+    let delta_rows = structured
+        .pointer("/outputs/qoq_delta/rows")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let losers_ref = structured
+        .pointer("/outputs/biggest_losers/dataRef")
+        .and_then(Value::as_str)
+        .context("run_python stored no `biggest_losers` table")?
+        .to_owned();
+
+    // Show the person, not the model: a chart and a file, by reference.
+    let chart = call(
+        &client,
+        &mut out,
+        &bpe,
+        "render_chart",
+        json!({
+            "dataRef": losers_ref,
+            "x": "line",
+            "y": ["delta"],
+            "kind": "bar",
+            "sort": "ascending",
+            "width": 1400,
+            "title": "Revenue change from the previous quarter: the ten biggest losers",
+        }),
+        &mut steps,
+    )
+    .await?;
+    if let Some(s) = steps.last_mut() {
+        s.rows = 10;
+    }
+    let export = call(
+        &client,
+        &mut out,
+        &bpe,
+        "export_data",
+        json!({"source": delta_ref, "format": "csv", "filename": "qoq-delta"}),
+        &mut steps,
+    )
+    .await?;
+    if let Some(s) = steps.last_mut() {
+        s.rows = delta_rows;
+    }
+    let root = ctx.workspace.host_path_for_logging().to_path_buf();
+    let file = |r: &CallToolResult, key: &str| {
+        r.structured_content
+            .as_ref()
+            .and_then(|s| s.get(key))
+            .and_then(Value::as_str)
+            .map(|p| root.join(p).display().to_string())
+            .unwrap_or_default()
+    };
+    writeln!(
+        out,
+        "files for the person (the rows never passed through the model):"
+    )?;
+    writeln!(out, "  chart (PNG): {}", file(&chart, "png"))?;
+    writeln!(out, "  chart (SVG): {}", file(&chart, "svg"))?;
+    writeln!(out, "  delta table (CSV): {}\n", file(&export, "path"))?;
 
     // What returning the rows as JSON (the naive pattern) would have cost.
     let data_ref = DataRef::parse(&data_ref).map_err(|e| anyhow::anyhow!("{e}"))?;

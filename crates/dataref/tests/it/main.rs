@@ -9,8 +9,7 @@
     reason = "fixtures build files and hostile trees directly, outside the code under test"
 )]
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -323,12 +322,12 @@ fn kill_9_mid_write_leaves_a_consistent_store() {
 
 #[test]
 fn demo_prints_what_the_model_receives() {
-    let home = tempfile::tempdir().unwrap();
-    // Sandboxed jobs run as uid 65534, which must be able to enter the data dir.
-    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The data dir where the sandbox tests provision the Python runtime, so it is installed
+    // once per target dir (sandboxed jobs run as uid 65534, which can enter it).
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dataref-runtime-home");
     let out = Command::new(BIN)
         .args(["demo", "--rows", "4000", "--home"])
-        .arg(home.path())
+        .arg(&home)
         .env_remove("DATAREF_CONFIG")
         .output()
         .unwrap();
@@ -353,6 +352,24 @@ fn demo_prints_what_the_model_receives() {
         "{stdout}"
     );
     assert!(stdout.contains(r#""rows":300"#), "{stdout}");
+    // The person gets a chart and a CSV of the full delta table; the model one line each.
+    assert!(stdout.contains("▶ render_chart"), "{stdout}");
+    assert!(stdout.contains("▶ export_data"), "{stdout}");
+    for label in ["chart (PNG): ", "delta table (CSV): "] {
+        let path = stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(label))
+            .unwrap_or_else(|| panic!("no `{label}` line: {stdout}"));
+        let bytes = std::fs::read(path).unwrap();
+        assert!(bytes.len() > 1000, "{path}: {} bytes", bytes.len());
+    }
+    let csv_path = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("delta table (CSV): "))
+        .unwrap();
+    let csv = std::fs::read_to_string(csv_path).unwrap();
+    assert!(csv.starts_with("line,previous,latest,delta,pct"), "{csv}");
+    assert_eq!(csv.lines().count(), 301, "a header and 300 product lines");
 }
 
 #[test]
