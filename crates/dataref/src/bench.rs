@@ -4,6 +4,8 @@
 //! the seed's Parquet hand-off. Each measured step runs in a process of its own so its peak
 //! RSS is its own.
 
+mod chart;
+mod export;
 mod python;
 
 use std::io::Write;
@@ -55,6 +57,8 @@ pub struct BenchArgs {
     /// Runs of the pivot, for each of dataref, pandas in-process and the seed's path.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pivot_runs: usize,
+    #[command(flatten)]
+    export: export::ExportBenchArgs,
 }
 
 #[derive(Debug, Args)]
@@ -77,6 +81,8 @@ enum WorkerStep {
     /// The `run_python` section: fetch the sample, then time the sandbox (and, with
     /// `--python`, the pandas baselines) on the artifact.
     Python(python::WorkerArgs),
+    /// The export section: fetch the sample, then write it as CSV, XLSX and Parquet.
+    Export(export::WorkerArgs),
 }
 
 /// The sample query, as `fetch_sales(since = "2025-01-01")` runs it.
@@ -97,6 +103,7 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode> {
             describe,
         } => fetch_worker(dir, *rows, *describe)?,
         WorkerStep::Python(a) => python::worker(a)?,
+        WorkerStep::Export(a) => export::worker(a)?,
     };
     writeln!(std::io::stdout().lock(), "{out}")?;
     Ok(ExitCode::SUCCESS)
@@ -295,6 +302,19 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     )?;
     if !args.python_only {
         fetch_section(args, &dir, &exe, pandas.as_deref(), &mut out)?;
+    }
+    if !args.python_only && !args.export.skip() {
+        export::section(
+            &args.export,
+            &args.python,
+            &dir,
+            &exe,
+            pandas.as_deref(),
+            &mut out,
+        )?;
+    }
+    if !args.python_only {
+        chart::section(&dir, &mut out)?;
     }
     if !args.skip_python {
         python::section(args, &dir, &home, &exe, pandas.as_deref(), &mut out)?;
