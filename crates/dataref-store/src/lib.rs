@@ -102,6 +102,11 @@ pub trait ArtifactStore: Send + Sync {
     /// Opens a live table of `owner`'s.
     fn open_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<Table, StoreError>;
 
+    /// The Arrow IPC file of a live table of `owner`'s, opened read-only and not mapped
+    /// (for handing its descriptor on, e.g. to the Python sandbox).
+    fn open_file(&self, owner: &Principal, data_ref: &DataRef)
+    -> Result<std::fs::File, StoreError>;
+
     /// The index row of a live table of `owner`'s.
     fn meta(&self, owner: &Principal, data_ref: &DataRef) -> Result<ArtifactMeta, StoreError>;
 

@@ -281,6 +281,16 @@ impl ArtifactStore for LocalStore {
         })
     }
 
+    fn open_file(&self, owner: &Principal, data_ref: &DataRef) -> Result<File, StoreError> {
+        self.meta(owner, data_ref)?;
+        let path = self.inner.artifact_path(data_ref);
+        match File::open(&path) {
+            Ok(file) => Ok(file),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found(data_ref)),
+            Err(e) => Err(io_err("cannot open artifact", &path, e)),
+        }
+    }
+
     fn meta(&self, owner: &Principal, data_ref: &DataRef) -> Result<ArtifactMeta, StoreError> {
         let now = self.inner.clock.now();
         self.inner

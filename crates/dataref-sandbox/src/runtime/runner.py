@@ -42,6 +42,8 @@ _OUTPUT_NAME_CHARS = frozenset(
 )
 _OUTPUT_NAME_MAX = 64
 _RESERVED = frozenset({"outputs", "result", "pd", "np"})
+# The model's code runs in this namespace; emptied before the fast exit (`_exit_now`).
+_USER_GLOBALS = {}
 
 
 class ExchangeError(Exception):
@@ -355,14 +357,15 @@ def main():
     os.makedirs(os.path.join(_JOB, "out", "outputs"), exist_ok=True)
     os.makedirs(os.path.join(_JOB, "out", "files"), exist_ok=True)
 
-    user_globals = {
+    user_globals = _USER_GLOBALS
+    user_globals.update({
         "__name__": "__main__",
         "__builtins__": builtins,
         "pd": pd,
         "np": np,
         "outputs": {},
         "result": None,
-    }
+    })
     keep = []
     for index, name in enumerate(request.get("inputs", [])):
         # The Rust side validates names; this is the second lock on the same door.
@@ -406,6 +409,22 @@ def main():
     _finish(True, result=result, outputs=written)
 
 
+def _exit_now():
+    """Leaves without Python's own shutdown, which tears down pandas' modules one by one
+    and costs about 100 ms of every run; the result is on disk by now. Files the code left
+    open are flushed first: dropping its globals closes them."""
+    import gc
+
+    _USER_GLOBALS.clear()
+    gc.collect()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream has nothing to flush
+            pass
+    os._exit(0)
+
+
 if __name__ == "__main__":
     try:
         main()
@@ -413,3 +432,4 @@ if __name__ == "__main__":
         _finish(False, error=_error(exc.kind, str(exc)))
     except BaseException as exc:  # noqa: BLE001 - a broken job must still say why
         _finish(False, error=_error("RunnerError", f"{type(exc).__name__}: {exc}"))
+    _exit_now()

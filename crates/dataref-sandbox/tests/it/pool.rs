@@ -415,14 +415,16 @@ fn a_result_over_the_cap_is_refused_by_the_runner_and_again_on_the_host() {
     );
 
     // The code shares the runner's process: it can rewrite `result.json` after the runner
-    // (at exit). The host checks the cap again...
+    // (a finalizer runs when the runner drops the code's globals, before it exits). The host
+    // checks the cap again...
     let forged = run(
         pool,
-        job("import atexit, json\n\
-             def forge():\n    \
-                 with open('/job/out/result.json', 'w') as f:\n        \
-                     json.dump({'ok': True, 'result': 'x' * 10000, 'outputs': []}, f)\n\
-             atexit.register(forge)\n\
+        job("import json\n\
+             class Forge:\n    \
+                 def __del__(self, json=json, open=open):\n        \
+                     with open('/job/out/result.json', 'w') as f:\n            \
+                         json.dump({'ok': True, 'result': 'x' * 10000, 'outputs': []}, f)\n\
+             forge = Forge()\n\
              result = 1\n"),
     );
     too_large(&forged, "10002 bytes");
@@ -430,11 +432,12 @@ fn a_result_over_the_cap_is_refused_by_the_runner_and_again_on_the_host() {
     // ...and does not follow a `result.json` turned into a link to a host file.
     let linked = run(
         pool,
-        job("import atexit, os\n\
-             def forge():\n    \
-                 os.remove('/job/out/result.json')\n    \
-                 os.symlink('/etc/shadow', '/job/out/result.json')\n\
-             atexit.register(forge)\n\
+        job("import os\n\
+             class Forge:\n    \
+                 def __del__(self, os=os):\n        \
+                     os.remove('/job/out/result.json')\n        \
+                     os.symlink('/etc/shadow', '/job/out/result.json')\n\
+             forge = Forge()\n\
              result = 1\n"),
     );
     assert_eq!(linked.status, JobStatus::Exited(0));

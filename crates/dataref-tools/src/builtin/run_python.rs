@@ -252,13 +252,8 @@ fn run_blocking(
     // Inputs: the caller's own live tables only (the store checks the owner).
     let mut inputs = Vec::with_capacity(a.inputs.len());
     for (name, data_ref) in &a.inputs {
-        let table = ctx.store.open_table(&ctx.principal, data_ref)?;
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "the store's own file, opened read-only to pass its descriptor to the sandbox"
-        )]
-        let file = std::fs::File::open(&table.path)
-            .map_err(|e| ToolError::Fatal(format!("opening an input artifact: {e}")))?;
+        // The owner check and an open: the rows are mapped in the sandbox, not here.
+        let file = ctx.store.open_file(&ctx.principal, data_ref)?;
         inputs.push((name.clone(), file));
     }
     let mut files = Vec::with_capacity(a.files.len());
