@@ -679,7 +679,13 @@ impl Started {
             }
         }
         let oom = cg.as_ref().is_some_and(JobCgroup::oom_killed);
-        drop(cg);
+        // Every process is gone (checked above); removing the cgroup directories can take
+        // the kernel tens of milliseconds, which the caller need not wait for.
+        if let Some(cg) = cg {
+            let _ = std::thread::Builder::new()
+                .name("dataref-cgroup-rmdir".to_owned())
+                .spawn(move || drop(cg));
+        }
 
         let out_bytes = tree_size(&out_dir);
         let status = match ended {

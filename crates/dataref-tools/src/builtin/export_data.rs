@@ -45,8 +45,8 @@ impl FormatArg {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExportArgs {
-    /// What to export: a `dataRef` (`data_…`), or the workspace path of an Arrow IPC file
-    /// (`.arrow`).
+    /// What to export: a `dataRef` (`data_…`), or the workspace path of a tabular file
+    /// (`.arrow`, `.csv` or `.tsv` with a header row).
     source: String,
     /// `csv` (RFC 4180, UTF-8), `xlsx` (Excel: typed cells, frozen header row), `parquet`
     /// (Snappy), `json` (an array of objects) or `ndjson` (an object per line).
@@ -294,38 +294,67 @@ fn create_free(
     ))
 }
 
-/// The batches of an Arrow IPC file in the workspace; other files are not supported yet.
+/// The batches of a tabular file in the workspace: Arrow IPC (`.arrow`, `.feather`) or CSV
+/// / TSV with a header row (column types inferred from the first 10,000 rows).
 fn read_arrow_file(
     workspace: &Workspace,
     source: &str,
 ) -> Result<(arrow_schema::SchemaRef, Vec<arrow_array::RecordBatch>), ToolError> {
-    let is_arrow = source.rsplit_once('.').is_some_and(|(_, ext)| {
-        ext.eq_ignore_ascii_case("arrow") || ext.eq_ignore_ascii_case("feather")
-    });
-    if !is_arrow {
-        return Err(ToolError::respond(
-            format!(
-                "`{source}` is neither a dataRef nor an Arrow IPC file (`.arrow`); exporting \
-                 other workspace files is not supported yet"
-            ),
+    let ext = source
+        .rsplit_once('.')
+        .map(|(_, ext)| ext.to_ascii_lowercase())
+        .unwrap_or_default();
+    let delimiter = match ext.as_str() {
+        "arrow" | "feather" => None,
+        "csv" => Some(b','),
+        "tsv" => Some(b'\t'),
+        _ => {
+            return Err(ToolError::respond(
+                format!(
+                    "`{source}` is neither a dataRef nor a tabular file this tool reads \
+                     (`.arrow`, `.csv`, `.tsv`)"
+                ),
+                Some(
+                    "pass a `dataRef` (`data_…`), or load the file with `run_python` \
+                     (`outputs[\"t\"] = pd.read_json(...)`) and export the dataRef it returns"
+                        .into(),
+                ),
+            ));
+        }
+    };
+    let path = workspace.resolve(source)?;
+    let mut file = workspace.open_read(&path)?;
+    let unreadable = |e: arrow_schema::ArrowError| {
+        ToolError::respond(
+            format!("`{path}` could not be read as a table: {e}"),
             Some(
-                "pass a `dataRef` (`data_…`), or load the file with `run_python` \
-                 (`outputs[\"t\"] = pd.read_csv(...)`) and export the dataRef it returns"
+                "pass a `dataRef`, or load the file with `run_python` and export the \
+                 dataRef it returns"
                     .into(),
             ),
-        ));
-    }
-    let path = workspace.resolve(source)?;
-    let file = workspace.open_read(&path)?;
-    let not_arrow = |e: arrow_schema::ArrowError| {
-        ToolError::respond(
-            format!("`{path}` is not a readable Arrow IPC file: {e}"),
-            Some("pass a `dataRef`, or write the file with pyarrow's `ipc.new_file`".into()),
         )
     };
-    let reader = arrow_ipc::reader::FileReader::try_new(file, None).map_err(not_arrow)?;
-    let schema = reader.schema();
-    let batches = reader.collect::<Result<Vec<_>, _>>().map_err(not_arrow)?;
+    let Some(delimiter) = delimiter else {
+        let reader = arrow_ipc::reader::FileReader::try_new(file, None).map_err(unreadable)?;
+        let schema = reader.schema();
+        let batches = reader.collect::<Result<Vec<_>, _>>().map_err(unreadable)?;
+        return Ok((schema, batches));
+    };
+    let format = arrow_csv::reader::Format::default()
+        .with_header(true)
+        .with_delimiter(delimiter);
+    let (schema, _) = format
+        .infer_schema(&mut file, Some(10_000))
+        .map_err(unreadable)?;
+    std::io::Seek::rewind(&mut file)
+        .map_err(|e| ToolError::Fatal(format!("rewinding `{path}`: {e}")))?;
+    let schema = std::sync::Arc::new(schema);
+    let reader = arrow_csv::ReaderBuilder::new(schema.clone())
+        .with_format(format)
+        .with_batch_size(65_536)
+        .build(file)
+        .map_err(unreadable)?;
+    let batches = reader.collect::<Result<Vec<_>, _>>().map_err(unreadable)?;
     Ok((schema, batches))
 }
 

@@ -493,6 +493,35 @@ async fn an_arrow_file_in_the_workspace_can_be_exported() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_csv_file_in_the_workspace_can_be_exported_with_inferred_types() {
+    let f = fixture();
+    let csv = "line,units,revenue,day\nKettle,3,12.5,2025-10-01\n\"Lamp, desk\",,7.25,2025-10-02\n";
+    f.ctx
+        .workspace
+        .write_atomic(
+            "reports/q4.csv",
+            csv.as_bytes(),
+            dataref_workspace::Overwrite::Refuse,
+        )
+        .unwrap();
+    let v = ok(&call(
+        &f,
+        json!({"source": "reports/q4.csv", "format": "json", "sort_by": "revenue"}),
+    )
+    .await);
+    assert_eq!(v["rows"], 2);
+    assert_eq!(v["columns"], json!(["line", "units", "revenue", "day"]));
+    let written: Value = serde_json::from_slice(&read(&f, v["path"].as_str().unwrap())).unwrap();
+    assert_eq!(
+        written,
+        json!([
+            {"line": "Lamp, desk", "units": null, "revenue": 7.25, "day": "2025-10-02"},
+            {"line": "Kettle", "units": 3, "revenue": 12.5, "day": "2025-10-01"},
+        ])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn what_the_model_reads_when_an_export_is_wrong() {
     let f = fixture();
     let (data_ref, _) = sales(&f).await;
@@ -522,7 +551,11 @@ async fn what_the_model_reads_when_an_export_is_wrong() {
             json!({"source": "data_AAAAAAAAAAAAAAAAAAAAAA", "format": "csv"}),
         ),
         (
-            "csv_file_source",
+            "json_file_source",
+            json!({"source": "reports/q3.json", "format": "xlsx"}),
+        ),
+        (
+            "missing_csv_file",
             json!({"source": "reports/q3.csv", "format": "xlsx"}),
         ),
         (

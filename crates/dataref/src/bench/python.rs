@@ -256,7 +256,7 @@ fn report(v: &Value, n: u64, out: &mut impl Write) -> Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "| server peak RSS (VmHWM) | before the pivots | after a pivot, input opened as a file | after {} more, input opened with `open_table` as `run_python` does |",
+        "| server peak RSS (VmHWM) | before the pivots | after a pivot, input opened as a file | after {} more, input opened with `open_file` as `run_python` does |",
         series("pivot_warm").len() + series("pivot_cold").len(),
     )?;
     writeln!(out, "|---|---:|---:|---:|")?;
@@ -270,7 +270,7 @@ fn report(v: &Value, n: u64, out: &mut impl Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "\n`open_table` maps the artifact and validates every batch ({} here): the growth in the last column is those file-backed pages, which the kernel can drop and which go with the map.",
+        "\nThe server never maps the input (`open_file`: the owner check, then a descriptor for the sandbox); mapping and validating it with `open_table` would take {} and add its pages to the server's RSS.",
         secs(f(v, "open_table_secs")),
     )?;
     writeln!(
@@ -455,7 +455,7 @@ impl<'a> Input<'a> {
 /// How a call opens its input for the sandbox.
 #[derive(Clone, Copy)]
 enum InputOpen<'a> {
-    /// As `run_python` does: `open_table` (owner check, map, validate), then the file.
+    /// As `run_python` does: `open_file` (the owner check, then the file; nothing mapped).
     Table(&'a Input<'a>),
     /// The least a call needs: the owner check (`meta`), then the file.
     File(&'a Input<'a>),
@@ -466,7 +466,7 @@ impl InputOpen<'_> {
         let path = match self {
             InputOpen::Table(input) => {
                 let f = input.fetched;
-                f.store.open_table(&f.owner, &f.meta.data_ref)?.path
+                return Ok(f.store.open_file(&f.owner, &f.meta.data_ref)?);
             }
             InputOpen::File(input) => {
                 let f = input.fetched;
