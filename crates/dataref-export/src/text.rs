@@ -3,11 +3,10 @@
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Date32Type, Date64Type, Decimal128Type, Float16Type, Float32Type, Float64Type, Int8Type,
-    Int16Type, Int32Type, Int64Type, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+    Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, ArrayRef};
-use arrow_schema::{DataType, TimeUnit};
+use arrow_schema::DataType;
 
 /// How one cell is to be written.
 pub(crate) enum Cell<'a> {
@@ -119,24 +118,7 @@ pub(crate) fn cell<'a>(array: &'a ArrayRef, row: usize, scratch: &mut Vec<u8>) -
     }
 }
 
-/// Microseconds since the epoch of a timestamp cell.
-pub(crate) fn timestamp_micros(array: &ArrayRef, row: usize, unit: TimeUnit) -> i64 {
-    match unit {
-        TimeUnit::Second => array
-            .as_primitive::<TimestampSecondType>()
-            .value(row)
-            .saturating_mul(1_000_000),
-        TimeUnit::Millisecond => array
-            .as_primitive::<TimestampMillisecondType>()
-            .value(row)
-            .saturating_mul(1_000),
-        TimeUnit::Microsecond => array.as_primitive::<TimestampMicrosecondType>().value(row),
-        TimeUnit::Nanosecond => array
-            .as_primitive::<TimestampNanosecondType>()
-            .value(row)
-            .div_euclid(1_000),
-    }
-}
+pub(crate) use dataref_store::timestamp_micros;
 
 /// Shortest round-trip form (`1814.9`, `2.0`); `NaN`, `inf`, `-inf` otherwise.
 fn float(scratch: &mut Vec<u8>, v: f64) {

@@ -52,7 +52,9 @@ pub fn format_timestamp_micros(us: i64) -> String {
     }
 }
 
-fn timestamp_micros(array: &ArrayRef, row: usize, unit: &TimeUnit) -> i64 {
+/// Microseconds since the epoch of a timestamp cell (floored, so instants before 1970 stay
+/// on the right side of a second).
+pub fn timestamp_micros(array: &ArrayRef, row: usize, unit: TimeUnit) -> i64 {
     match unit {
         TimeUnit::Second => array
             .as_primitive::<TimestampSecondType>()
@@ -63,7 +65,10 @@ fn timestamp_micros(array: &ArrayRef, row: usize, unit: &TimeUnit) -> i64 {
             .value(row)
             .saturating_mul(1000),
         TimeUnit::Microsecond => array.as_primitive::<TimestampMicrosecondType>().value(row),
-        TimeUnit::Nanosecond => array.as_primitive::<TimestampNanosecondType>().value(row) / 1000,
+        TimeUnit::Nanosecond => array
+            .as_primitive::<TimestampNanosecondType>()
+            .value(row)
+            .div_euclid(1000),
     }
 }
 
@@ -112,7 +117,7 @@ pub fn cell_to_json(array: &ArrayRef, row: usize, max_chars: Option<usize>) -> (
                 .div_euclid(86_400_000),
         )),
         DataType::Timestamp(unit, _) => {
-            Value::String(format_timestamp_micros(timestamp_micros(array, row, unit)))
+            Value::String(format_timestamp_micros(timestamp_micros(array, row, *unit)))
         }
         DataType::Utf8 => return cut(array.as_string::<i32>().value(row), max_chars),
         DataType::LargeUtf8 => return cut(array.as_string::<i64>().value(row), max_chars),
