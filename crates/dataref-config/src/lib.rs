@@ -31,10 +31,14 @@
 pub mod env;
 mod raw;
 mod resolve;
+mod spill;
 mod units;
+mod upstream;
 
 pub use resolve::{
     ColumnType, Config, ConfigError, Limits, ParamConfig, ParamType, PythonConfig, QueryConfig,
     SampleSpec, SourceConfig, SourceKind, StoreConfig,
 };
+pub use spill::{SpillConfig, ToolSpill};
 pub use units::{parse_bytes, parse_duration};
+pub use upstream::{UpstreamConfig, UpstreamTransport};

@@ -19,6 +19,45 @@ pub(crate) struct RawConfig {
     pub queries: BTreeMap<String, RawQuery>,
     #[serde(default)]
     pub python: RawPython,
+    #[serde(default)]
+    pub spill: RawSpill,
+    #[serde(default)]
+    pub upstream: Vec<RawUpstream>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSpill {
+    pub enabled: Option<bool>,
+    pub threshold_chars: Option<usize>,
+    pub preview_chars: Option<usize>,
+    pub retention: Option<RawDuration>,
+    pub sweep_interval: Option<RawDuration>,
+    #[serde(default)]
+    pub tools: BTreeMap<String, RawSpillTool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSpillTool {
+    pub enabled: Option<bool>,
+    pub threshold_chars: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstream {
+    pub name: String,
+    pub command: Option<Vec<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub prefix: Option<String>,
+    pub tools: Option<Vec<String>>,
+    pub timeout: Option<RawDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]

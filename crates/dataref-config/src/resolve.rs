@@ -7,7 +7,9 @@ use dataref_protocol::Principal;
 use serde_json::Value;
 
 use crate::raw::{RawConfig, RawDuration, RawParam, RawPython, RawQuery, RawSize, RawSource};
+use crate::spill::{SpillConfig, resolve_spill};
 use crate::units::{parse_bytes, parse_duration};
+use crate::upstream::{UpstreamConfig, resolve_upstreams};
 
 /// Everything dataref needs to run, resolved and checked.
 #[derive(Debug, Clone)]
@@ -23,6 +25,10 @@ pub struct Config {
     /// Set when this config is the built-in sample: the database must be generated first.
     pub sample: Option<SampleSpec>,
     pub python: PythonConfig,
+    /// Large tool results written to the caller's workspace (`[spill]`).
+    pub spill: SpillConfig,
+    /// Other MCP servers whose tools dataref serves behind its own (`[[upstream]]`).
+    pub upstreams: Vec<UpstreamConfig>,
 }
 
 /// `run_python`: the runtime, the warm pool and each job's limits (`[python]`).
@@ -284,7 +290,7 @@ pub enum ConfigError {
     },
 }
 
-fn invalid(
+pub(crate) fn invalid(
     what: impl fmt::Display,
     message: impl Into<String>,
     hint: impl Into<String>,
@@ -296,14 +302,14 @@ fn invalid(
     }
 }
 
-fn is_identifier(s: &str) -> bool {
+pub(crate) fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         && s.len() <= 48
 }
 
-fn duration(
+pub(crate) fn duration(
     what: &str,
     raw: &Option<RawDuration>,
     default: Duration,
@@ -404,6 +410,8 @@ impl Config {
             queries: BTreeMap::from([("sales".into(), query)]),
             sample: Some(SampleSpec { path, rows }),
             python: PythonConfig::default(),
+            spill: SpillConfig::default(),
+            upstreams: Vec::new(),
         }
     }
 
@@ -486,6 +494,8 @@ impl Config {
             queries.insert(name, query);
         }
         let python = resolve_python(&raw.python, base)?;
+        let spill = resolve_spill(&raw.spill)?;
+        let upstreams = resolve_upstreams(raw.upstream, base)?;
         Ok(Self {
             home,
             principal,
@@ -495,6 +505,8 @@ impl Config {
             queries,
             sample: None,
             python,
+            spill,
+            upstreams,
         })
     }
 }

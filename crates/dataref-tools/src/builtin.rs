@@ -17,7 +17,7 @@ use std::sync::Arc;
 use dataref_config::Config;
 use dataref_sandbox::pool::PythonSandbox;
 
-use crate::{ToolRegistry, ToolsError};
+use crate::{ToolRegistry, ToolRegistryBuilder, ToolsError};
 
 pub use describe_data::DescribeDataTool;
 pub use fetch::FetchTool;
@@ -46,6 +46,15 @@ pub fn builtin_registry_with(
     config: &Config,
     python: Option<Arc<PythonSandbox>>,
 ) -> Result<ToolRegistry, ToolsError> {
+    builtin_registry_builder(config, python).build()
+}
+
+/// The built-in tools, registered but not built, so a server can add more (an upstream MCP
+/// server's tools) before [`ToolRegistryBuilder::build`] checks the names.
+pub fn builtin_registry_builder(
+    config: &Config,
+    python: Option<Arc<PythonSandbox>>,
+) -> ToolRegistryBuilder {
     let mut b = ToolRegistry::builder();
     for q in config.queries.values() {
         // Resolution guarantees the source exists.
@@ -73,5 +82,5 @@ pub fn builtin_registry_with(
     b.register(Arc::new(ListFilesTool::new()));
     b.register(Arc::new(CopyFileTool::new()));
     b.register(Arc::new(export_data::ExportDataTool::new()));
-    b.build()
+    b
 }

@@ -34,8 +34,8 @@ mod registry;
 mod tool;
 
 pub use builtin::{
-    RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, builtin_registry, builtin_registry_with,
-    mime_type_for, sandbox_settings,
+    RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, builtin_registry, builtin_registry_builder,
+    builtin_registry_with, mime_type_for, sandbox_settings,
 };
 pub use context::{NoProgress, ProgressSink, RunContext};
 pub use error::{ToolError, ToolsError};

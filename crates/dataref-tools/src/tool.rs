@@ -34,6 +34,9 @@ pub enum Attachment {
 pub struct ToolOutput {
     pub structured: Value,
     pub attachments: Vec<Attachment>,
+    /// What the model reads instead of the JSON text of `structured`, for results that
+    /// are text to begin with (an upstream MCP server's text blocks). `None` for our tools.
+    pub text: Option<String>,
 }
 
 impl ToolOutput {
@@ -41,6 +44,7 @@ impl ToolOutput {
         Self {
             structured,
             attachments: Vec::new(),
+            text: None,
         }
     }
 }
@@ -50,6 +54,13 @@ impl ToolOutput {
 #[async_trait]
 pub trait Tool: Send + Sync {
     fn spec(&self) -> &dataref_protocol::ToolSpec;
+
+    /// The result is already a synopsis made for the model (a dataRef with its schema and
+    /// statistics, a run's capped result): it is not spilled unless `[spill.tools.NAME]`
+    /// says so. Default false: a large result is written to the workspace.
+    fn result_is_synopsis(&self) -> bool {
+        false
+    }
 
     async fn call(
         &self,
@@ -66,6 +77,11 @@ pub(crate) trait TypedTool: Send + Sync {
 
     fn spec(&self) -> &ToolSpec;
 
+    /// See [`Tool::result_is_synopsis`].
+    fn result_is_synopsis(&self) -> bool {
+        false
+    }
+
     async fn run(&self, args: Self::Args, ctx: &RunContext) -> Result<ToolOutput, ToolError>;
 }
 
@@ -73,6 +89,10 @@ pub(crate) trait TypedTool: Send + Sync {
 impl<T: TypedTool> Tool for T {
     fn spec(&self) -> &ToolSpec {
         TypedTool::spec(self)
+    }
+
+    fn result_is_synopsis(&self) -> bool {
+        TypedTool::result_is_synopsis(self)
     }
 
     async fn call(

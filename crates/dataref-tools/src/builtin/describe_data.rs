@@ -45,6 +45,11 @@ impl DescribeDataTool {
 
 #[async_trait]
 impl TypedTool for DescribeDataTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
     type Args = DescribeArgs;
 
     fn spec(&self) -> &ToolSpec {

@@ -123,6 +123,11 @@ impl ExportDataTool {
 
 #[async_trait]
 impl TypedTool for ExportDataTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
     type Args = ExportArgs;
 
     fn spec(&self) -> &ToolSpec {
@@ -220,6 +225,7 @@ impl TypedTool for ExportDataTool {
         Ok(ToolOutput {
             structured,
             attachments: vec![link],
+            text: None,
         })
     }
 }

@@ -78,6 +78,11 @@ impl FetchTool {
 
 #[async_trait]
 impl Tool for FetchTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }

@@ -72,6 +72,11 @@ impl QueryTool {
 
 #[async_trait]
 impl Tool for QueryTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }

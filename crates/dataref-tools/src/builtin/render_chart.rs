@@ -139,6 +139,11 @@ impl RenderChartTool {
 
 #[async_trait]
 impl TypedTool for RenderChartTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
     type Args = ChartArgs;
 
     fn spec(&self) -> &ToolSpec {

@@ -84,6 +84,11 @@ impl RenderTableTool {
 
 #[async_trait]
 impl TypedTool for RenderTableTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
     type Args = TableArgs;
 
     fn spec(&self) -> &ToolSpec {

@@ -207,6 +207,11 @@ impl RunPythonTool {
 
 #[async_trait]
 impl TypedTool for RunPythonTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
     type Args = RunPythonArgs;
 
     fn spec(&self) -> &ToolSpec {

@@ -108,6 +108,11 @@ impl ReadFileTool {
 
 #[async_trait]
 impl TypedTool for ReadFileTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
     type Args = ReadArgs;
 
     fn spec(&self) -> &ToolSpec {
