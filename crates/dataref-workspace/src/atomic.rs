@@ -55,11 +55,25 @@ impl AtomicFile {
 
     /// Flushes the data to disk, moves the file into place and syncs the directory, so
     /// after `Ok` the file survives a crash with all its content.
-    pub fn commit(mut self) -> Result<WorkspacePath, WorkspacePathError> {
+    pub fn commit(self) -> Result<WorkspacePath, WorkspacePathError> {
+        self.finish(true)
+    }
+
+    /// Moves the file into place without waiting for the disk: readers still see the old
+    /// file or the whole new one, but a crash may lose it. For files that are a cache of
+    /// something else (spilled results), where a fsync would cost more than the file is
+    /// worth.
+    pub fn commit_unsynced(self) -> Result<WorkspacePath, WorkspacePathError> {
+        self.finish(false)
+    }
+
+    fn finish(mut self, sync: bool) -> Result<WorkspacePath, WorkspacePathError> {
         let shown = self.path.as_str().to_owned();
-        self.file
-            .sync_all()
-            .map_err(|e| io_error("write", &shown, e))?;
+        if sync {
+            self.file
+                .sync_all()
+                .map_err(|e| io_error("write", &shown, e))?;
+        }
         let dir = self.dir.as_fd();
         let (temp, name) = (self.temp_name.as_str(), self.name.as_str());
         let moved = match self.overwrite {
@@ -91,7 +105,9 @@ impl AtomicFile {
             }
             Err(e) => return Err(io_error("move into place", &shown, e)),
         }
-        fs::fsync(dir).map_err(|e| io_error("sync the directory of", &shown, e))?;
+        if sync {
+            fs::fsync(dir).map_err(|e| io_error("sync the directory of", &shown, e))?;
+        }
         Ok(self.path.clone())
     }
 }

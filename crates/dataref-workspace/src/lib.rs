@@ -63,6 +63,7 @@ mod error;
 mod glob;
 mod list;
 mod path;
+mod sweep;
 mod workspace;
 
 pub use atomic::{AtomicFile, Overwrite, TEMP_PREFIX};
@@ -73,4 +74,5 @@ pub use error::{
 };
 pub use glob::{Glob, GlobError, MAX_GLOB_BYTES};
 pub use path::WorkspacePath;
+pub use sweep::Swept;
 pub use workspace::{OpenMethod, Workspace};
