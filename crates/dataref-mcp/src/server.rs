@@ -29,6 +29,11 @@ with `list_artifacts`.
 - Compute with `run_python` (when available), passing dataRefs as inputs.
 - Show the person data with `render_chart`, `render_table` or `export_data` (when available); \
 they take a dataRef, so the rows reach the person without passing through you.
+- A large result of any other tool is written to a file in your workspace (`.spill/…`) and you \
+get its path, size, a preview and, for a list of records, a CSV and a dataRef. Pass the path or \
+the dataRef on (`run_python` `files`/`inputs`, `export_data` `source`, `read_file` for a part); \
+never copy data into arguments: write a tool's arguments to a file with `run_python` and use \
+`call_tool`.
 References expire and belong to the caller who made them. If one is unknown or expired, fetch \
 the data again instead of guessing.";
 

@@ -82,5 +82,7 @@ pub fn builtin_registry_builder(
     b.register(Arc::new(ListFilesTool::new()));
     b.register(Arc::new(CopyFileTool::new()));
     b.register(Arc::new(export_data::ExportDataTool::new()));
+    b.register(Arc::new(crate::CallToolTool::new()));
+    b.spill(config.spill.clone());
     b
 }

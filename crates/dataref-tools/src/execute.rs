@@ -5,8 +5,9 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 use tracing::{error, info};
 
+use crate::delegate::{CALL_TOOL, CallToolArgs, merge, read_args_file};
 use crate::registry::Entry;
-use crate::{Attachment, RunContext, ToolError, ToolRegistry};
+use crate::{Attachment, RunContext, ToolError, ToolRegistry, spill};
 
 /// The arguments as they arrived: MCP sends a JSON object, a model's tool call sends text.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +51,7 @@ pub struct CallOutcome {
 }
 
 impl CallOutcome {
-    fn error(message: &str, hint: Option<&str>) -> Self {
+    pub(crate) fn error(message: &str, hint: Option<&str>) -> Self {
         let text = match hint {
             Some(h) => format!("error: {message}\nhint: {h}"),
             None => format!("error: {message}"),
@@ -74,10 +75,30 @@ pub async fn execute_tool_call(
 ) -> CallOutcome {
     let started = Instant::now();
     let name = call.name.clone();
-    let outcome = run(registry, call, ctx).await;
+    let ran = run(registry, call, ctx).await;
+    let target = ran.target.as_deref().unwrap_or(&name);
+    let outcome = match ran
+        .target
+        .as_deref()
+        .and_then(|t| registry.spill_threshold(t))
+    {
+        Some(threshold) => {
+            spill::spill(
+                ran.outcome,
+                target,
+                threshold,
+                ran.structured_text,
+                registry.spill_config(),
+                ctx,
+            )
+            .await
+        }
+        None => ran.outcome,
+    };
     let outcome = cap(outcome, ctx.limits.max_result_chars);
     info!(
         tool = %name,
+        target = %target,
         principal = %ctx.principal,
         is_error = outcome.is_error,
         chars = outcome.text.chars().count(),
@@ -87,17 +108,110 @@ pub async fn execute_tool_call(
     outcome
 }
 
-async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallOutcome {
-    let Some(entry) = registry.entry(&call.name) else {
-        return unknown_tool(registry, &call.name);
-    };
-    let args = match parse_arguments(call.arguments) {
-        Ok(a) => a,
-        Err(o) => return *o,
-    };
-    if let Some(o) = validate(entry, &call.name, &args) {
-        return o;
+/// What running a call gave, before spill and the cap.
+struct Ran {
+    outcome: CallOutcome,
+    /// The tool that ran (for `call_tool`, its target); `None` when none did.
+    target: Option<String>,
+    /// The text is the JSON of `outcome.structured`.
+    structured_text: bool,
+}
+
+impl From<CallOutcome> for Ran {
+    fn from(outcome: CallOutcome) -> Self {
+        Self {
+            outcome,
+            target: None,
+            structured_text: false,
+        }
     }
+}
+
+async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> Ran {
+    let Some(mut entry) = registry.entry(&call.name) else {
+        return unknown_tool(registry, &call.name).into();
+    };
+    let mut args = match parse_arguments(call.arguments) {
+        Ok(a) => a,
+        Err(o) => return (*o).into(),
+    };
+    if let Some(o) = validate(entry, &call.name, &args, None) {
+        return o.into();
+    }
+    let mut tool_name = call.name;
+    if tool_name == CALL_TOOL {
+        match expand(registry, args, ctx).await {
+            Ok((target, expanded)) => {
+                entry = target;
+                args = expanded;
+                tool_name = entry.spec.name.clone();
+            }
+            Err(o) => return (*o).into(),
+        }
+    }
+    let outcome = invoke(entry, &tool_name, args, ctx).await;
+    Ran {
+        structured_text: outcome.1,
+        outcome: outcome.0,
+        target: Some(tool_name),
+    }
+}
+
+/// `call_tool`'s target and its arguments: the file's, the overrides merged on top, checked
+/// against the target's schema.
+async fn expand<'r>(
+    registry: &'r ToolRegistry,
+    args: Map<String, Value>,
+    ctx: &RunContext,
+) -> Result<(&'r Entry, Map<String, Value>), Box<CallOutcome>> {
+    let respond = |e: ToolError| -> Box<CallOutcome> {
+        Box::new(match e {
+            ToolError::RespondToModel { message, hint } => {
+                CallOutcome::error(&message, hint.as_deref())
+            }
+            ToolError::Fatal(detail) => {
+                error!(tool = CALL_TOOL, %detail, "reading the argument file failed");
+                internal_error(CALL_TOOL)
+            }
+        })
+    };
+    let CallToolArgs {
+        tool,
+        args_file,
+        overrides,
+    } = crate::tool::parse_args(args).map_err(respond)?;
+    if tool == CALL_TOOL {
+        return Err(Box::new(CallOutcome::error(
+            "call_tool cannot call itself",
+            Some("name the tool that should run in `tool`"),
+        )));
+    }
+    let Some(target) = registry.entry(&tool) else {
+        return Err(Box::new(unknown_tool(registry, &tool)));
+    };
+    let ctx2 = ctx.clone();
+    let file = args_file.clone();
+    let mut expanded = tokio::task::spawn_blocking(move || read_args_file(&ctx2, &file))
+        .await
+        .map_err(|e| respond(ToolError::Fatal(format!("argument file task: {e}"))))?
+        .map_err(respond)?;
+    if let Some(o) = overrides {
+        merge(&mut expanded, o);
+    }
+    if let Some(o) = validate(target, &tool, &expanded, Some(&args_file)) {
+        return Err(Box::new(o));
+    }
+    Ok((target, expanded))
+}
+
+/// Runs one tool with checked arguments under the timeout and cancellation. The flag says
+/// the text is the JSON of the structured result.
+async fn invoke(
+    entry: &Entry,
+    name: &str,
+    args: Map<String, Value>,
+    ctx: &RunContext,
+) -> (CallOutcome, bool) {
     let tool = entry.tool.clone();
     let cancel = ctx.cancel.child_token();
     let call_ctx = ctx.for_call(ctx.progress.clone(), cancel.clone());
@@ -109,37 +223,46 @@ async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallO
         () = tokio::time::sleep(timeout) => {
             cancel.cancel();
             handle.abort();
-            return CallOutcome::error(
-                &format!("`{}` did not finish within {} and was stopped", call.name, human(timeout)),
+            return (CallOutcome::error(
+                &format!("`{name}` did not finish within {} and was stopped", human(timeout)),
                 Some("narrow the request (fewer rows, a smaller date range) or aggregate at the source"),
-            );
+            ), false);
         }
         () = ctx.cancel.cancelled() => {
             cancel.cancel();
             handle.abort();
-            return CallOutcome::error(&format!("`{}` was cancelled", call.name), None);
+            return (CallOutcome::error(&format!("`{name}` was cancelled"), None), false);
         }
     };
     match result {
         Ok(Ok(out)) => {
-            let text = serde_json::to_string(&out.structured).unwrap_or_default();
-            CallOutcome {
-                is_error: false,
-                structured: Some(out.structured),
-                text,
-                attachments: out.attachments,
-            }
+            let (text, structured_text) = match out.text {
+                Some(t) => (t, false),
+                None => (
+                    serde_json::to_string(&out.structured).unwrap_or_default(),
+                    true,
+                ),
+            };
+            (
+                CallOutcome {
+                    is_error: false,
+                    structured: Some(out.structured).filter(|v| !v.is_null() || structured_text),
+                    text,
+                    attachments: out.attachments,
+                },
+                structured_text,
+            )
         }
         Ok(Err(ToolError::RespondToModel { message, hint })) => {
-            CallOutcome::error(&message, hint.as_deref())
+            (CallOutcome::error(&message, hint.as_deref()), false)
         }
         Ok(Err(ToolError::Fatal(detail))) => {
-            error!(tool = %call.name, %detail, "tool failed");
-            internal_error(&call.name)
+            error!(tool = %name, %detail, "tool failed");
+            (internal_error(name), false)
         }
         Err(join) => {
-            error!(tool = %call.name, panic = join.is_panic(), "tool task ended abnormally");
-            internal_error(&call.name)
+            error!(tool = %name, panic = join.is_panic(), "tool task ended abnormally");
+            (internal_error(name), false)
         }
     }
 }
@@ -215,7 +338,14 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn validate(entry: &Entry, tool: &str, args: &Map<String, Value>) -> Option<CallOutcome> {
+/// Checks `args` against the tool's input schema. `from_file` names the argument file a
+/// delegated call expanded, so the message says where the bad value came from.
+fn validate(
+    entry: &Entry,
+    tool: &str,
+    args: &Map<String, Value>,
+    from_file: Option<&str>,
+) -> Option<CallOutcome> {
     let instance = Value::Object(args.clone());
     let problems: Vec<String> = entry
         .validator
@@ -236,10 +366,17 @@ fn validate(entry: &Entry, tool: &str, args: &Map<String, Value>) -> Option<Call
     }
     let hint = format!(
         "`{tool}` takes {}",
-        describe_params(&entry.tool.spec().input_schema)
+        describe_params(&entry.spec.input_schema)
     );
+    let source = match from_file {
+        Some(f) => format!(" (from `{f}` with `overrides` merged on top)"),
+        None => String::new(),
+    };
     Some(CallOutcome::error(
-        &format!("invalid arguments for `{tool}`: {}", problems.join("; ")),
+        &format!(
+            "invalid arguments for `{tool}`{source}: {}",
+            problems.join("; ")
+        ),
         Some(&hint),
     ))
 }

@@ -28,9 +28,12 @@
 
 mod builtin;
 mod context;
+mod delegate;
 mod error;
 mod execute;
+mod records;
 mod registry;
+mod spill;
 mod tool;
 
 pub use builtin::{
@@ -38,7 +41,9 @@ pub use builtin::{
     builtin_registry_with, mime_type_for, sandbox_settings,
 };
 pub use context::{NoProgress, ProgressSink, RunContext};
+pub use delegate::{CALL_TOOL, CallToolTool, MAX_ARGS_FILE_BYTES};
 pub use error::{ToolError, ToolsError};
 pub use execute::{CallArguments, CallOutcome, ToolCall, execute_tool_call};
 pub use registry::{ToolRegistry, ToolRegistryBuilder};
+pub use spill::{SPILL_DIR, SpillSynopsis, SpilledTable, spawn_spill_sweeper, sweep_spill};
 pub use tool::{Attachment, Tool, ToolOutput};

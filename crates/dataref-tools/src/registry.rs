@@ -1,19 +1,26 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use dataref_config::SpillConfig;
 use dataref_protocol::ToolSpec;
 
-use crate::{Tool, ToolsError};
+use crate::{Tool, ToolsError, spill};
 
 pub(crate) struct Entry {
     pub tool: Arc<dyn Tool>,
+    /// The spec as listed: the tool's own, with the output schema widened to admit a spill
+    /// synopsis when the tool's results may be spilled.
+    pub spec: ToolSpec,
     pub validator: jsonschema::Validator,
+    /// Results longer than this many characters are spilled; `None`: never.
+    pub spill_threshold: Option<usize>,
 }
 
 /// Collects tools, then builds the immutable [`ToolRegistry`].
 #[derive(Default)]
 pub struct ToolRegistryBuilder {
     tools: Vec<Arc<dyn Tool>>,
+    spill: SpillConfig,
 }
 
 impl ToolRegistryBuilder {
@@ -26,27 +33,47 @@ impl ToolRegistryBuilder {
         self
     }
 
+    /// When results are spilled to the caller's workspace (default: [`SpillConfig::default`]).
+    pub fn spill(&mut self, spill: SpillConfig) -> &mut Self {
+        self.spill = spill;
+        self
+    }
+
     /// Checks names are unique and compiles every input schema.
     pub fn build(self) -> Result<ToolRegistry, ToolsError> {
         let mut entries = BTreeMap::new();
         let mut order = Vec::new();
         for tool in self.tools {
-            let name = tool.spec().name.clone();
-            let validator = jsonschema::validator_for(&tool.spec().input_schema).map_err(|e| {
+            let mut spec = tool.spec().clone();
+            let name = spec.name.clone();
+            let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
                 ToolsError::BadSchema {
                     name: name.clone(),
                     message: e.to_string(),
                 }
             })?;
-            if entries
-                .insert(name.clone(), Entry { tool, validator })
-                .is_some()
+            let spill_threshold = self.spill.threshold_for(&name, tool.result_is_synopsis());
+            if spill_threshold.is_some()
+                && let Some(output) = spec.output_schema.take()
             {
+                spec.output_schema = Some(spill::widen_output_schema(output));
+            }
+            let entry = Entry {
+                tool,
+                spec,
+                validator,
+                spill_threshold,
+            };
+            if entries.insert(name.clone(), entry).is_some() {
                 return Err(ToolsError::DuplicateName(name));
             }
             order.push(name);
         }
-        Ok(ToolRegistry { entries, order })
+        Ok(ToolRegistry {
+            entries,
+            order,
+            spill: self.spill,
+        })
     }
 }
 
@@ -55,6 +82,7 @@ pub struct ToolRegistry {
     entries: BTreeMap<String, Entry>,
     /// Registration order, which is the order tools are listed in.
     order: Vec<String>,
+    spill: SpillConfig,
 }
 
 impl ToolRegistry {
@@ -62,11 +90,12 @@ impl ToolRegistry {
         ToolRegistryBuilder::new()
     }
 
-    /// Specs in registration order.
+    /// Specs as listed to clients, in registration order. A tool whose results may be
+    /// spilled lists an output schema that also admits the spill synopsis.
     pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
         self.order
             .iter()
-            .filter_map(|n| self.entries.get(n).map(|e| e.tool.spec()))
+            .filter_map(|n| self.entries.get(n).map(|e| &e.spec))
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
@@ -75,6 +104,16 @@ impl ToolRegistry {
 
     pub(crate) fn entry(&self, name: &str) -> Option<&Entry> {
         self.entries.get(name)
+    }
+
+    /// The spill settings the registry was built with.
+    pub fn spill_config(&self) -> &SpillConfig {
+        &self.spill
+    }
+
+    /// Characters above which `name`'s results are spilled; `None` when they never are.
+    pub fn spill_threshold(&self, name: &str) -> Option<usize> {
+        self.entries.get(name).and_then(|e| e.spill_threshold)
     }
 
     pub fn names(&self) -> Vec<String> {

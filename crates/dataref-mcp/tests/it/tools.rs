@@ -58,6 +58,11 @@ async fn every_tool_is_listed_with_both_schemas() -> anyhow::Result<()> {
             "{}",
             tool.name
         );
+        if tool.name == "call_tool" {
+            // Its result is the target tool's, whatever that tool lists (maybe nothing).
+            assert!(tool.output_schema.is_none());
+            continue;
+        }
         let output = tool.output_schema.as_ref().expect("output schema");
         assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);
         let hints = tool.annotations.as_ref().expect("annotations");

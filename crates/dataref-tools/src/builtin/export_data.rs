@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use dataref_export::{Bom, ExportError, ExportOptions, Format, Formulas, Order, SortBy};
 use dataref_protocol::{DataRef, ToolSpec};
-use dataref_workspace::{Overwrite, Workspace, WorkspacePathError};
+use dataref_workspace::{Overwrite, Workspace, WorkspacePath, WorkspacePathError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::records::{find_records, records_to_batch};
 use crate::tool::{TypedTool, blocking, spec_for};
 use crate::{Attachment, RunContext, ToolError, ToolOutput};
 
@@ -45,8 +47,10 @@ impl FormatArg {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExportArgs {
-    /// What to export: a `dataRef` (`data_…`), or the workspace path of a tabular file
-    /// (`.arrow`, `.csv` or `.tsv` with a header row).
+    /// What to export: a `dataRef` (`data_…`), or the workspace path of a tabular file:
+    /// `.arrow`, `.csv` or `.tsv` with a header row, `.json` (an array of flat objects, or
+    /// an object with one field holding such an array, e.g. `{"rows": [...]}`), or
+    /// `.ndjson` / `.jsonl` (one flat object per line).
     source: String,
     /// `csv` (RFC 4180, UTF-8), `xlsx` (Excel: typed cells, frozen header row), `parquet`
     /// (Snappy), `json` (an array of objects) or `ndjson` (an object per line).
@@ -112,8 +116,10 @@ impl ExportDataTool {
                  order `columns`, rename them with `headers`, sort (`sort_by`, `descending`) \
                  and page (`offset`, `limit`). Filtering and aggregation are not export's job: \
                  do them in SQL or `run_python` first and export the `dataRef` that returns. \
-                 Text a spreadsheet would run as a formula is neutralised. Returns the path, \
-                 rows and size; the person gets a link to the file.",
+                 Text a spreadsheet would run as a formula is neutralised. `source` may also \
+                 be a table file in your workspace (`.arrow`, `.csv`, `.tsv`, `.json` records, \
+                 `.ndjson`/`.jsonl`), e.g. a large result saved there. Returns the path, rows \
+                 and size; the person gets a link to the file.",
                 false,
                 false,
             ),
@@ -183,7 +189,7 @@ impl TypedTool for ExportDataTool {
                 let table = store.open_table(&owner, &data_ref)?;
                 (table.meta.schema, table.batches)
             } else {
-                read_arrow_file(&workspace, &source)?
+                read_table_file(&workspace, &source)?
             };
             let mut file = create_free(&workspace, &stem, format)?;
             let done =
@@ -300,9 +306,33 @@ fn create_free(
     ))
 }
 
-/// The batches of a tabular file in the workspace: Arrow IPC (`.arrow`, `.feather`) or CSV
-/// / TSV with a header row (column types inferred from the first 10,000 rows).
-fn read_arrow_file(
+/// A JSON source is parsed whole, and parsed JSON takes several times its size in memory,
+/// so it is bounded well below what a streamed CSV may be.
+const MAX_JSON_SOURCE_BYTES: u64 = 256 << 20;
+
+/// The layouts of table files `export_data` reads.
+#[derive(Debug, Clone, Copy)]
+enum FileLayout {
+    /// Arrow IPC (`.arrow`, `.feather`).
+    Arrow,
+    /// CSV or TSV with a header row.
+    Delimited(u8),
+    Json(JsonLayout),
+}
+
+/// How a JSON table file holds its records.
+#[derive(Debug, Clone, Copy)]
+enum JsonLayout {
+    /// One document: an array of flat objects, or an object with one field holding one.
+    Document,
+    /// One flat object per line (NDJSON, JSON Lines).
+    Lines,
+}
+
+/// The batches of a tabular file in the workspace: Arrow IPC (`.arrow`, `.feather`), CSV /
+/// TSV with a header row (column types inferred from the first 10,000 rows), or JSON
+/// records (`.json`, `.ndjson`, `.jsonl`; types from all the values, see `records`).
+fn read_table_file(
     workspace: &Workspace,
     source: &str,
 ) -> Result<(arrow_schema::SchemaRef, Vec<arrow_array::RecordBatch>), ToolError> {
@@ -310,26 +340,28 @@ fn read_arrow_file(
         .rsplit_once('.')
         .map(|(_, ext)| ext.to_ascii_lowercase())
         .unwrap_or_default();
-    let delimiter = match ext.as_str() {
-        "arrow" | "feather" => None,
-        "csv" => Some(b','),
-        "tsv" => Some(b'\t'),
+    let layout = match ext.as_str() {
+        "arrow" | "feather" => FileLayout::Arrow,
+        "csv" => FileLayout::Delimited(b','),
+        "tsv" => FileLayout::Delimited(b'\t'),
+        "json" => FileLayout::Json(JsonLayout::Document),
+        "ndjson" | "jsonl" => FileLayout::Json(JsonLayout::Lines),
         _ => {
             return Err(ToolError::respond(
                 format!(
                     "`{source}` is neither a dataRef nor a tabular file this tool reads \
-                     (`.arrow`, `.csv`, `.tsv`)"
+                     (`.arrow`, `.csv`, `.tsv`, `.json`, `.ndjson`, `.jsonl`)"
                 ),
                 Some(
                     "pass a `dataRef` (`data_…`), or load the file with `run_python` \
-                     (`outputs[\"t\"] = pd.read_json(...)`) and export the dataRef it returns"
+                     (`outputs[\"t\"] = pd.read_excel(...)`) and export the dataRef it returns"
                         .into(),
                 ),
             ));
         }
     };
     let path = workspace.resolve(source)?;
-    let mut file = workspace.open_read(&path)?;
+    let file = workspace.open_read(&path)?;
     let unreadable = |e: arrow_schema::ArrowError| {
         ToolError::respond(
             format!("`{path}` could not be read as a table: {e}"),
@@ -340,28 +372,180 @@ fn read_arrow_file(
             ),
         )
     };
-    let Some(delimiter) = delimiter else {
-        let reader = arrow_ipc::reader::FileReader::try_new(file, None).map_err(unreadable)?;
-        let schema = reader.schema();
-        let batches = reader.collect::<Result<Vec<_>, _>>().map_err(unreadable)?;
-        return Ok((schema, batches));
+    match layout {
+        FileLayout::Arrow => {
+            let reader = arrow_ipc::reader::FileReader::try_new(file, None).map_err(unreadable)?;
+            let schema = reader.schema();
+            let batches = reader.collect::<Result<Vec<_>, _>>().map_err(unreadable)?;
+            Ok((schema, batches))
+        }
+        FileLayout::Delimited(delimiter) => {
+            let mut file = file;
+            let format = arrow_csv::reader::Format::default()
+                .with_header(true)
+                .with_delimiter(delimiter);
+            let (schema, _) = format
+                .infer_schema(&mut file, Some(10_000))
+                .map_err(unreadable)?;
+            std::io::Seek::rewind(&mut file)
+                .map_err(|e| ToolError::Fatal(format!("rewinding `{path}`: {e}")))?;
+            let schema = std::sync::Arc::new(schema);
+            let reader = arrow_csv::ReaderBuilder::new(schema.clone())
+                .with_format(format)
+                .with_batch_size(65_536)
+                .build(file)
+                .map_err(unreadable)?;
+            let batches = reader.collect::<Result<Vec<_>, _>>().map_err(unreadable)?;
+            Ok((schema, batches))
+        }
+        FileLayout::Json(json) => {
+            let batch = read_json_records(file, &path, json)?;
+            Ok((batch.schema(), vec![batch]))
+        }
+    }
+}
+
+/// The flat records of a JSON or NDJSON file as one batch.
+fn read_json_records(
+    file: std::fs::File,
+    path: &WorkspacePath,
+    layout: JsonLayout,
+) -> Result<arrow_array::RecordBatch, ToolError> {
+    let too_big = |size: u64| {
+        ToolError::respond(
+            format!(
+                "`{path}` is {size} bytes; a JSON file is read whole, so at most \
+                 {MAX_JSON_SOURCE_BYTES} bytes ({} MiB) of it",
+                MAX_JSON_SOURCE_BYTES >> 20
+            ),
+            Some(
+                "export a `.csv` or `.arrow` version of the data instead (one may have been \
+                 saved beside it), which has no such limit"
+                    .into(),
+            ),
+        )
     };
-    let format = arrow_csv::reader::Format::default()
-        .with_header(true)
-        .with_delimiter(delimiter);
-    let (schema, _) = format
-        .infer_schema(&mut file, Some(10_000))
-        .map_err(unreadable)?;
-    std::io::Seek::rewind(&mut file)
-        .map_err(|e| ToolError::Fatal(format!("rewinding `{path}`: {e}")))?;
-    let schema = std::sync::Arc::new(schema);
-    let reader = arrow_csv::ReaderBuilder::new(schema.clone())
-        .with_format(format)
-        .with_batch_size(65_536)
-        .build(file)
-        .map_err(unreadable)?;
-    let batches = reader.collect::<Result<Vec<_>, _>>().map_err(unreadable)?;
-    Ok((schema, batches))
+    let size = file
+        .metadata()
+        .map_err(|e| ToolError::Fatal(format!("inspecting `{path}`: {e}")))?
+        .len();
+    if size > MAX_JSON_SOURCE_BYTES {
+        return Err(too_big(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    // The cap again while reading: the file may grow after the size was taken.
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_JSON_SOURCE_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(|e| ToolError::Fatal(format!("reading `{path}`: {e}")))?;
+    if bytes.len() as u64 > MAX_JSON_SOURCE_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    let not_json = |e: serde_json::Error| {
+        let (what, hint) = match layout {
+            JsonLayout::Document => (
+                "JSON",
+                "a `.json` source holds one JSON document; one object per line is `.ndjson` \
+                 or `.jsonl`",
+            ),
+            JsonLayout::Lines => (
+                "JSON lines",
+                "each line of a `.ndjson` or `.jsonl` source holds one complete JSON object",
+            ),
+        };
+        ToolError::respond(
+            format!("`{path}` is not valid {what}: {e}"),
+            Some(hint.into()),
+        )
+    };
+    let not_a_table = |reason: String| {
+        let what = match layout {
+            JsonLayout::Document => "an array of flat records",
+            JsonLayout::Lines => "flat records, one object per line",
+        };
+        ToolError::respond(
+            format!("`{path}` is not {what}: {reason}"),
+            Some(
+                "turn it into one with `run_python` (e.g. `pd.json_normalize`, stored in \
+                 `outputs`) and export the dataRef it returns, or export the CSV spilled \
+                 beside it if there is one"
+                    .into(),
+            ),
+        )
+    };
+    match layout {
+        JsonLayout::Lines => {
+            // Positions in errors are the file's own lines.
+            let records = serde_json::Deserializer::from_slice(&bytes)
+                .into_iter::<Value>()
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(not_json)?;
+            drop(bytes);
+            records_to_batch(&records).ok_or_else(|| not_a_table(not_flat(&records)))
+        }
+        JsonLayout::Document => {
+            let value: Value = serde_json::from_slice(&bytes).map_err(not_json)?;
+            drop(bytes);
+            let Some(records) = find_records(&value) else {
+                return Err(not_a_table(no_records(&value)));
+            };
+            records_to_batch(records).ok_or_else(|| not_a_table(not_flat(records)))
+        }
+    }
+}
+
+/// Why a JSON document holds no records, for the model to act on.
+fn no_records(value: &Value) -> String {
+    let arrays: Vec<&str> = match value {
+        Value::Object(fields) => fields
+            .iter()
+            .filter(|(_, v)| v.is_array() && find_records(v).is_some())
+            .map(|(k, _)| k.as_str())
+            .collect(),
+        _ => Vec::new(),
+    };
+    if arrays.len() > 1 {
+        let names: Vec<String> = arrays.iter().map(|k| format!("`{k}`")).collect();
+        return format!(
+            "{} each hold an array of objects, and which one is the table is not guessed",
+            names.join(", ")
+        );
+    }
+    "it holds no array of objects, neither as the whole document nor in one field such as \
+     `{\"rows\": [...]}`"
+        .into()
+}
+
+/// Why records are not a flat table, for the model to act on.
+fn not_flat(records: &[Value]) -> String {
+    if records.is_empty() {
+        return "it holds no records".into();
+    }
+    for (n, record) in records.iter().enumerate() {
+        let Value::Object(fields) = record else {
+            return format!("record {} is not a JSON object", n + 1);
+        };
+        for (key, value) in fields {
+            let nested = match value {
+                Value::Array(_) => "an array",
+                Value::Object(_) => "an object",
+                Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => continue,
+            };
+            return format!(
+                "`{key}` holds {nested} in record {}; values must be numbers, text, booleans \
+                 or null",
+                n + 1
+            );
+        }
+    }
+    if records
+        .iter()
+        .all(|r| r.as_object().is_none_or(|o| o.is_empty()))
+    {
+        return "there are no fields".into();
+    }
+    "there are more than 1,000 distinct fields".into()
 }
 
 /// A failed export as the model reads it.

@@ -60,11 +60,6 @@ impl ListArtifactsTool {
 
 #[async_trait]
 impl TypedTool for ListArtifactsTool {
-    /// A synopsis made for the model: never spilled by default.
-    fn result_is_synopsis(&self) -> bool {
-        true
-    }
-
     type Args = ListArgs;
 
     fn spec(&self) -> &ToolSpec {

@@ -1,4 +1,5 @@
-//! `run_python(code, inputs, files?, timeout_s?)`: pandas on dataRefs in the sandbox.
+//! `run_python(code | code_file, inputs, files?, timeout_s?)`: pandas on dataRefs in the
+//! sandbox.
 //!
 //! The rows never pass through the model: inputs go to the sandbox as descriptors of the
 //! stored Arrow files, DataFrames stored in `outputs` come back as new artifacts of the
@@ -39,17 +40,25 @@ const STREAM_CAP_BYTES: usize = 1 << 20;
 const OUTPUT_SAMPLE_ROWS: usize = 3;
 /// Workspace directory for the whole stdout/stderr of runs whose output was cut.
 pub const RUNS_DIR: &str = ".runs";
+/// The largest `code_file` a run takes.
+const MAX_CODE_FILE_BYTES: u64 = 1 << 20;
 
 /// Arguments of `run_python`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RunPythonArgs {
-    /// Python 3 source. Inputs are pandas DataFrames named by `inputs`; `pd` and `np` are
-    /// imported. Set `result` to a small JSON-able value (≤ 4 KB) and put tables in
-    /// `outputs["name"] = df`.
+    /// Python 3 source (give this or `code_file`). Inputs are pandas DataFrames named by
+    /// `inputs`; `pd` and `np` are imported. Set `result` to a small JSON-able value (≤ 4 KB)
+    /// and put tables in `outputs["name"] = df`.
+    #[serde(default)]
     #[schemars(length(min = 1, max = 200_000))]
-    code: String,
-    /// Global name → dataRef, e.g. `{"sales": "dr_…"}`. Each becomes a DataFrame.
+    code: Option<String>,
+    /// Instead of `code`: the workspace path of a Python file to run (UTF-8, at most 1 MiB),
+    /// e.g. `scripts/report.py`. Tracebacks give its line numbers.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 4096))]
+    code_file: Option<String>,
+    /// Global name → dataRef, e.g. `{"sales": "data_…"}`. Each becomes a DataFrame.
     #[serde(default)]
     inputs: BTreeMap<String, DataRef>,
     /// Workspace files the code may read, at `in/files/<path>`.
@@ -184,7 +193,11 @@ impl RunPythonTool {
              (workspace paths) are readable at `in/files/<path>`; files the code writes under \
              `out/files/` are saved to the workspace at the same path. Do the arithmetic here, \
              not in your head. Each run starts fresh: nothing is kept between runs except what \
-             you store. Default timeout {timeout} s.",
+             you store. Keep a long script in a workspace file and pass its path as \
+             `code_file` instead of `code`: write it once (a run can save it under \
+             `out/files/`), then change only what needs changing and run the file again, so \
+             the script does not drift as it would when rewritten in every call; tracebacks \
+             give the file's line numbers. Default timeout {timeout} s.",
             pandas = dataref_sandbox::runtime::PINNED
                 .iter()
                 .find(|p| p.name == "pandas")
@@ -218,7 +231,31 @@ impl TypedTool for RunPythonTool {
         &self.spec
     }
 
-    async fn run(&self, a: RunPythonArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
+    async fn run(&self, mut a: RunPythonArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
+        let source = match (a.code.take(), a.code_file.clone()) {
+            (Some(code), None) => CodeSource::Inline(code),
+            (None, Some(path)) => CodeSource::File(path),
+            (None, None) => {
+                return Err(ToolError::respond(
+                    "`run_python` needs code to run: give `code` or `code_file`",
+                    Some(
+                        "pass the source as `code`, or the workspace path of a `.py` file as \
+                         `code_file`"
+                            .into(),
+                    ),
+                ));
+            }
+            (Some(_), Some(_)) => {
+                return Err(ToolError::respond(
+                    "give either `code` or `code_file`, not both",
+                    Some(
+                        "`code_file` runs the file as it is in the workspace: drop `code`, or \
+                         drop `code_file` to run `code`"
+                            .into(),
+                    ),
+                ));
+            }
+        };
         let timeout = match a.timeout_s {
             None => self.config.timeout,
             Some(s) => {
@@ -238,15 +275,23 @@ impl TypedTool for RunPythonTool {
         let sandbox = Arc::clone(&self.sandbox);
         let ctx = ctx.clone();
         blocking("run_python", move || {
-            run_blocking(&sandbox, a, timeout, &ctx)
+            run_blocking(&sandbox, a, source, timeout, &ctx)
         })
         .await
     }
 }
 
+/// Where a run's code comes from: exactly one of `code` and `code_file`.
+enum CodeSource {
+    Inline(String),
+    /// A workspace path, not yet resolved.
+    File(String),
+}
+
 fn run_blocking(
     sandbox: &PythonSandbox,
     a: RunPythonArgs,
+    source: CodeSource,
     timeout: Duration,
     ctx: &RunContext,
 ) -> Result<ToolOutput, ToolError> {
@@ -254,6 +299,10 @@ fn run_blocking(
     for name in a.inputs.keys() {
         InputName::parse(name).map_err(input_name_error)?;
     }
+    let code = match source {
+        CodeSource::Inline(code) => code,
+        CodeSource::File(requested) => read_code_file(&ctx.workspace, &requested)?,
+    };
     // Inputs: the caller's own live tables only (the store checks the owner).
     let mut inputs = Vec::with_capacity(a.inputs.len());
     for (name, data_ref) in &a.inputs {
@@ -268,7 +317,7 @@ fn run_blocking(
         files.push((path.as_str().to_owned(), file));
     }
     let job = PythonJob {
-        code: a.code.clone(),
+        code: code.clone(),
         inputs,
         files,
         timeout,
@@ -288,12 +337,72 @@ fn run_blocking(
     if run.status == JobStatus::Cancelled {
         return Err(ToolError::respond("the run was cancelled", None));
     }
-    let lineage = Lineage::new(
-        "run_python",
-        json!({"code": a.code, "inputs": a.inputs, "files": a.files}),
-    );
+    // The code as it ran: a `code_file` may change after this run.
+    let mut recipe = json!({"code": code, "inputs": a.inputs, "files": a.files});
+    if let Some(path) = &a.code_file {
+        recipe["code_file"] = json!(path);
+    }
+    let lineage = Lineage::new("run_python", recipe);
     let result = finish(run, ctx, lineage, timeout)?;
     output(result)
+}
+
+/// The source of a `code_file`: a regular file beneath the workspace root, UTF-8, at most
+/// [`MAX_CODE_FILE_BYTES`].
+fn read_code_file(workspace: &Workspace, requested: &str) -> Result<String, ToolError> {
+    let path = workspace.resolve(requested)?;
+    let file = workspace.open_read(&path)?;
+    let too_big = |size: u64| {
+        ToolError::respond(
+            format!(
+                "`{path}` is {size} bytes; a `code_file` may be at most {MAX_CODE_FILE_BYTES} \
+                 bytes (1 MiB)"
+            ),
+            Some(
+                "keep data out of the script: put it in a file passed with `files` and read it \
+                 from `in/files/<path>`"
+                    .into(),
+            ),
+        )
+    };
+    let size = file
+        .metadata()
+        .map_err(|e| ToolError::Fatal(format!("inspecting `{path}`: {e}")))?
+        .len();
+    if size > MAX_CODE_FILE_BYTES {
+        return Err(too_big(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    // The cap again while reading: the file may grow after the size was taken.
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_CODE_FILE_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(|e| ToolError::Fatal(format!("reading `{path}`: {e}")))?;
+    if bytes.len() as u64 > MAX_CODE_FILE_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    let code = String::from_utf8(bytes).map_err(|e| {
+        ToolError::respond(
+            format!(
+                "`{path}` is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+            Some("save the script as UTF-8".into()),
+        )
+    })?;
+    // An editor's byte order mark is not Python; dropping it keeps every line number.
+    let code = match code.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => code,
+    };
+    if code.trim().is_empty() {
+        return Err(ToolError::respond(
+            format!("`{path}` holds no code"),
+            Some("write the script into it first, or pass `code`".into()),
+        ));
+    }
+    Ok(code)
 }
 
 fn sandbox_error(e: SandboxError) -> ToolError {

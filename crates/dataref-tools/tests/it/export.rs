@@ -521,10 +521,118 @@ async fn a_csv_file_in_the_workspace_can_be_exported_with_inferred_types() {
     );
 }
 
+/// Writes `text` at `path` in the caller's workspace.
+fn put(f: &Fixture, path: &str, text: &str) {
+    f.ctx
+        .workspace
+        .write_atomic(path, text.as_bytes(), dataref_workspace::Overwrite::Refuse)
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_records_in_the_workspace_can_be_exported() {
+    let f = fixture();
+    // A tool's result as it was saved: the rows in one field, beside other fields.
+    put(
+        &f,
+        "spill/orders.json",
+        r#"{"count": 3, "rows": [
+            {"id": 1, "customer": "Ada", "paid": true, "total": 12.5},
+            {"id": 2, "customer": null, "paid": false, "total": 7},
+            {"id": 3, "paid": true, "total": 1e3, "note": "=1+1"}
+        ], "next": null}"#,
+    );
+    let v = ok(&call(
+        &f,
+        json!({"source": "spill/orders.json", "format": "csv", "filename": "orders"}),
+    )
+    .await);
+    assert_eq!(v["rows"], 3, "{v}");
+    assert_eq!(
+        v["columns"],
+        json!(["id", "customer", "paid", "total", "note"])
+    );
+    let text = String::from_utf8(read(&f, "exports/orders.csv")).unwrap();
+    assert_eq!(
+        parse_csv(&text),
+        [
+            vec!["id", "customer", "paid", "total", "note"],
+            vec!["1", "Ada", "true", "12.5", ""],
+            vec!["2", "", "false", "7.0", ""],
+            // Formula injection is neutralised here as for any other source.
+            vec!["3", "", "true", "1000.0", "'=1+1"],
+        ]
+    );
+
+    // A bare array is the table itself; typed cells survive into XLSX.
+    put(
+        &f,
+        "spill/bare.JSON",
+        r#"[{"n": 1, "x": 0.5}, {"n": 2, "x": null}]"#,
+    );
+    let v = ok(&call(
+        &f,
+        json!({"source": "spill/bare.JSON", "format": "xlsx", "filename": "bare"}),
+    )
+    .await);
+    assert_eq!(v["rows"], 2, "{v}");
+    let mut wb: Xlsx<_> = Xlsx::new(Cursor::new(read(&f, "exports/bare.xlsx"))).unwrap();
+    let sheet = wb.worksheet_range("Data").unwrap();
+    assert_eq!(sheet.get_value((1, 0)), Some(&Data::Float(1.0)));
+    assert_eq!(sheet.get_value((1, 1)), Some(&Data::Float(0.5)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ndjson_records_in_the_workspace_can_be_exported() {
+    let f = fixture();
+    // Blank lines and CRLF are tolerated; a key missing on a line is null; a column of
+    // mixed kinds is text.
+    let lines = "{\"day\": \"2025-10-01\", \"units\": 3, \"code\": \"A1\"}\r\n\
+                 \n\
+                 {\"day\": \"2025-10-02\", \"code\": 7}\n\
+                 {\"units\": 5, \"day\": \"2025-10-03\", \"code\": true}\n";
+    for path in ["logs/days.ndjson", "logs/days.jsonl"] {
+        put(&f, path, lines);
+        let v = ok(&call(
+            &f,
+            json!({"source": path, "format": "json", "sort_by": "units", "descending": true}),
+        )
+        .await);
+        assert_eq!(v["rows"], 3, "{v}");
+        assert_eq!(v["columns"], json!(["day", "units", "code"]));
+        let written: Value =
+            serde_json::from_slice(&read(&f, v["path"].as_str().unwrap())).unwrap();
+        assert_eq!(
+            written,
+            json!([
+                {"day": "2025-10-03", "units": 5, "code": "true"},
+                {"day": "2025-10-01", "units": 3, "code": "A1"},
+                {"day": "2025-10-02", "units": null, "code": "7"},
+            ]),
+            "{path}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn what_the_model_reads_when_an_export_is_wrong() {
     let f = fixture();
     let (data_ref, _) = sales(&f).await;
+    put(
+        &f,
+        "bad/nested.json",
+        r#"{"rows": [{"id": 1, "tags": ["a", "b"]}]}"#,
+    );
+    put(
+        &f,
+        "bad/two.json",
+        r#"{"orders": [{"id": 1}], "customers": [{"id": 2}]}"#,
+    );
+    put(&f, "bad/scalar.json", "42");
+    put(&f, "bad/broken.json", r#"[{"id": 1}, {"id": 2"#);
+    put(&f, "bad/lines.ndjson", "{\"id\": 1}\n[1, 2]\n");
+    put(&f, "bad/broken.jsonl", "{\"id\": 1}\n{\"id\": 2\n");
+    put(&f, "bad/empty.ndjson", "\n\n");
     let cases = [
         (
             "unknown_column",
@@ -551,8 +659,40 @@ async fn what_the_model_reads_when_an_export_is_wrong() {
             json!({"source": "data_AAAAAAAAAAAAAAAAAAAAAA", "format": "csv"}),
         ),
         (
-            "json_file_source",
+            "unsupported_file_source",
+            json!({"source": "reports/q3.xml", "format": "xlsx"}),
+        ),
+        (
+            "missing_json_file",
             json!({"source": "reports/q3.json", "format": "xlsx"}),
+        ),
+        (
+            "json_nested_not_a_table",
+            json!({"source": "bad/nested.json", "format": "csv"}),
+        ),
+        (
+            "json_two_arrays_not_a_table",
+            json!({"source": "bad/two.json", "format": "csv"}),
+        ),
+        (
+            "json_scalar_not_a_table",
+            json!({"source": "bad/scalar.json", "format": "csv"}),
+        ),
+        (
+            "json_broken",
+            json!({"source": "bad/broken.json", "format": "csv"}),
+        ),
+        (
+            "ndjson_not_objects",
+            json!({"source": "bad/lines.ndjson", "format": "csv"}),
+        ),
+        (
+            "ndjson_empty",
+            json!({"source": "bad/empty.ndjson", "format": "csv"}),
+        ),
+        (
+            "ndjson_broken_line",
+            json!({"source": "bad/broken.jsonl", "format": "csv"}),
         ),
         (
             "missing_csv_file",

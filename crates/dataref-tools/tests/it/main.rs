@@ -15,6 +15,7 @@ mod charts;
 mod export;
 mod files;
 mod python;
+mod spill;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -282,7 +283,17 @@ async fn a_cancelled_call_says_so() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_oversized_result_is_cut_and_the_cut_is_said() {
-    let f = fixture();
+    // With spilling off; with it on, the result would be spilled instead (see `spill`).
+    let mut f = fixture();
+    let mut b = ToolRegistry::builder();
+    for name in f.registry.names() {
+        b.register(f.registry.get(&name).unwrap().clone());
+    }
+    b.spill(dataref_config::SpillConfig {
+        enabled: false,
+        ..Default::default()
+    });
+    f.registry = b.build().unwrap();
     let o = run(&f, ToolCall::new("unruly", json!({"mode": "flood"}))).await;
     assert!(!o.is_error);
     assert!(

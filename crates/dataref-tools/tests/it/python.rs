@@ -234,8 +234,45 @@ async fn what_the_model_reads_when_a_run_is_refused() {
         .write_atomic("notes.txt", b"hello", Overwrite::Refuse)
         .unwrap();
     let code = "result = 1";
+    f.ctx
+        .workspace
+        .write_atomic("scripts/ok.py", b"result = 1\n", Overwrite::Refuse)
+        .unwrap();
+    // One byte over the cap, comments only (it would run if it were taken).
+    let mut big = "# padding\n".repeat(104_858).into_bytes();
+    big.truncate((1 << 20) + 1);
+    f.ctx
+        .workspace
+        .write_atomic("scripts/big.py", &big, Overwrite::Refuse)
+        .unwrap();
+    f.ctx
+        .workspace
+        .write_atomic(
+            "scripts/latin1.py",
+            b"name = '\xe9t\xe9'\n",
+            Overwrite::Refuse,
+        )
+        .unwrap();
+    f.ctx
+        .workspace
+        .write_atomic("scripts/empty.py", b"\n  \n", Overwrite::Refuse)
+        .unwrap();
     let cases: Vec<(&str, Value)> = vec![
         ("missing_code", json!({"inputs": {"sales": sales}})),
+        (
+            "code_and_code_file",
+            json!({"code": code, "code_file": "scripts/ok.py"}),
+        ),
+        ("code_file_missing", json!({"code_file": "scripts/nope.py"})),
+        ("code_file_escapes", json!({"code_file": "../x.py"})),
+        ("code_file_absolute", json!({"code_file": "/etc/passwd"})),
+        ("code_file_directory", json!({"code_file": "scripts"})),
+        ("code_file_too_big", json!({"code_file": "scripts/big.py"})),
+        (
+            "code_file_not_utf8",
+            json!({"code_file": "scripts/latin1.py"}),
+        ),
+        ("code_file_empty", json!({"code_file": "scripts/empty.py"})),
         (
             "unknown_ref",
             json!({"code": code, "inputs": {"sales": RANDOM_REF}}),
@@ -542,18 +579,34 @@ async fn cancelling_the_call_stops_the_job() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn run_python_is_listed_with_a_schema_that_requires_code() {
+async fn run_python_is_listed_with_a_schema_that_takes_code_or_code_file() {
     let f = fixture();
     assert!(f.registry.names().contains(&"run_python".to_owned()));
     let spec = f.registry.get("run_python").unwrap().spec();
     assert_eq!(spec.name, "run_python");
     let schema = &spec.input_schema;
     assert_eq!(schema["type"], json!("object"));
-    assert_eq!(schema["required"], json!(["code"]));
+    // Exactly one of the two is checked by the tool (with a hint), not by the schema.
+    assert!(
+        schema
+            .get("required")
+            .is_none_or(|r| r.as_array().unwrap().is_empty()),
+        "{schema}"
+    );
     let mut params: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
     params.sort();
-    assert_eq!(params, ["code", "files", "inputs", "timeout_s"]);
+    assert_eq!(
+        params,
+        ["code", "code_file", "files", "inputs", "timeout_s"]
+    );
+    let validator = jsonschema::validator_for(schema).unwrap();
+    assert!(validator.is_valid(&json!({"code": "result = 1"})));
+    assert!(validator.is_valid(&json!({"code_file": "scripts/a.py"})));
+    assert!(!validator.is_valid(&json!({"code": ""})));
+    assert!(!validator.is_valid(&json!({"code_file": 3})));
     for needle in [
+        "`code_file`",
+        "drift",
         "no network",
         "`inputs`",
         "`outputs[\"name\"] = df`",
@@ -580,4 +633,74 @@ async fn run_python_is_listed_with_a_schema_that_requires_code() {
             "{field}: {output}"
         );
     }
+}
+
+/// A script kept in the workspace: a run writes it, the next runs take it by path, and a
+/// traceback points at the file's own lines.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_code_file_runs_from_the_workspace_with_its_own_line_numbers() {
+    let f = fixture();
+    let sales = fetch(&f).await;
+    let script = "# report: revenue by line\n\
+                  \n\
+                  def totals(df):\n\
+                  \x20   return df.groupby('line', as_index=False)['revenue'].sum()\n\
+                  \n\
+                  t = totals(sales)\n\
+                  outputs['totals'] = t\n\
+                  result = {'lines': len(t), 'first': t['line'].iloc[0]}\n";
+    // Written once by a run, as the description teaches.
+    let saved = python(
+        &f,
+        json!({"code": format!(
+            "import os\nos.makedirs('out/files/scripts', exist_ok=True)\n\
+             open('out/files/scripts/report.py', 'w').write({script:?})"
+        )}),
+    )
+    .await;
+    assert_eq!(saved["ok"], json!(true), "{saved}");
+    assert_eq!(workspace_file(&f, "scripts/report.py"), script.as_bytes());
+
+    // Padded with comments to exactly the cap: still taken.
+    let mut padded = script.to_owned();
+    padded.push_str(&"#".repeat((1 << 20) - script.len() - 1));
+    padded.push('\n');
+    assert_eq!(padded.len(), 1 << 20);
+    f.ctx
+        .workspace
+        .write_atomic("scripts/padded.py", padded.as_bytes(), Overwrite::Refuse)
+        .unwrap();
+    for path in ["scripts/report.py", "scripts/padded.py"] {
+        let out = python(&f, json!({"code_file": path, "inputs": {"sales": sales}})).await;
+        assert_eq!(out["ok"], json!(true), "{path}: {out}");
+        assert!(out["result"]["lines"].as_u64().unwrap() > 1, "{out}");
+        assert!(out["outputs"]["totals"]["dataRef"].is_string(), "{out}");
+    }
+
+    // An error deep in the file: the traceback gives the file's lines, caller first.
+    f.ctx
+        .workspace
+        .write_atomic(
+            "scripts/broken.py",
+            script.replace("['revenue']", "['revenu']").as_bytes(),
+            Overwrite::Refuse,
+        )
+        .unwrap();
+    let out = python(
+        &f,
+        json!({"code_file": "scripts/broken.py", "inputs": {"sales": sales}}),
+    )
+    .await;
+    assert_failed(&out, "KeyError");
+    assert_eq!(
+        traceback(&out),
+        [
+            (6, "t = totals(sales)".to_owned()),
+            (
+                4,
+                "return df.groupby('line', as_index=False)['revenu'].sum()".to_owned()
+            ),
+        ],
+        "{out}"
+    );
 }

@@ -1,0 +1,511 @@
+//! Spill: a tool result longer than the threshold is written to `.spill/` in the caller's
+//! workspace before the model sees it, and the model gets the path, the format, the sizes,
+//! a short preview and, for a table, the rows and columns the server wrote plus a dataRef.
+//!
+//! The model then hands the path (or the dataRef) to the next tool instead of writing the
+//! data out again as arguments: slow, lossy (models regenerate, they do not copy) and
+//! bounded by the output cap.
+//!
+//! - JSON carried as text (an MCP server's text block) is written as indented JSON, so
+//!   line-oriented tools find their way in it; other text is written as it came.
+//! - Flat records (an array of objects, or an object's one such array) are also written as
+//!   CSV and stored as a table artifact.
+//! - A failed call's full error text is spilled too; the model gets its first line and
+//!   the path.
+//! - Spilling never fails a call: when the disk is full the result goes on as it is (and
+//!   the result cap still applies), with a warning in the log.
+
+use std::io::{BufWriter, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dataref_config::SpillConfig;
+use dataref_export::{ExportOptions, Format, Formulas};
+use dataref_protocol::{DataRef, Timestamp};
+use dataref_store::Lineage;
+use dataref_workspace::{Overwrite, Swept, Workspace, WorkspacePathError};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tracing::warn;
+
+use crate::{CallOutcome, RunContext, records};
+
+/// The workspace directory spill files go to.
+pub const SPILL_DIR: &str = ".spill";
+
+/// What the model gets instead of a spilled result (also its `structuredContent`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpillSynopsis {
+    /// Always true: tells this apart from the tool's own result.
+    pub spilled: bool,
+    /// Workspace path of the whole result.
+    pub path: String,
+    /// `json` or `text`.
+    pub format: &'static str,
+    pub bytes: u64,
+    /// Characters of the result as the model would have read it.
+    pub characters: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<SpilledTable>,
+    /// The first characters of the result.
+    pub preview: String,
+    pub hint: String,
+}
+
+/// Flat records found in a spilled result, as the server wrote them.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpilledTable {
+    pub rows: u64,
+    pub columns: Vec<String>,
+    /// Workspace path of the same rows as CSV.
+    pub csv: String,
+    /// The rows as a table artifact, for `run_python`, `export_data`, `render_chart`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_ref: Option<DataRef>,
+}
+
+/// The output schema a spilling tool lists: its own result or a spill synopsis.
+pub(crate) fn widen_output_schema(own: Value) -> Value {
+    json!({
+        "type": "object",
+        "anyOf": [own, synopsis_schema()],
+    })
+}
+
+fn synopsis_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "The result was longer than the spill threshold and was written to the caller's workspace.",
+        "properties": {
+            "spilled": {"const": true},
+            "path": {"type": "string"},
+            "format": {"type": "string", "enum": ["json", "text"]},
+            "bytes": {"type": "integer"},
+            "characters": {"type": "integer"},
+            "table": {
+                "type": "object",
+                "properties": {
+                    "rows": {"type": "integer"},
+                    "columns": {"type": "array", "items": {"type": "string"}},
+                    "csv": {"type": "string"},
+                    "dataRef": {"type": "string"}
+                },
+                "required": ["rows", "columns", "csv"]
+            },
+            "preview": {"type": "string"},
+            "hint": {"type": "string"}
+        },
+        "required": ["spilled", "path", "format", "bytes", "characters", "preview", "hint"]
+    })
+}
+
+/// Spills `outcome` when its text is longer than `threshold` characters. `structured_text`
+/// says the text is the JSON of `outcome.structured` (our own tools), so it need not be
+/// parsed again.
+pub(crate) async fn spill(
+    outcome: CallOutcome,
+    tool: &str,
+    threshold: usize,
+    structured_text: bool,
+    config: &SpillConfig,
+    ctx: &RunContext,
+) -> CallOutcome {
+    // Bytes bound characters from above: most results skip the count.
+    if outcome.text.len() <= threshold || outcome.text.chars().count() <= threshold {
+        return outcome;
+    }
+    let job = Job {
+        tool: tool.to_owned(),
+        preview_chars: config.preview_chars,
+        workspace: ctx.workspace.clone(),
+        store: ctx.store.clone(),
+        principal: ctx.principal.clone(),
+        now: ctx.clock.now(),
+    };
+    let handle = tokio::task::spawn_blocking(move || {
+        let written = job.write(&outcome, structured_text);
+        (outcome, written)
+    });
+    let (outcome, written) = match handle.await {
+        Ok(r) => r,
+        Err(e) => {
+            // The outcome went with the task; say what happened rather than lose the call.
+            warn!(tool, "spill task ended abnormally: {e}");
+            return CallOutcome::error(
+                &format!("the result of `{tool}` was lost while being written to the workspace"),
+                Some("call the tool again"),
+            );
+        }
+    };
+    match written {
+        Ok(spilled) => spilled.into_outcome(outcome),
+        Err(e) => {
+            warn!(tool, error = %e, "spilling a large result failed; returning it as it is");
+            outcome
+        }
+    }
+}
+
+struct Job {
+    tool: String,
+    preview_chars: usize,
+    workspace: Arc<Workspace>,
+    store: Arc<dyn dataref_store::ArtifactStore>,
+    principal: dataref_protocol::Principal,
+    now: Timestamp,
+}
+
+/// What was written, and what to tell the model.
+struct Spilled {
+    synopsis: SpillSynopsis,
+    is_error: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum SpillError {
+    #[error(transparent)]
+    Path(#[from] WorkspacePathError),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("writing the CSV: {0}")]
+    Csv(#[from] dataref_export::ExportError),
+}
+
+impl Job {
+    fn write(&self, outcome: &CallOutcome, structured_text: bool) -> Result<Spilled, SpillError> {
+        let text = outcome.text.as_str();
+        let characters = text.chars().count() as u64;
+        let preview = preview(text, self.preview_chars);
+        if outcome.is_error {
+            let (path, bytes) = self.write_file("txt", |w| w.write_all(text.as_bytes()))?;
+            let hint = format!(
+                "the whole error ({characters} characters) is in `{path}`: read it with read_file before changing anything"
+            );
+            return Ok(Spilled {
+                synopsis: SpillSynopsis {
+                    spilled: true,
+                    path,
+                    format: "text",
+                    bytes,
+                    characters,
+                    table: None,
+                    preview,
+                    hint,
+                },
+                is_error: true,
+            });
+        }
+        let parsed;
+        let json = match (&outcome.structured, structured_text) {
+            (Some(v), true) => Some(v),
+            _ => {
+                parsed = serde_json::from_str::<Value>(text)
+                    .ok()
+                    .filter(|v| v.is_object() || v.is_array());
+                parsed.as_ref()
+            }
+        };
+        let Some(json) = json else {
+            let (path, bytes) = self.write_file("txt", |w| w.write_all(text.as_bytes()))?;
+            let hint = text_hint(&path);
+            return Ok(Spilled {
+                synopsis: SpillSynopsis {
+                    spilled: true,
+                    path,
+                    format: "text",
+                    bytes,
+                    characters,
+                    table: None,
+                    preview,
+                    hint,
+                },
+                is_error: false,
+            });
+        };
+        let (path, bytes) = self.write_file("json", |w| {
+            serde_json::to_writer_pretty(&mut *w, json)?;
+            w.write_all(b"\n")
+        })?;
+        let table = records::find_records(json)
+            .and_then(records::records_to_batch)
+            .map(|batch| self.write_table(&path, &batch))
+            .transpose()?;
+        let hint = match &table {
+            Some(t) => table_hint(&path, t),
+            None => text_hint(&path),
+        };
+        Ok(Spilled {
+            synopsis: SpillSynopsis {
+                spilled: true,
+                path,
+                format: "json",
+                bytes,
+                characters,
+                table,
+                preview,
+                hint,
+            },
+            is_error: false,
+        })
+    }
+
+    /// Writes a new file in `.spill/`, named by the time, the tool and a counter.
+    fn write_file(
+        &self,
+        ext: &str,
+        body: impl Fn(&mut BufWriter<&mut dataref_workspace::AtomicFile>) -> std::io::Result<()>,
+    ) -> Result<(String, u64), SpillError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let mut file = loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = format!(
+                "{SPILL_DIR}/{}-{}-{n}.{ext}",
+                compact_time(self.now),
+                safe_name(&self.tool)
+            );
+            match self.workspace.create_atomic(&name, Overwrite::Refuse) {
+                Ok(f) => break f,
+                // Another server process wrote this name: take the next number.
+                Err(WorkspacePathError::AlreadyExists { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let shown = file.path().as_str().to_owned();
+        let mut w = BufWriter::new(&mut file);
+        body(&mut w)
+            .and_then(|()| w.flush())
+            .map_err(|source| SpillError::Write {
+                path: shown.clone(),
+                source,
+            })?;
+        drop(w);
+        let path = file.commit_unsynced()?;
+        let bytes = self.workspace.metadata(&path)?.size;
+        Ok((path.as_str().to_owned(), bytes))
+    }
+
+    /// The records as CSV beside the JSON, and as a table artifact (best effort: a store
+    /// that refuses, e.g. over quota, leaves the CSV without a dataRef).
+    fn write_table(
+        &self,
+        json_path: &str,
+        batch: &arrow_array::RecordBatch,
+    ) -> Result<SpilledTable, SpillError> {
+        let schema = batch.schema();
+        let options = ExportOptions {
+            formulas: Formulas::Keep,
+            ..ExportOptions::default()
+        };
+        let csv_name = match json_path.strip_suffix(".json") {
+            Some(stem) => format!("{stem}.csv"),
+            None => format!("{json_path}.csv"),
+        };
+        let mut file = self.workspace.create_atomic(&csv_name, Overwrite::Refuse)?;
+        let mut w = BufWriter::new(&mut file);
+        let exported = dataref_export::export(
+            Format::Csv,
+            &schema,
+            std::slice::from_ref(batch),
+            &options,
+            &mut w,
+            &|| false,
+        )?;
+        w.flush().map_err(|source| SpillError::Write {
+            path: csv_name.clone(),
+            source,
+        })?;
+        drop(w);
+        let csv = file.commit_unsynced()?.as_str().to_owned();
+        let lineage = Lineage::new(self.tool.clone(), json!({ "spilledTo": json_path }));
+        let data_ref = match self.store_table(batch, lineage) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                warn!(tool = %self.tool, error = %e, "spilled records not stored as an artifact");
+                None
+            }
+        };
+        Ok(SpilledTable {
+            rows: exported.rows,
+            columns: exported.columns,
+            csv,
+            data_ref,
+        })
+    }
+
+    fn store_table(
+        &self,
+        batch: &arrow_array::RecordBatch,
+        lineage: Lineage,
+    ) -> Result<DataRef, dataref_store::StoreError> {
+        let mut writer = self
+            .store
+            .create_table(&self.principal, batch.schema(), lineage)?;
+        writer.write(batch)?;
+        Ok(writer.finish()?.data_ref)
+    }
+}
+
+impl Spilled {
+    fn into_outcome(self, original: CallOutcome) -> CallOutcome {
+        let Spilled { synopsis, is_error } = self;
+        if is_error {
+            let text = format!(
+                "error (cut; the whole text is in `{}`):\n{}…\nhint: {}",
+                synopsis.path, synopsis.preview, synopsis.hint
+            );
+            return CallOutcome {
+                is_error: true,
+                structured: None,
+                text,
+                attachments: original.attachments,
+            };
+        }
+        let structured = serde_json::to_value(&synopsis).unwrap_or(Value::Null);
+        CallOutcome {
+            is_error: false,
+            text: structured.to_string(),
+            structured: Some(structured),
+            attachments: original.attachments,
+        }
+    }
+}
+
+fn text_hint(path: &str) -> String {
+    format!(
+        "the whole result is in `{path}`: read parts with read_file, or pass the path to \
+         run_python (`files`) or export_data (`source`). To send it to another tool, write \
+         that tool's arguments to a JSON file with run_python and use call_tool — do not \
+         copy the data into arguments."
+    )
+}
+
+fn table_hint(path: &str, table: &SpilledTable) -> String {
+    let by_ref = match &table.data_ref {
+        Some(r) => format!(
+            "pass `{r}` to run_python (`inputs`), render_chart, render_table or export_data"
+        ),
+        None => format!("pass `{}` to export_data (`source`)", table.csv),
+    };
+    format!(
+        "the whole result is in `{path}` and its {} rows in `{}`: {by_ref}; count and sum with \
+         run_python, never by reading rows. Do not copy the data into arguments.",
+        table.rows, table.csv
+    )
+}
+
+/// The first `chars` characters, cut at a character boundary.
+fn preview(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((i, _)) => text[..i].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+/// `20261129T223501Z`.
+fn compact_time(t: Timestamp) -> String {
+    let secs = t.0;
+    let (y, m, d) = dataref_protocol::civil_from_days(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// A tool name as a file name part: letters, digits, `_` and `-`, at most 64.
+fn safe_name(tool: &str) -> String {
+    tool.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect()
+}
+
+/// Removes spill files older than `retention` from the workspace (copies a person keeps
+/// live elsewhere and are not touched).
+pub fn sweep_spill(
+    workspace: &Workspace,
+    now: Timestamp,
+    retention: std::time::Duration,
+) -> Result<Swept, WorkspacePathError> {
+    let cutoff = Timestamp(now.0.saturating_sub(retention.as_secs() as i64));
+    workspace.remove_old_files(SPILL_DIR, cutoff)
+}
+
+/// Sweeps `workspace`'s spill files now and then every `config.sweep_interval`, for as
+/// long as the runtime runs.
+pub fn spawn_spill_sweeper(
+    workspace: Arc<Workspace>,
+    clock: Arc<dyn dataref_store::Clock>,
+    config: &SpillConfig,
+) {
+    let (interval, retention) = (config.sweep_interval, config.retention);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tick.tick().await;
+            let (w, now) = (workspace.clone(), clock.now());
+            match tokio::task::spawn_blocking(move || sweep_spill(&w, now, retention)).await {
+                Ok(Ok(s)) if s.removed > 0 => {
+                    tracing::info!(
+                        removed = s.removed,
+                        bytes = s.bytes,
+                        "swept old spill files"
+                    )
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!("sweeping spill files failed: {e}"),
+                Err(e) => warn!("spill sweeper task ended abnormally: {e}"),
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_previews() {
+        assert_eq!(
+            compact_time(Timestamp(1_764_460_800 + 3661)),
+            "20251130T010101Z"
+        );
+        assert_eq!(safe_name("up/x tool"), "up_x_tool");
+        assert_eq!(preview("héllo", 2), "hé");
+        assert_eq!(preview("hé", 5), "hé");
+    }
+
+    #[test]
+    fn widened_schema_admits_both() {
+        let own =
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        let wide = widen_output_schema(own);
+        let v = jsonschema::validator_for(&wide).unwrap();
+        assert!(v.is_valid(&json!({"n": 1})));
+        let synopsis = SpillSynopsis {
+            spilled: true,
+            path: ".spill/x.json".into(),
+            format: "json",
+            bytes: 10,
+            characters: 10,
+            table: None,
+            preview: "[".into(),
+            hint: "h".into(),
+        };
+        assert!(v.is_valid(&serde_json::to_value(&synopsis).unwrap()));
+        assert!(!v.is_valid(&json!({"other": 1})));
+    }
+}
