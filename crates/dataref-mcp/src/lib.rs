@@ -23,6 +23,11 @@
 //!     named at all.
 //! - [`INSTRUCTIONS`]: what the client is told at `initialize`: never ask for rows, work
 //!   with references.
+//! - [`upstream`]: the MCP client side. Other MCP servers (`[[upstream]]`: a child process
+//!   on stdio, or Streamable HTTP) are connected at start and each of their tools becomes
+//!   a [`Tool`](dataref_tools::Tool) named `prefix + name`, registered next to the
+//!   built-in ones; calls are forwarded with cancellation and a timeout, results mapped to
+//!   text, structured content and attachments.
 //! - Transports: [`DatarefServer::serve_stdio`], [`DatarefServer::serve_io`],
 //!   [`DatarefServer::serve_transport`], and [`connect_in_process`], which runs the server
 //!   on a [`tokio::io::duplex`] pipe and returns a connected rmcp client, so a program (the
@@ -73,6 +78,7 @@ mod resources;
 mod serve;
 mod server;
 mod tools;
+pub mod upstream;
 
 pub use rmcp;
 pub use serve::{InProcessSession, McpServeError, connect_in_process};

@@ -58,6 +58,7 @@ pub fn run(common: &Common) -> Result<ExitCode> {
                     None,
                 ));
             }
+            checks.extend(upstreams(&config));
         }
         Err(e) => checks.push(check(Status::Fail, "config", format!("{e:#}"), None)),
     }
@@ -269,4 +270,58 @@ fn sandbox(config: &Config) -> Check {
             ),
         )
     }
+}
+
+/// One check per `[[upstream]]`: it starts (or answers), completes the MCP handshake and
+/// lists its tools; the session is closed again.
+fn upstreams(config: &Config) -> Vec<Check> {
+    if config.upstreams.is_empty() {
+        return Vec::new();
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return vec![check(
+                Status::Fail,
+                "upstreams",
+                format!("cannot start the async runtime: {e}"),
+                None,
+            )];
+        }
+    };
+    config
+        .upstreams
+        .iter()
+        .map(|u| {
+            let what = format!("upstream {}", u.name);
+            let target = crate::serve::describe(&u.transport);
+            runtime.block_on(async {
+                match dataref_mcp::upstream::connect_one(u).await {
+                    Ok(server) => {
+                        let info = server
+                            .server_info()
+                            .await
+                            .map_or_else(String::new, |i| format!(" ({i})"));
+                        let detail = format!(
+                            "{target}{info}: {} of {} tools mounted as `{}*`",
+                            server.tool_names().len(),
+                            server.listed(),
+                            u.prefix
+                        );
+                        server.shutdown().await;
+                        check(Status::Ok, &what, detail, None)
+                    }
+                    Err(e) => check(
+                        Status::Fail,
+                        &what,
+                        format!("{target}: {e}"),
+                        Some(&e.hint()),
+                    ),
+                }
+            })
+        })
+        .collect()
 }

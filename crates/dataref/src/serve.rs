@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use dataref_config::{Config, UpstreamTransport};
 use dataref_mcp::DatarefServer;
+use dataref_mcp::upstream::{self, Upstreams};
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{NoProgress, RunContext, builtin_registry_with};
+use dataref_tools::{NoProgress, RunContext, ToolsError, builtin_registry_builder};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Common, settings};
@@ -23,14 +25,32 @@ pub fn run(
     settings::ensure_sample(&config)?;
     let store = settings::open_store(&config)?;
     let python = settings::python_sandbox(&config);
-    let registry =
-        Arc::new(builtin_registry_with(&config, python).context("building the tool registry")?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let upstreams = runtime.block_on(connect_upstreams(&config))?;
+    let mut builder = builtin_registry_builder(&config, python);
+    for tool in upstreams.tools() {
+        builder.register(tool);
+    }
+    let registry = match builder.build() {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            let e = registry_error(e, &upstreams);
+            runtime.block_on(upstreams.shutdown());
+            return Err(e.context("building the tool registry"));
+        }
+    };
     runtime.block_on(async move {
         spawn_sweeper(store.clone(), config.store.sweep_interval);
+        if config.spill.enabled {
+            dataref_tools::spawn_spill_sweeper(
+                workspace.clone(),
+                Arc::new(SystemClock),
+                &config.spill,
+            );
+        }
         let ctx = RunContext {
             principal,
             store,
@@ -41,9 +61,75 @@ pub fn run(
             clock: Arc::new(SystemClock),
         };
         tracing::info!(tools = registry.len(), principal = %ctx.principal, "serving MCP on stdio");
-        DatarefServer::new(registry, ctx).serve_stdio().await
+        let served = DatarefServer::new(registry, ctx).serve_stdio().await;
+        upstreams.shutdown().await;
+        served
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Connects every `[[upstream]]` server, with a line of progress for each on stderr. A
+/// server that cannot be reached stops the start: serving without its tools would leave
+/// the model and the person wondering where they went.
+pub async fn connect_upstreams(config: &Config) -> Result<Upstreams> {
+    if config.upstreams.is_empty() {
+        return Ok(Upstreams::default());
+    }
+    for u in &config.upstreams {
+        settings::progress_line(&format!(
+            "connecting to upstream MCP server `{}` ({}) …",
+            u.name,
+            describe(&u.transport)
+        ));
+    }
+    let upstreams = upstream::connect(&config.upstreams)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nhint: {}", e.hint()))?;
+    for s in upstreams.servers() {
+        settings::progress_line(&format!(
+            "upstream `{}`: {} of {} tools mounted",
+            s.name(),
+            s.tool_names().len(),
+            s.listed()
+        ));
+    }
+    Ok(upstreams)
+}
+
+/// The command or URL of an upstream, for people (never `env` or header values).
+pub fn describe(transport: &UpstreamTransport) -> String {
+    match transport {
+        UpstreamTransport::Stdio { command, .. } => format!("`{}`", command.join(" ")),
+        UpstreamTransport::Http { url, .. } => format!("`{url}`"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A registry error that involves an upstream tool says which upstream and what to set.
+fn registry_error(e: ToolsError, upstreams: &Upstreams) -> anyhow::Error {
+    let owner = |name: &str| {
+        upstreams
+            .servers()
+            .iter()
+            .find(|s| s.tool_names().iter().any(|n| n == name))
+            .map(|s| s.name().to_owned())
+    };
+    match &e {
+        ToolsError::DuplicateName(name) => match owner(name) {
+            Some(u) => anyhow::anyhow!(
+                "the tool `{name}` of upstream `{u}` has the name of another tool\nhint: set `prefix` of `[[upstream]]` `{u}` in dataref.toml (e.g. `prefix = \"{u}_\"`), or leave the tool out with `tools = [...]`"
+            ),
+            None => anyhow::Error::new(e),
+        },
+        ToolsError::BadSchema { name, .. } => match owner(name) {
+            Some(u) => anyhow::anyhow!(
+                "{e}\nhint: leave it out with `tools = [...]` of `[[upstream]]` `{u}` in dataref.toml"
+            ),
+            None => anyhow::Error::new(e),
+        },
+        // `ToolsError` is non-exhaustive across crates.
+        _ => anyhow::Error::new(e),
+    }
 }
 
 /// Removes expired artifacts every `interval` for as long as the server runs (reads check

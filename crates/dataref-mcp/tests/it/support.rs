@@ -48,12 +48,20 @@ impl Env {
     }
 
     pub fn server(&self, principal: &str) -> anyhow::Result<DatarefServer> {
+        Ok(DatarefServer::new(
+            self.registry.clone(),
+            self.context(principal)?,
+        ))
+    }
+
+    /// A session's base context, as a server builds it.
+    pub fn context(&self, principal: &str) -> anyhow::Result<RunContext> {
         let principal = Principal::new(principal)?;
         let workspace = Arc::new(dataref_workspace::Workspace::for_principal(
             self.home.path(),
             &principal,
         )?);
-        let ctx = RunContext {
+        Ok(RunContext {
             principal,
             store: self.store.clone(),
             workspace,
@@ -61,8 +69,7 @@ impl Env {
             progress: Arc::new(NoProgress),
             cancel: CancellationToken::new(),
             clock: self.clock.clone(),
-        };
-        Ok(DatarefServer::new(self.registry.clone(), ctx))
+        })
     }
 
     pub async fn connect(&self, principal: &str) -> anyhow::Result<InProcessSession<Recorder>> {

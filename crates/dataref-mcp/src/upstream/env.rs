@@ -1,0 +1,112 @@
+//! `${NAME}` in upstream `env` and `headers` values.
+
+use super::UpstreamError;
+
+/// `value` with every `${NAME}` replaced by `lookup(NAME)`. `$$` is a literal `$`; any
+/// other `$` is kept as it is. An unset variable, an unterminated `${` or a name that is
+/// not `[A-Za-z_][A-Za-z0-9_]*` is an error naming the upstream and the key.
+pub(super) fn expand(
+    value: &str,
+    upstream: &str,
+    key: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, UpstreamError> {
+    let bad = |message: String| UpstreamError::BadValue {
+        upstream: upstream.to_owned(),
+        key: key.to_owned(),
+        message,
+    };
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix('{') {
+            let Some(end) = tail.find('}') else {
+                return Err(bad("`${` without its closing `}`".into()));
+            };
+            let name = &tail[..end];
+            let valid = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(bad(format!(
+                    "`${{{name}}}` is not a variable name (letters, digits and `_`)"
+                )));
+            }
+            let Some(v) = lookup(name) else {
+                return Err(UpstreamError::UnsetVariable {
+                    upstream: upstream.to_owned(),
+                    key: key.to_owned(),
+                    variable: name.to_owned(),
+                });
+            };
+            out.push_str(&v);
+            rest = &tail[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "TOKEN" => Some("s3cret".into()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
+    }
+
+    fn x(value: &str) -> Result<String, String> {
+        expand(value, "docs", "headers.Authorization", &env).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn variables_are_replaced() {
+        assert_eq!(x("Bearer ${TOKEN}").unwrap(), "Bearer s3cret");
+        assert_eq!(x("${TOKEN}${TOKEN}").unwrap(), "s3crets3cret");
+        assert_eq!(x("a${EMPTY}b").unwrap(), "ab");
+        assert_eq!(x("no variables").unwrap(), "no variables");
+        assert_eq!(
+            x("cost: $5, $$ and $${TOKEN}").unwrap(),
+            "cost: $5, $ and ${TOKEN}"
+        );
+        assert_eq!(x("trailing $").unwrap(), "trailing $");
+    }
+
+    #[test]
+    fn an_unset_variable_names_the_upstream_key_and_variable() {
+        let e = expand(
+            "Bearer ${DOCS_TOKEN}",
+            "docs",
+            "headers.Authorization",
+            &env,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "upstream `docs`: `headers.Authorization` uses `${DOCS_TOKEN}`, which is not set"
+        );
+        assert!(e.hint().contains("set `DOCS_TOKEN`"), "{}", e.hint());
+    }
+
+    #[test]
+    fn malformed_references_are_errors() {
+        assert!(x("${TOKEN").unwrap_err().contains("closing"));
+        assert!(x("${}").unwrap_err().contains("not a variable name"));
+        assert!(x("${1A}").unwrap_err().contains("not a variable name"));
+        assert!(x("${A-B}").unwrap_err().contains("not a variable name"));
+    }
+}
