@@ -7,6 +7,7 @@
 mod chart;
 mod export;
 mod python;
+mod spill;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,9 @@ pub struct BenchArgs {
     /// Skip the `run_python` section.
     #[arg(long)]
     skip_python: bool,
+    /// Only the spill section (what writing a large result to the workspace adds to a call).
+    #[arg(long, conflicts_with_all = ["python_only", "skip_python"])]
+    spill_only: bool,
     /// Rows of the sample the `run_python` pivot reads.
     #[arg(long, default_value_t = 1_000_000, value_name = "N")]
     python_rows: u64,
@@ -300,6 +304,10 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         "\ndataref bench — {} cores",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     )?;
+    if args.spill_only {
+        spill::section(&dir, &mut out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if !args.python_only {
         fetch_section(args, &dir, &exe, pandas.as_deref(), &mut out)?;
     }
@@ -315,6 +323,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     }
     if !args.python_only {
         chart::section(&dir, &mut out)?;
+        spill::section(&dir, &mut out)?;
     }
     if !args.skip_python {
         python::section(args, &dir, &home, &exe, pandas.as_deref(), &mut out)?;

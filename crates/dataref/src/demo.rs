@@ -33,6 +33,8 @@ delta['pct'] = delta['delta'] / delta['previous'].where(delta['previous'] != 0)
 delta = delta.sort_values('delta').reset_index(drop=True)
 outputs['qoq_delta'] = delta
 outputs['biggest_losers'] = delta.head(10)
+for by in ('region', 'channel'):
+    outputs[f'revenue_by_{by}'] = q.pivot_table(index=by, columns='quarter', values='revenue', aggfunc='sum').reset_index()
 top = delta.head(5)
 result = {'from': prev, 'to': last, 'lost_most': [
     {'line': r.line, 'delta': round(r.delta, 2), 'pct': round(r.pct * 100, 1)} for r in top.itertuples()]}
@@ -232,6 +234,35 @@ async fn play(
     if let Some(s) = steps.last_mut() {
         s.rows = delta_rows;
     }
+
+    // A large result that is not a stored table: spilled to the workspace, and the model
+    // gets the path. A person keeps it by copying it out of `.spill/` (copies are not swept).
+    let listed = call(
+        &client,
+        &mut out,
+        &bpe,
+        "list_artifacts",
+        json!({}),
+        &mut steps,
+    )
+    .await?;
+    let spilled = listed
+        .structured_content
+        .as_ref()
+        .filter(|s| s.get("spilled") == Some(&Value::Bool(true)))
+        .and_then(|s| s.get("path"))
+        .and_then(Value::as_str)
+        .context("list_artifacts was expected to be spilled (over 1,000 characters)")?
+        .to_owned();
+    let kept = call(
+        &client,
+        &mut out,
+        &bpe,
+        "copy_file",
+        json!({"src": spilled, "dst": "exports/artifacts.json", "overwrite": true}),
+        &mut steps,
+    )
+    .await?;
     let root = ctx.workspace.host_path_for_logging().to_path_buf();
     let file = |r: &CallToolResult, key: &str| {
         r.structured_content
@@ -247,7 +278,13 @@ async fn play(
     )?;
     writeln!(out, "  chart (PNG): {}", file(&chart, "png"))?;
     writeln!(out, "  chart (SVG): {}", file(&chart, "svg"))?;
-    writeln!(out, "  delta table (CSV): {}\n", file(&export, "path"))?;
+    writeln!(out, "  delta table (CSV): {}", file(&export, "path"))?;
+    writeln!(
+        out,
+        "  spilled list_artifacts result: {}",
+        root.join(&spilled).display()
+    )?;
+    writeln!(out, "  its kept copy: {}\n", file(&kept, "path"))?;
 
     // What returning the rows as JSON (the naive pattern) would have cost.
     let data_ref = DataRef::parse(&data_ref).map_err(|e| anyhow::anyhow!("{e}"))?;
