@@ -31,6 +31,7 @@ mod context;
 mod delegate;
 mod error;
 mod execute;
+mod json_indent;
 mod records;
 mod registry;
 mod spill;

@@ -200,15 +200,16 @@ impl Job {
                 is_error: true,
             });
         }
-        let parsed;
+        // Our own tools' results are already a value; other JSON arrives as text and is
+        // indented as text (no tree), parsed only when it may hold records.
+        enum Json<'a> {
+            Value(&'a Value),
+            Text(crate::json_indent::Indented),
+        }
         let json = match (&outcome.structured, structured_text) {
-            (Some(v), true) => Some(v),
-            _ => {
-                parsed = serde_json::from_str::<Value>(text)
-                    .ok()
-                    .filter(|v| v.is_object() || v.is_array());
-                parsed.as_ref()
-            }
+            (Some(v), true) if v.is_object() || v.is_array() => Some(Json::Value(v)),
+            _ if is_json_document(text) => Some(Json::Text(crate::json_indent::indent(text))),
+            _ => None,
         };
         let Some(json) = json else {
             let (path, bytes) = self.write_file("txt", |w| w.write_all(text.as_bytes()))?;
@@ -228,10 +229,23 @@ impl Job {
             });
         };
         let (path, bytes) = self.write_file("json", |w| {
-            serde_json::to_writer_pretty(&mut *w, json)?;
+            match &json {
+                Json::Value(v) => serde_json::to_writer_pretty(&mut *w, v)?,
+                Json::Text(t) => w.write_all(&t.bytes)?,
+            }
             w.write_all(b"\n")
         })?;
-        let table = records::find_records(json)
+        let parsed;
+        let value = match json {
+            Json::Value(v) => Some(v),
+            Json::Text(t) if t.maybe_records => {
+                parsed = serde_json::from_str::<Value>(text).ok();
+                parsed.as_ref()
+            }
+            Json::Text(_) => None,
+        };
+        let table = value
+            .and_then(records::find_records)
             .and_then(records::records_to_batch)
             .map(|batch| self.write_table(&path, &batch))
             .transpose()?;
@@ -396,6 +410,12 @@ fn table_hint(path: &str, table: &SpilledTable) -> String {
          run_python, never by reading rows. Do not copy the data into arguments.",
         table.rows, table.csv
     )
+}
+
+/// `text` is one JSON object or array (checked without building a tree).
+fn is_json_document(text: &str) -> bool {
+    matches!(text.trim_start().as_bytes().first(), Some(b'{' | b'['))
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
 }
 
 /// The first `chars` characters, cut at a character boundary.
