@@ -40,6 +40,17 @@ result = {'from': prev, 'to': last, 'lost_most': [
     {'line': r.line, 'delta': round(r.delta, 2), 'pct': round(r.pct * 100, 1)} for r in top.itertuples()]}
 ";
 
+/// Reads a spilled `list_artifacts` result (a workspace file passed in `files`) into a
+/// table: one row per artifact. `{path}` is the spill file's workspace path.
+const SPILL_TO_TABLE_CODE: &str = "\
+import json
+listed = json.load(open('in/files/{path}'))
+outputs['artifacts'] = pd.DataFrame([
+    {'dataRef': a['dataRef'], 'rows': a['rows'], 'columns': ', '.join(a['columns']),
+     'madeBy': a['madeBy'], 'expiresAt': a['expiresAt']} for a in listed['artifacts']])
+result = len(listed['artifacts'])
+";
+
 struct Step {
     call: String,
     rows: u64,
@@ -254,12 +265,33 @@ async fn play(
         .and_then(Value::as_str)
         .context("list_artifacts was expected to be spilled (over 1,000 characters)")?
         .to_owned();
+    // Data from the spill file goes on by path: run_python reads it (`files`) and stores a
+    // table, which export_data writes for the person. The model never copies it.
+    let tabled = call(
+        &client,
+        &mut out,
+        &bpe,
+        "run_python",
+        json!({
+            "code": SPILL_TO_TABLE_CODE.replace("{path}", &spilled),
+            "files": [spilled],
+        }),
+        &mut steps,
+    )
+    .await?;
+    let artifacts_ref = tabled
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.pointer("/outputs/artifacts/dataRef"))
+        .and_then(Value::as_str)
+        .context("run_python stored no `artifacts` table from the spill file")?
+        .to_owned();
     let kept = call(
         &client,
         &mut out,
         &bpe,
-        "copy_file",
-        json!({"src": spilled, "dst": "exports/artifacts.json", "overwrite": true}),
+        "export_data",
+        json!({"source": artifacts_ref, "format": "xlsx", "filename": "artifacts"}),
         &mut steps,
     )
     .await?;
@@ -284,7 +316,11 @@ async fn play(
         "  spilled list_artifacts result: {}",
         root.join(&spilled).display()
     )?;
-    writeln!(out, "  its kept copy: {}\n", file(&kept, "path"))?;
+    writeln!(
+        out,
+        "  exported from the spill file (XLSX): {}\n",
+        file(&kept, "path")
+    )?;
 
     // What returning the rows as JSON (the naive pattern) would have cost.
     let data_ref = DataRef::parse(&data_ref).map_err(|e| anyhow::anyhow!("{e}"))?;

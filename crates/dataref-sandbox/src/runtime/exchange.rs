@@ -475,10 +475,21 @@ fn check_rel_path(rel: &str, max_depth: usize) -> Result<PathBuf, ExchangeError>
     if parts.len() > max_depth + 1 {
         return fail("it is nested too deep");
     }
-    if !parts.iter().all(|p| valid_file_name(p)) {
-        return fail("each part must be 1 to 128 of `A-Z a-z 0-9 . _ -`, not starting with a dot");
+    if !parts.iter().all(|p| valid_input_name(p)) {
+        return fail(
+            "each part must be 1 to 128 of `A-Z a-z 0-9 . _ -`, and not `.`, `..` or more than one leading dot",
+        );
     }
     Ok(parts.iter().collect())
+}
+
+/// A part of a path passed in: what `collect` accepts, or that after one leading dot, so
+/// workspace directories such as `.spill` can be read (`.` and `..` never are names).
+fn valid_input_name(name: &str) -> bool {
+    match name.strip_prefix('.') {
+        Some(rest) => valid_file_name(rest) && rest.len() < FILE_NAME_MAX,
+        None => valid_file_name(name),
+    }
 }
 
 /// The names `collect` accepts: no separators, no leading dot (so no `..`, no hidden
@@ -1094,6 +1105,10 @@ mod tests {
         }
         assert!(check_rel_path("a/b/c.csv", 4).is_ok());
         assert!(check_rel_path("../x", 4).is_err());
+        assert!(check_rel_path(".spill/20261129T225927Z-t-0.json", 4).is_ok());
+        assert!(check_rel_path("./x", 4).is_err());
+        assert!(check_rel_path("..x/y", 4).is_err());
+        assert!(check_rel_path(".", 4).is_err());
         assert!(check_rel_path("a//b", 4).is_err());
         assert!(check_rel_path("a/b/c/d/e/f", 4).is_err());
     }

@@ -66,7 +66,13 @@ async fn stdio_round_trip_with_rmcp_client() {
     );
     let tools = client.list_all_tools().await.unwrap();
     for t in &tools {
-        assert!(t.output_schema.is_some(), "{} has no output schema", t.name);
+        // `call_tool`'s result is its target's, so it lists no schema of its own.
+        assert_eq!(
+            t.output_schema.is_some(),
+            t.name != "call_tool",
+            "{}: output schema",
+            t.name
+        );
     }
 
     let r = call(&client, "fetch_sales", json!({"since": "2025-01-01"})).await;
