@@ -182,23 +182,7 @@ impl Job {
         let characters = text.chars().count() as u64;
         let preview = preview(text, self.preview_chars);
         if outcome.is_error {
-            let (path, bytes) = self.write_file("txt", |w| w.write_all(text.as_bytes()))?;
-            let hint = format!(
-                "the whole error ({characters} characters) is in `{path}`: read it with read_file before changing anything"
-            );
-            return Ok(Spilled {
-                synopsis: SpillSynopsis {
-                    spilled: true,
-                    path,
-                    format: "text",
-                    bytes,
-                    characters,
-                    table: None,
-                    preview,
-                    hint,
-                },
-                is_error: true,
-            });
+            return self.write_text(text, characters, preview, true);
         }
         // Our own tools' results are already a value; other JSON arrives as text and is
         // indented as text (no tree), parsed only when it may hold records.
@@ -212,21 +196,7 @@ impl Job {
             _ => None,
         };
         let Some(json) = json else {
-            let (path, bytes) = self.write_file("txt", |w| w.write_all(text.as_bytes()))?;
-            let hint = text_hint(&path);
-            return Ok(Spilled {
-                synopsis: SpillSynopsis {
-                    spilled: true,
-                    path,
-                    format: "text",
-                    bytes,
-                    characters,
-                    table: None,
-                    preview,
-                    hint,
-                },
-                is_error: false,
-            });
+            return self.write_text(text, characters, preview, false);
         };
         let (path, bytes) = self.write_file("json", |w| {
             match &json {
@@ -265,6 +235,37 @@ impl Job {
                 hint,
             },
             is_error: false,
+        })
+    }
+
+    /// The result (or the error) as it came, in a `.txt` file.
+    fn write_text(
+        &self,
+        text: &str,
+        characters: u64,
+        preview: String,
+        is_error: bool,
+    ) -> Result<Spilled, SpillError> {
+        let (path, bytes) = self.write_file("txt", |w| w.write_all(text.as_bytes()))?;
+        let hint = if is_error {
+            format!(
+                "the whole error ({characters} characters) is in `{path}`: read it with read_file before changing anything"
+            )
+        } else {
+            text_hint(&path)
+        };
+        Ok(Spilled {
+            synopsis: SpillSynopsis {
+                spilled: true,
+                path,
+                format: "text",
+                bytes,
+                characters,
+                table: None,
+                preview,
+                hint,
+            },
+            is_error,
         })
     }
 
