@@ -187,6 +187,15 @@ async fn json_in_text_is_written_as_json() {
         written.contains("/lib/libpthread.so.0"),
         "bytes as they came"
     );
+    // The model reads a part of it by path.
+    let r = call(
+        &f,
+        "read_file",
+        json!({"path": s["path"], "offset": 5, "limit": 3}),
+    )
+    .await;
+    assert!(!r.is_error, "{}", r.text);
+    assert!(r.text.contains("#3 0x7f in start_thread"), "{}", r.text);
 }
 
 #[tokio::test(flavor = "multi_thread")]
