@@ -88,9 +88,7 @@ pub(crate) fn read_args_file(
     ctx: &RunContext,
     requested: &str,
 ) -> Result<Map<String, Value>, ToolError> {
-    use std::io::Read;
     let path = ctx.workspace.resolve(requested)?;
-    let size = ctx.workspace.metadata(&path)?.size;
     let too_big = |size: u64| {
         ToolError::respond(
             format!(
@@ -104,18 +102,8 @@ pub(crate) fn read_args_file(
             ),
         )
     };
-    if size > MAX_ARGS_FILE_BYTES {
-        return Err(too_big(size));
-    }
     let file = ctx.workspace.open_read(&path)?;
-    let mut bytes = Vec::with_capacity(size as usize);
-    file.take(MAX_ARGS_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ToolError::Fatal(format!("reading {}: {e}", path.as_str())))?;
-    if bytes.len() as u64 > MAX_ARGS_FILE_BYTES {
-        // It grew after the size check.
-        return Err(too_big(bytes.len() as u64));
-    }
+    let bytes = crate::tool::read_capped(file, path.as_str(), MAX_ARGS_FILE_BYTES, too_big)?;
     let hint =
         || Some("write exactly one JSON object whose keys are the target tool's parameters".into());
     match serde_json::from_slice::<Value>(&bytes) {

@@ -144,3 +144,29 @@ where
         .await
         .map_err(|e| ToolError::Fatal(format!("{what} task ended abnormally: {e}")))?
 }
+
+/// The whole of an opened workspace file, at most `max` bytes: checked on its size first and
+/// again while reading (it may grow meanwhile). Over the cap is `too_big(size)`.
+pub(crate) fn read_capped(
+    file: std::fs::File,
+    shown: &str,
+    max: u64,
+    too_big: impl Fn(u64) -> ToolError,
+) -> Result<Vec<u8>, ToolError> {
+    use std::io::Read;
+    let size = file
+        .metadata()
+        .map_err(|e| ToolError::Fatal(format!("inspecting `{shown}`: {e}")))?
+        .len();
+    if size > max {
+        return Err(too_big(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::Fatal(format!("reading `{shown}`: {e}")))?;
+    if bytes.len() as u64 > max {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}

@@ -425,23 +425,7 @@ fn read_json_records(
             ),
         )
     };
-    let size = file
-        .metadata()
-        .map_err(|e| ToolError::Fatal(format!("inspecting `{path}`: {e}")))?
-        .len();
-    if size > MAX_JSON_SOURCE_BYTES {
-        return Err(too_big(size));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    // The cap again while reading: the file may grow after the size was taken.
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(file, MAX_JSON_SOURCE_BYTES + 1),
-        &mut bytes,
-    )
-    .map_err(|e| ToolError::Fatal(format!("reading `{path}`: {e}")))?;
-    if bytes.len() as u64 > MAX_JSON_SOURCE_BYTES {
-        return Err(too_big(bytes.len() as u64));
-    }
+    let bytes = crate::tool::read_capped(file, path.as_str(), MAX_JSON_SOURCE_BYTES, too_big)?;
     let not_json = |e: serde_json::Error| {
         let (what, hint) = match layout {
             JsonLayout::Document => (

@@ -365,23 +365,7 @@ fn read_code_file(workspace: &Workspace, requested: &str) -> Result<String, Tool
             ),
         )
     };
-    let size = file
-        .metadata()
-        .map_err(|e| ToolError::Fatal(format!("inspecting `{path}`: {e}")))?
-        .len();
-    if size > MAX_CODE_FILE_BYTES {
-        return Err(too_big(size));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    // The cap again while reading: the file may grow after the size was taken.
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(file, MAX_CODE_FILE_BYTES + 1),
-        &mut bytes,
-    )
-    .map_err(|e| ToolError::Fatal(format!("reading `{path}`: {e}")))?;
-    if bytes.len() as u64 > MAX_CODE_FILE_BYTES {
-        return Err(too_big(bytes.len() as u64));
-    }
+    let bytes = crate::tool::read_capped(file, path.as_str(), MAX_CODE_FILE_BYTES, too_big)?;
     let code = String::from_utf8(bytes).map_err(|e| {
         ToolError::respond(
             format!(
