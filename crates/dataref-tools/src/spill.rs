@@ -280,7 +280,7 @@ impl Job {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
             let name = format!(
                 "{SPILL_DIR}/{}-{}-{n}.{ext}",
-                compact_time(self.now),
+                crate::tool::compact_time(self.now),
                 safe_name(&self.tool)
             );
             match self.workspace.create_atomic(&name, Overwrite::Refuse) {
@@ -427,19 +427,6 @@ fn preview(text: &str, chars: usize) -> String {
     }
 }
 
-/// `20261129T223501Z`.
-fn compact_time(t: Timestamp) -> String {
-    let secs = t.0;
-    let (y, m, d) = dataref_protocol::civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
 /// A tool name as a file name part: letters, digits, `_` and `-`, at most 64.
 fn safe_name(tool: &str) -> String {
     tool.chars()
@@ -500,10 +487,6 @@ mod tests {
 
     #[test]
     fn names_and_previews() {
-        assert_eq!(
-            compact_time(Timestamp(1_764_460_800 + 3661)),
-            "20251130T010101Z"
-        );
         assert_eq!(safe_name("up/x tool"), "up_x_tool");
         assert_eq!(preview("héllo", 2), "hé");
         assert_eq!(preview("hé", 5), "hé");

@@ -170,3 +170,17 @@ pub(crate) fn read_capped(
     }
     Ok(bytes)
 }
+
+/// `20261129T223501Z`: a timestamp for file names (the RFC 3339 form without separators).
+pub(crate) fn compact_time(t: dataref_protocol::Timestamp) -> String {
+    t.to_string().replace(['-', ':'], "")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn compact_times() {
+        let t = dataref_protocol::Timestamp(1_764_460_800 + 3661);
+        assert_eq!(super::compact_time(t), "20251130T010101Z");
+    }
+}

@@ -628,8 +628,7 @@ fn save_file(file: CollectedFile, workspace: &Workspace) -> Result<FileOut, Tool
 
 /// A name for this run's directory under [`RUNS_DIR`]: time, then a random suffix.
 fn run_id(ctx: &RunContext) -> String {
-    let now = ctx.clock.now().to_string();
-    let stamp: String = now.chars().filter(char::is_ascii_digit).take(14).collect();
+    let stamp = crate::tool::compact_time(ctx.clock.now());
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{stamp}-{}-{n}", std::process::id())
