@@ -113,7 +113,11 @@ pub(crate) async fn spill(
     ctx: &RunContext,
 ) -> CallOutcome {
     // Bytes bound characters from above: most results skip the count.
-    if outcome.text.len() <= threshold || outcome.text.chars().count() <= threshold {
+    if outcome.text.len() <= threshold {
+        return outcome;
+    }
+    let characters = outcome.text.chars().count();
+    if characters <= threshold {
         return outcome;
     }
     let job = Job {
@@ -125,7 +129,7 @@ pub(crate) async fn spill(
         now: ctx.clock.now(),
     };
     let handle = tokio::task::spawn_blocking(move || {
-        let written = job.write(&outcome, structured_text);
+        let written = job.write(&outcome, characters as u64, structured_text);
         (outcome, written)
     });
     let (outcome, written) = match handle.await {
@@ -177,9 +181,13 @@ enum SpillError {
 }
 
 impl Job {
-    fn write(&self, outcome: &CallOutcome, structured_text: bool) -> Result<Spilled, SpillError> {
+    fn write(
+        &self,
+        outcome: &CallOutcome,
+        characters: u64,
+        structured_text: bool,
+    ) -> Result<Spilled, SpillError> {
         let text = outcome.text.as_str();
-        let characters = text.chars().count() as u64;
         let preview = preview(text, self.preview_chars);
         if outcome.is_error {
             return self.write_text(text, characters, preview, true);
