@@ -28,6 +28,7 @@
     reason = "this crate owns reading dataref.toml"
 )]
 
+mod access;
 pub mod env;
 mod raw;
 mod resolve;
@@ -35,6 +36,7 @@ mod spill;
 mod units;
 mod upstream;
 
+pub use access::{HttpConfig, JwtConfig, JwtKey, PrincipalConfig};
 pub use resolve::{
     ColumnType, Config, ConfigError, Limits, ParamConfig, ParamType, PythonConfig, QueryConfig,
     SampleSpec, SourceConfig, SourceKind, StoreConfig,

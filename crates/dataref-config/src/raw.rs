@@ -23,6 +23,46 @@ pub(crate) struct RawConfig {
     pub spill: RawSpill,
     #[serde(default)]
     pub upstream: Vec<RawUpstream>,
+    #[serde(default)]
+    pub principals: BTreeMap<String, RawPrincipal>,
+    #[serde(default)]
+    pub http: RawHttp,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPrincipal {
+    /// SHA-256 of the bearer token(s), lower-case hex.
+    #[serde(default)]
+    pub token_sha256: Vec<String>,
+    pub pg_role: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttp {
+    pub listen: Option<String>,
+    pub public_url: Option<String>,
+    pub auth: Option<bool>,
+    pub allowed_hosts: Option<Vec<String>>,
+    pub allowed_origins: Option<Vec<String>>,
+    pub max_concurrent: Option<usize>,
+    pub rate_per_minute: Option<u32>,
+    pub download_ttl: Option<RawDuration>,
+    pub signing_key: Option<String>,
+    pub jwt: Option<RawJwt>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawJwt {
+    pub algorithm: String,
+    pub secret: Option<String>,
+    pub jwks_file: Option<String>,
+    pub principal_claim: Option<String>,
+    pub issuer: Option<String>,
+    pub audience: Option<String>,
+    pub leeway: Option<RawDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -121,6 +161,8 @@ pub(crate) struct RawLimits {
 pub(crate) struct RawSource {
     pub kind: String,
     pub path: Option<String>,
+    pub url: Option<String>,
+    pub pool_size: Option<usize>,
     pub sample_rows: Option<usize>,
     pub max_value_chars: Option<usize>,
     pub max_rows: Option<u64>,

@@ -6,6 +6,7 @@ use std::time::Duration;
 use dataref_protocol::Principal;
 use serde_json::Value;
 
+use crate::access::{HttpConfig, PrincipalConfig, resolve_http, resolve_principals};
 use crate::raw::{RawConfig, RawDuration, RawParam, RawPython, RawQuery, RawSize, RawSource};
 use crate::spill::{SpillConfig, resolve_spill};
 use crate::units::{parse_bytes, parse_duration};
@@ -29,6 +30,10 @@ pub struct Config {
     pub spill: SpillConfig,
     /// Other MCP servers whose tools dataref serves behind its own (`[[upstream]]`).
     pub upstreams: Vec<UpstreamConfig>,
+    /// Who may call over HTTP, and as which PostgreSQL role (`[principals.NAME]`).
+    pub principals: BTreeMap<Principal, PrincipalConfig>,
+    /// `dataref serve --http` (`[http]`).
+    pub http: HttpConfig,
 }
 
 /// `run_python`: the runtime, the warm pool and each job's limits (`[python]`).
@@ -129,7 +134,20 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SourceKind {
-    Sqlite { path: PathBuf },
+    Sqlite {
+        path: PathBuf,
+    },
+    /// A PostgreSQL server. Every producer call runs in a read-only transaction as the
+    /// caller's role ([`Config::pg_role`]), so grants and row-level security decide what
+    /// comes back.
+    Postgres {
+        /// A libpq connection string or `postgresql://` URL for the login (authenticator)
+        /// role, which must be granted the callers' roles. `${NAME}` is expanded from the
+        /// environment when dataref connects, so the password stays out of the file.
+        url: String,
+        /// Connections kept open for reuse. Default 4.
+        pool_size: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -412,7 +430,18 @@ impl Config {
             python: PythonConfig::default(),
             spill: SpillConfig::default(),
             upstreams: Vec::new(),
+            principals: BTreeMap::new(),
+            http: HttpConfig::default(),
         }
+    }
+
+    /// The PostgreSQL role `principal` runs as: `pg_role` of `[principals.NAME]`, else the
+    /// principal's own name.
+    pub fn pg_role<'a>(&'a self, principal: &'a Principal) -> &'a str {
+        self.principals
+            .get(principal)
+            .and_then(|p| p.pg_role.as_deref())
+            .unwrap_or(principal.as_str())
     }
 
     fn resolve(raw: RawConfig, base: &Path, home: PathBuf) -> Result<Self, ConfigError> {
@@ -496,6 +525,8 @@ impl Config {
         let python = resolve_python(&raw.python, base)?;
         let spill = resolve_spill(&raw.spill)?;
         let upstreams = resolve_upstreams(raw.upstream, base)?;
+        let principals = resolve_principals(raw.principals)?;
+        let http = resolve_http(raw.http, base)?;
         Ok(Self {
             home,
             principal,
@@ -507,6 +538,8 @@ impl Config {
             python,
             spill,
             upstreams,
+            principals,
+            http,
         })
     }
 }
@@ -595,7 +628,7 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
     }
     let kind = match s.kind.as_str() {
         "sqlite" => {
-            let path = s.path.ok_or_else(|| {
+            let path = s.path.clone().ok_or_else(|| {
                 invalid(
                     &what,
                     "a sqlite source needs `path`",
@@ -606,14 +639,46 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
                 path: base.join(path),
             }
         }
+        "postgres" | "postgresql" => {
+            let url = s.url.clone().ok_or_else(|| {
+                invalid(
+                    &what,
+                    "a postgres source needs `url`",
+                    "add e.g. `url = \"postgresql://dataref:${PGPASSWORD}@db.internal/shop\"` or `url = \"host=/run/postgresql dbname=shop user=dataref\"`",
+                )
+            })?;
+            let pool_size = s.pool_size.unwrap_or(4);
+            if !(1..=64).contains(&pool_size) {
+                return Err(invalid(
+                    format!("{what}.pool_size"),
+                    "must be between 1 and 64",
+                    "the default is 4",
+                ));
+            }
+            SourceKind::Postgres { url, pool_size }
+        }
         other => {
             return Err(invalid(
                 format!("{what}.kind"),
                 format!("unknown source kind `{other}`"),
-                "supported kinds: `sqlite`",
+                "supported kinds: `sqlite`, `postgres`",
             ));
         }
     };
+    if s.path.is_some() && !matches!(kind, SourceKind::Sqlite { .. }) {
+        return Err(invalid(
+            format!("{what}.path"),
+            "`path` is for sqlite sources",
+            "a postgres source takes `url`",
+        ));
+    }
+    if !matches!(kind, SourceKind::Postgres { .. }) && (s.url.is_some() || s.pool_size.is_some()) {
+        return Err(invalid(
+            &what,
+            "`url` and `pool_size` are for postgres sources",
+            "a sqlite source takes `path`",
+        ));
+    }
     Ok(SourceConfig {
         name: name.to_owned(),
         kind,
