@@ -25,6 +25,10 @@ pub struct Description {
     /// Present when sample values were cut or the sample is withheld: says what and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_note: Option<String>,
+    /// What the producer wants you to know about how the rows were stored (a column kept
+    /// as text, values Arrow cannot hold stored as NULL, …). Absent when there is nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// After this instant the reference is gone; fetch again.
     pub expires_at: Timestamp,
 }

@@ -44,6 +44,67 @@ pub enum SourceError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A PostgreSQL source could not be reached or logged in to.
+    #[error("cannot connect to source `{source_name}`: {message}")]
+    Connect {
+        source_name: String,
+        message: String,
+        problem: ConnectProblem,
+    },
+    /// The principal's PostgreSQL role cannot be used.
+    #[error("principal `{principal}` cannot run as PostgreSQL role `{role}` on source `{source_name}`: {}", match problem {
+        RoleProblem::Missing => "the role does not exist",
+        RoleProblem::NotGranted => "the source's login role is not a member of it",
+    })]
+    Role {
+        principal: String,
+        role: String,
+        source_name: String,
+        problem: RoleProblem,
+    },
+    /// The caller's role lacks a grant (or a row-level security policy refused it).
+    #[error("principal `{principal}` (PostgreSQL role `{role}`) has no access: {message}")]
+    PermissionDenied {
+        principal: String,
+        role: String,
+        message: String,
+    },
+    /// An error PostgreSQL reported for the statement.
+    #[error("SQL error: {message}")]
+    Postgres {
+        message: String,
+        server_hint: Option<String>,
+    },
+    /// A value that cannot become its column's Arrow type.
+    #[error("column `{column}`: {message}")]
+    Unsupported { column: String, message: String },
+}
+
+/// Why a PostgreSQL connection failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectProblem {
+    /// Refused, no such socket, no such host, or no answer.
+    Unreachable,
+    /// The server refused the login (password, `pg_hba.conf`, unknown user).
+    Auth,
+    /// The database named in the URL does not exist.
+    NoDatabase,
+    /// The URL is not a connection string or `postgresql://` URL.
+    BadUrl,
+    /// The URL uses `${NAME}` and `NAME` is not set.
+    Env(String),
+    /// Every connection of the pool stayed busy.
+    Busy,
+    Other,
+}
+
+/// Why a principal's PostgreSQL role cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RoleProblem {
+    Missing,
+    NotGranted,
 }
 
 /// `200 ms`, `60s`, `1.5s`: sub-second source timeouts are common in tests and tight configs.
@@ -84,6 +145,30 @@ impl SourceError {
             Self::Open { .. } => Some("check the source's `path` in dataref.toml".into()),
             Self::Io { .. } => None,
             Self::Store(e) => e.hint(),
+            Self::Connect { problem, .. } => Some(match problem {
+                ConnectProblem::Unreachable => "check the source's `url` (host, port or socket directory) and that the server is running".into(),
+                ConnectProblem::Auth => "check the user and password in the source's `url` and the server's `pg_hba.conf`".into(),
+                ConnectProblem::NoDatabase => "check the database name in the source's `url`".into(),
+                ConnectProblem::BadUrl => "write `url` as `postgresql://user:${PGPASSWORD}@host/db` or `host=/run/postgresql dbname=db user=dataref`".into(),
+                ConnectProblem::Env(name) => format!("set `{name}` in the environment of `dataref serve`"),
+                ConnectProblem::Busy => "try again shortly; raise the source's `pool_size` if this is common".into(),
+                ConnectProblem::Other => "run `dataref doctor` to check the source".into(),
+            }),
+            Self::Role { principal, role, problem, .. } => Some(match problem {
+                RoleProblem::Missing => format!("an administrator must `CREATE ROLE \"{role}\" NOLOGIN` (and grant it to the login role), or set `pg_role` in `[principals.{principal}]`"),
+                RoleProblem::NotGranted => format!("an administrator must `GRANT \"{role}\" TO` the source's login role"),
+            }),
+            Self::PermissionDenied { .. } => Some(
+                "this principal's role may not read that; query only tables it is granted, or ask an administrator for a grant"
+                    .into(),
+            ),
+            Self::Postgres { server_hint, .. } => Some(match server_hint {
+                Some(h) => format!("{h}; `SELECT table_schema, table_name FROM information_schema.tables` lists the tables you can read"),
+                None => "check table and column names; `SELECT table_schema, table_name FROM information_schema.tables` lists the tables you can read".into(),
+            }),
+            Self::Unsupported { column, .. } => Some(format!(
+                "cast `{column}` to text in SQL (`{column}::text`) or select it differently"
+            )),
         }
     }
 
@@ -97,7 +182,11 @@ impl SourceError {
             | Self::Timeout { .. }
             | Self::Cancelled
             | Self::TypeChange { .. } => true,
-            Self::Open { .. } | Self::Io { .. } => false,
+            Self::Role { .. }
+            | Self::PermissionDenied { .. }
+            | Self::Postgres { .. }
+            | Self::Unsupported { .. } => true,
+            Self::Open { .. } | Self::Io { .. } | Self::Connect { .. } => false,
             Self::Store(e) => e.is_caller_error(),
         }
     }

@@ -1,7 +1,12 @@
 //! Producers: read a source under the caller's permissions and stream the rows into a table
 //! artifact, batch by batch, never holding the whole result in memory.
 //!
-//! - [`fetch`] runs one statement on a source and stores the result for the caller.
+//! - [`Sources`] holds what lives as long as the server (a connection pool per PostgreSQL
+//!   source, the principals' PostgreSQL roles); [`Sources::fetch`] runs one statement on
+//!   any source and stores the result for the caller.
+//! - [`postgres`]: the PostgreSQL producer (caller's role in a read-only transaction, rows
+//!   decoded from the binary protocol into Arrow) and the `doctor` probe.
+//! - [`fetch`] runs one statement on a SQLite source and stores the result for the caller.
 //! - [`bind_params`] checks a named query's arguments against its declared parameters and
 //!   turns them into bound values (never spliced into SQL).
 //! - [`ensure_sample`] generates the built-in sample sales database (deterministic).
@@ -37,10 +42,14 @@
 //! ```
 
 mod civil;
+mod env;
 mod error;
+pub mod postgres;
 mod sample;
+mod sources;
 mod sqlite;
 
-pub use error::SourceError;
+pub use error::{ConnectProblem, RoleProblem, SourceError};
 pub use sample::{SAMPLE_ROWS_DEFAULT, SAMPLE_ROWS_MAX, ensure_sample, generate_sample};
+pub use sources::{Fetched, Sources};
 pub use sqlite::{FetchRequest, ParamValue, SqlPolicy, bind_params, fetch};

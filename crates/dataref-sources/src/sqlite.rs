@@ -345,7 +345,7 @@ fn bind(stmt: &mut Statement<'_>, params: &[(String, ParamValue)]) -> Result<(),
 
 /// SQLite allows two result columns with the same name (`SELECT a.id, b.id`); a table
 /// artifact is addressed by column name, so later ones become `id_2`, `id_3`, ….
-fn unique_names<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn unique_names<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(names.len());
     for name in names {
         let mut candidate = name.to_owned();

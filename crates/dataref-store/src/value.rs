@@ -2,12 +2,14 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Date64Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
+    Date32Type, Date64Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type,
+    Int32Type, Int64Type, IntervalDayTimeType, IntervalMonthDayNanoType, IntervalYearMonthType,
+    Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, ArrayRef};
-use arrow_schema::{DataType, TimeUnit};
+use arrow_schema::{DataType, IntervalUnit, TimeUnit};
 use dataref_protocol::civil_from_days;
 use serde_json::Value;
 
@@ -26,6 +28,11 @@ pub fn type_name(dt: &DataType) -> String {
         DataType::Date32 | DataType::Date64 => "date".into(),
         DataType::Timestamp(_, None) => "timestamp".into(),
         DataType::Timestamp(_, Some(tz)) => format!("timestamp({tz})"),
+        DataType::Time32(_) | DataType::Time64(_) => "time".into(),
+        DataType::Interval(_) => "interval".into(),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            format!("list<{}>", type_name(f.data_type()))
+        }
         DataType::Null => "null".into(),
         other => other.to_string().to_lowercase(),
     }
@@ -82,6 +89,107 @@ fn cut(s: &str, max_chars: Option<usize>) -> (Value, bool) {
     }
 }
 
+/// Microseconds since midnight as `HH:MM:SS[.ffffff]`.
+pub fn format_time_micros(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let frac = us.rem_euclid(1_000_000);
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    if frac == 0 {
+        format!("{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}.{frac:06}")
+    }
+}
+
+/// Microseconds since midnight of a time cell.
+pub fn time_micros(array: &ArrayRef, row: usize, unit: TimeUnit) -> i64 {
+    match unit {
+        TimeUnit::Second => {
+            i64::from(array.as_primitive::<Time32SecondType>().value(row)) * 1_000_000
+        }
+        TimeUnit::Millisecond => {
+            i64::from(array.as_primitive::<Time32MillisecondType>().value(row)) * 1000
+        }
+        TimeUnit::Microsecond => array.as_primitive::<Time64MicrosecondType>().value(row),
+        TimeUnit::Nanosecond => array.as_primitive::<Time64NanosecondType>().value(row) / 1000,
+    }
+}
+
+/// An interval as an ISO 8601 duration (`P1Y2M3DT4H5M6.5S`, `P-1D`, `PT0S`): what pandas,
+/// JavaScript libraries and people read. Each part keeps its own sign, as PostgreSQL's do.
+pub fn format_interval(months: i64, days: i64, nanos: i64) -> String {
+    let mut s = String::from("P");
+    let (y, mo) = (months / 12, months % 12);
+    if y != 0 {
+        s.push_str(&format!("{y}Y"));
+    }
+    if mo != 0 {
+        s.push_str(&format!("{mo}M"));
+    }
+    if days != 0 {
+        s.push_str(&format!("{days}D"));
+    }
+    if nanos != 0 {
+        s.push('T');
+        let sign = if nanos < 0 { "-" } else { "" };
+        let n = nanos.unsigned_abs();
+        let (h, rest) = (n / 3_600_000_000_000, n % 3_600_000_000_000);
+        let (m, rest) = (rest / 60_000_000_000, rest % 60_000_000_000);
+        let (sec, frac) = (rest / 1_000_000_000, rest % 1_000_000_000);
+        if h != 0 {
+            s.push_str(&format!("{sign}{h}H"));
+        }
+        if m != 0 {
+            s.push_str(&format!("{sign}{m}M"));
+        }
+        if sec != 0 || frac != 0 {
+            let frac = if frac == 0 {
+                String::new()
+            } else {
+                format!(".{frac:09}").trim_end_matches('0').to_owned()
+            };
+            s.push_str(&format!("{sign}{sec}{frac}S"));
+        }
+    }
+    if s == "P" {
+        s.push_str("T0S");
+    }
+    s
+}
+
+/// A decimal as a JSON number when it has at most 15 significant digits (then the f64 is
+/// the nearest to the decimal and prints as exactly it), else as its exact text.
+fn decimal_json(v: i128, scale: i8) -> Value {
+    if scale >= 0 && v.unsigned_abs() < 1_000_000_000_000_000 && scale <= 22 {
+        let f = v as f64 / 10f64.powi(i32::from(scale));
+        if let Some(n) = serde_json::Number::from_f64(f) {
+            return Value::Number(n);
+        }
+    }
+    Value::String(format_decimal(v, scale))
+}
+
+/// The exact decimal text of `v · 10^-scale`.
+pub fn format_decimal(v: i128, scale: i8) -> String {
+    if scale <= 0 {
+        let zeros = "0".repeat(usize::from(scale.unsigned_abs()));
+        return if v == 0 {
+            "0".into()
+        } else {
+            format!("{v}{zeros}")
+        };
+    }
+    let scale = usize::from(scale.unsigned_abs());
+    let digits = v.unsigned_abs().to_string();
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    let sign = if v < 0 { "-" } else { "" };
+    format!("{sign}{int}.{frac}")
+}
+
+/// List elements shown in a cut cell (a sample); the rest is counted.
+const LIST_SHOWN: usize = 10;
+
 fn float(v: f64) -> Value {
     serde_json::Number::from_f64(v)
         .map(Value::Number)
@@ -89,8 +197,10 @@ fn float(v: f64) -> Value {
 }
 
 /// One cell as JSON. Strings (and hex-encoded binary) longer than `max_chars` are cut and
-/// end in `…`; the bool says whether that happened. Dates are `YYYY-MM-DD`, timestamps ISO
-/// 8601, non-finite floats strings.
+/// end in `…`, and lists show their first ten elements; the bool says whether that
+/// happened. Dates are `YYYY-MM-DD`, timestamps ISO 8601, times `HH:MM:SS[.ffffff]`,
+/// intervals ISO 8601 durations, decimals numbers (text past 15 significant digits),
+/// lists arrays, non-finite floats strings.
 pub fn cell_to_json(array: &ArrayRef, row: usize, max_chars: Option<usize>) -> (Value, bool) {
     if array.is_null(row) {
         return (Value::Null, false);
@@ -116,8 +226,56 @@ pub fn cell_to_json(array: &ArrayRef, row: usize, max_chars: Option<usize>) -> (
                 .value(row)
                 .div_euclid(86_400_000),
         )),
+        // A zoned timestamp is a UTC instant; its type (`timestamp(UTC)`) says so.
         DataType::Timestamp(unit, _) => {
             Value::String(format_timestamp_micros(timestamp_micros(array, row, *unit)))
+        }
+        DataType::Time32(unit) | DataType::Time64(unit) => {
+            Value::String(format_time_micros(time_micros(array, row, *unit)))
+        }
+        DataType::Decimal128(_, scale) => {
+            decimal_json(array.as_primitive::<Decimal128Type>().value(row), *scale)
+        }
+        DataType::Interval(IntervalUnit::MonthDayNano) => {
+            let v = array.as_primitive::<IntervalMonthDayNanoType>().value(row);
+            Value::String(format_interval(
+                i64::from(v.months),
+                i64::from(v.days),
+                v.nanoseconds,
+            ))
+        }
+        DataType::Interval(IntervalUnit::DayTime) => {
+            let v = array.as_primitive::<IntervalDayTimeType>().value(row);
+            Value::String(format_interval(
+                0,
+                i64::from(v.days),
+                i64::from(v.milliseconds) * 1_000_000,
+            ))
+        }
+        DataType::Interval(IntervalUnit::YearMonth) => Value::String(format_interval(
+            i64::from(array.as_primitive::<IntervalYearMonthType>().value(row)),
+            0,
+            0,
+        )),
+        DataType::List(_) => {
+            let items = array.as_list::<i32>().value(row);
+            // Only a cut cell (a sample) shows the first elements; exports get them all.
+            let shown = match max_chars {
+                Some(_) => items.len().min(LIST_SHOWN),
+                None => items.len(),
+            };
+            let mut cut_any = shown < items.len();
+            let mut out: Vec<Value> = (0..shown)
+                .map(|i| {
+                    let (v, cut) = cell_to_json(&items, i, max_chars);
+                    cut_any |= cut;
+                    v
+                })
+                .collect();
+            if shown < items.len() {
+                out.push(Value::String(format!("… {} more", items.len() - shown)));
+            }
+            return (Value::Array(out), cut_any);
         }
         DataType::Utf8 => return cut(array.as_string::<i32>().value(row), max_chars),
         DataType::LargeUtf8 => return cut(array.as_string::<i64>().value(row), max_chars),
@@ -196,6 +354,28 @@ mod tests {
             "did you mean `revenue`? available: `date`, `revenue`, `region`"
         );
         assert!(closest("zzzzzz", &cols).is_empty());
+    }
+
+    #[test]
+    fn decimals_intervals_and_times_read_naturally() {
+        assert_eq!(format_decimal(1_234_567, 2), "12345.67");
+        assert_eq!(format_decimal(-5, 3), "-0.005");
+        assert_eq!(format_decimal(7, 0), "7");
+        assert_eq!(format_decimal(7, -2), "700");
+        assert_eq!(decimal_json(1050, 2), serde_json::json!(10.5));
+        assert_eq!(
+            decimal_json(12_345_678_901_234_567_890, 2),
+            serde_json::json!("123456789012345678.90")
+        );
+        let nanos = ((4 * 3600 + 5 * 60 + 6) * 1_000_000 + 500_000) * 1000;
+        assert_eq!(format_interval(14, 3, nanos), "P1Y2M3DT4H5M6.5S");
+        assert_eq!(format_interval(0, -1, 0), "P-1D");
+        assert_eq!(format_interval(0, 0, 0), "PT0S");
+        assert_eq!(format_interval(0, 0, -90 * 1_000_000_000), "PT-1M-30S");
+        assert_eq!(
+            format_time_micros(13 * 3_600_000_000 + 500_000),
+            "13:00:00.500000"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use dataref_config::Config;
 use dataref_sandbox::pool::PythonSandbox;
+use dataref_sources::Sources;
 
 use crate::{ToolRegistry, ToolRegistryBuilder, ToolsError};
 
@@ -56,10 +57,16 @@ pub fn builtin_registry_builder(
     python: Option<Arc<PythonSandbox>>,
 ) -> ToolRegistryBuilder {
     let mut b = ToolRegistry::builder();
+    // One pool per PostgreSQL source for the registry's lifetime; none connects yet.
+    let producers = Arc::new(Sources::new(config));
     for q in config.queries.values() {
         // Resolution guarantees the source exists.
         if let Some(source) = config.sources.get(&q.source) {
-            b.register(Arc::new(FetchTool::new(q.clone(), source.clone())));
+            b.register(Arc::new(FetchTool::new(
+                q.clone(),
+                source.clone(),
+                producers.clone(),
+            )));
         }
     }
     let sql_sources: Vec<_> = config
@@ -69,7 +76,7 @@ pub fn builtin_registry_builder(
         .cloned()
         .collect();
     if !sql_sources.is_empty() {
-        b.register(Arc::new(QueryTool::new(sql_sources)));
+        b.register(Arc::new(QueryTool::new(sql_sources, producers)));
     }
     b.register(Arc::new(DescribeDataTool::new()));
     b.register(Arc::new(ListArtifactsTool::new()));

@@ -49,6 +49,17 @@ impl From<WorkspacePathError> for ToolError {
 
 impl From<SourceError> for ToolError {
     fn from(e: SourceError) -> Self {
+        if let SourceError::Connect { source_name, .. } = &e {
+            // The operator's problem: logged in full (with the hint about `url`); the model
+            // learns only that the source is down, never the URL or host names.
+            tracing::warn!(error = %e, hint = e.hint().unwrap_or_default(), "source unavailable");
+            return Self::respond(
+                format!("the data source `{source_name}` is not available right now"),
+                Some(
+                    "tell the person; an operator must check the source (`dataref doctor`)".into(),
+                ),
+            );
+        }
         if e.is_caller_error() {
             Self::respond(e.to_string(), e.hint())
         } else {

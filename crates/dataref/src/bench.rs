@@ -6,6 +6,7 @@
 
 mod chart;
 mod export;
+mod postgres;
 mod python;
 mod spill;
 
@@ -52,6 +53,14 @@ pub struct BenchArgs {
     /// Only the spill section (what writing a large result to the workspace adds to a call).
     #[arg(long, conflicts_with_all = ["python_only", "skip_python"])]
     spill_only: bool,
+    /// Only the PostgreSQL section: a throwaway server (initdb + pg_ctl from the installed
+    /// binaries), `--pg-rows` rows fetched by dataref, by `pandas.read_sql` with psycopg and
+    /// by a raw binary COPY.
+    #[arg(long, conflicts_with_all = ["python_only", "spill_only"])]
+    pg: bool,
+    /// Rows of the PostgreSQL section's table.
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    pg_rows: u64,
     /// Rows of the sample the `run_python` pivot reads.
     #[arg(long, default_value_t = 1_000_000, value_name = "N")]
     python_rows: u64,
@@ -306,6 +315,16 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     )?;
     if args.spill_only {
         spill::section(&dir, &mut out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.pg {
+        postgres::section(
+            args.pg_rows,
+            &args.python,
+            &dir,
+            pandas.as_deref(),
+            &mut out,
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     if !args.python_only {

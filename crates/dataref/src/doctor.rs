@@ -148,10 +148,107 @@ fn sources(config: &Config) -> Vec<Check> {
                         ),
                     }
                 }
-                other => check(Status::Warn, &what, format!("{other:?}: not checked"), None),
+                SourceKind::Postgres { .. } => postgres(config, &s.name, &what),
+                _ => check(
+                    Status::Warn,
+                    &what,
+                    "a source kind this build does not check",
+                    None,
+                ),
             }
         })
         .collect()
+}
+
+/// A PostgreSQL source: connects (a fresh connection, as `serve` would), names the login
+/// role, and lists which principals' roles it may `SET ROLE` to.
+fn postgres(config: &Config, source: &str, what: &str) -> Check {
+    use dataref_sources::postgres::{RoleStatus, probe};
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return check(
+                Status::Fail,
+                what,
+                format!("cannot start the async runtime: {e}"),
+                None,
+            );
+        }
+    };
+    let sources = dataref_sources::Sources::new(config);
+    let Some(pool) = sources.pool(source) else {
+        return check(
+            Status::Fail,
+            what,
+            "internal: no pool for this source",
+            None,
+        );
+    };
+    // Every configured principal, and the stdio principal, by the role each runs as.
+    let mut principals: Vec<&dataref_protocol::Principal> = config.principals.keys().collect();
+    if !principals.contains(&&config.principal) {
+        principals.push(&config.principal);
+    }
+    let roles: Vec<String> = principals
+        .iter()
+        .map(|p| sources.role(p).to_owned())
+        .collect();
+    match runtime.block_on(probe(pool, &roles)) {
+        Ok(p) => {
+            let mut usable = Vec::new();
+            let mut broken = Vec::new();
+            for (principal, (role, status)) in principals.iter().zip(&p.roles) {
+                let shown = format!("{principal} → {role}");
+                match status {
+                    RoleStatus::Usable => usable.push(shown),
+                    RoleStatus::Missing => broken.push(format!("{shown} (no such role)")),
+                    RoleStatus::NotGranted => broken.push(format!("{shown} (not granted)")),
+                    _ => broken.push(format!("{shown} (unknown)")),
+                }
+            }
+            let mut detail = format!(
+                "postgres {} as `{}`; can run as: {}",
+                p.server_version,
+                p.login_role,
+                if usable.is_empty() {
+                    "none".into()
+                } else {
+                    usable.join(", ")
+                }
+            );
+            if !broken.is_empty() {
+                detail.push_str(&format!("; cannot: {}", broken.join(", ")));
+                return check(
+                    Status::Warn,
+                    what,
+                    detail,
+                    Some(
+                        "`CREATE ROLE … NOLOGIN` the missing roles and `GRANT` each to the login role (or set `pg_role` in `[principals.NAME]`)",
+                    ),
+                );
+            }
+            if p.login_is_superuser || p.login_inherits {
+                detail.push_str(if p.login_is_superuser {
+                    "; the login role is a superuser"
+                } else {
+                    "; the login role inherits its roles' privileges"
+                });
+                return check(
+                    Status::Warn,
+                    what,
+                    detail,
+                    Some(
+                        "log in as a role made `LOGIN NOINHERIT NOSUPERUSER` and granted only the callers' roles",
+                    ),
+                );
+            }
+            check(Status::Ok, what, detail, None)
+        }
+        Err(e) => check(Status::Fail, what, e.to_string(), e.hint().as_deref()),
+    }
 }
 
 fn python(config: &Config) -> Check {

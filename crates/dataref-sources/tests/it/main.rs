@@ -12,6 +12,7 @@
 mod fetch;
 mod guard;
 mod params;
+mod postgres;
 mod sample;
 
 use std::collections::BTreeMap;

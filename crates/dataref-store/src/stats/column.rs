@@ -7,6 +7,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{
     ArrowPrimitiveType, BinaryViewType, Date32Type, Date64Type, Decimal128Type, Float16Type,
     Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, StringViewType,
+    Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
@@ -18,7 +19,7 @@ use serde_json::Value;
 use super::distinct::Distinct;
 use super::frequent::StringFrequencies;
 use super::numeric::{for_the_model, summarize};
-use crate::value::{format_date, format_timestamp_micros, type_name};
+use crate::value::{format_date, format_time_micros, format_timestamp_micros, type_name};
 
 /// Most frequent values listed per column.
 const TOP_VALUES: usize = 5;
@@ -63,6 +64,18 @@ pub(super) fn column_stats(field: &Field, arrays: &[&ArrayRef]) -> ColumnStats {
             temporal::<Date64Type>(&mut s, arrays, |ms| format_date(ms.div_euclid(86_400_000)))
         }
         DataType::Timestamp(unit, _) => timestamps(&mut s, arrays, *unit),
+        DataType::Time32(TimeUnit::Second) => {
+            temporal::<Time32SecondType>(&mut s, arrays, |v| format_time_micros(v * 1_000_000))
+        }
+        DataType::Time32(TimeUnit::Millisecond) => {
+            temporal::<Time32MillisecondType>(&mut s, arrays, |v| format_time_micros(v * 1000))
+        }
+        DataType::Time64(TimeUnit::Microsecond) => {
+            temporal::<Time64MicrosecondType>(&mut s, arrays, format_time_micros)
+        }
+        DataType::Time64(TimeUnit::Nanosecond) => {
+            temporal::<Time64NanosecondType>(&mut s, arrays, |v| format_time_micros(v / 1000))
+        }
         DataType::Utf8 => strings(&mut s, arrays.iter().map(|a| a.as_string::<i32>().iter())),
         DataType::LargeUtf8 => {
             strings(&mut s, arrays.iter().map(|a| a.as_string::<i64>().iter()));
@@ -248,18 +261,17 @@ where
 
 /// The same conversion as `cell_to_json`, so min/max read like the sample.
 fn timestamps(s: &mut ColumnStats, arrays: &[&ArrayRef], unit: TimeUnit) {
+    let format = format_timestamp_micros;
     match unit {
-        TimeUnit::Second => temporal::<TimestampSecondType>(s, arrays, |v| {
-            format_timestamp_micros(v.saturating_mul(1_000_000))
-        }),
-        TimeUnit::Millisecond => temporal::<TimestampMillisecondType>(s, arrays, |v| {
-            format_timestamp_micros(v.saturating_mul(1000))
-        }),
-        TimeUnit::Microsecond => {
-            temporal::<TimestampMicrosecondType>(s, arrays, format_timestamp_micros);
+        TimeUnit::Second => {
+            temporal::<TimestampSecondType>(s, arrays, |v| format(v.saturating_mul(1_000_000)))
         }
+        TimeUnit::Millisecond => {
+            temporal::<TimestampMillisecondType>(s, arrays, |v| format(v.saturating_mul(1000)))
+        }
+        TimeUnit::Microsecond => temporal::<TimestampMicrosecondType>(s, arrays, format),
         TimeUnit::Nanosecond => {
-            temporal::<TimestampNanosecondType>(s, arrays, |v| format_timestamp_micros(v / 1000))
+            temporal::<TimestampNanosecondType>(s, arrays, |v| format(v.div_euclid(1000)))
         }
     }
 }

@@ -47,6 +47,7 @@ pub(super) fn describe(table: &Table, opts: SampleOptions) -> Description {
         nulls,
         sample: Vec::new(),
         sample_note: None,
+        notes: Vec::new(),
         expires_at: meta.expires_at,
     };
     let stored: usize = table.batches.iter().map(|b| b.num_rows()).sum();

@@ -2,11 +2,12 @@
 //! identity, stored as an artifact, described.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use dataref_config::{ColumnType, ParamType, QueryConfig, SourceConfig};
 use dataref_protocol::{Description, ToolAnnotations, ToolSpec, object_schema};
-use dataref_sources::{FetchRequest, ParamValue, SqlPolicy};
+use dataref_sources::{FetchRequest, ParamValue, Sources, SqlPolicy};
 use dataref_store::{Lineage, SampleOptions, describe};
 use serde_json::{Map, Value, json};
 
@@ -17,10 +18,12 @@ pub struct FetchTool {
     spec: ToolSpec,
     query: QueryConfig,
     source: SourceConfig,
+    sources: Arc<Sources>,
 }
 
 impl FetchTool {
-    pub fn new(query: QueryConfig, source: SourceConfig) -> Self {
+    /// `sources` is shared by every producer tool of a registry (it holds the pools).
+    pub fn new(query: QueryConfig, source: SourceConfig, sources: Arc<Sources>) -> Self {
         let mut properties = Map::new();
         let mut required = Vec::new();
         for p in &query.params {
@@ -72,6 +75,7 @@ impl FetchTool {
             spec,
             query,
             source,
+            sources,
         }
     }
 }
@@ -96,6 +100,7 @@ impl Tool for FetchTool {
         let lineage = Lineage::new(self.spec.name.clone(), Value::Object(args));
         let d = produce(
             ctx,
+            self.sources.clone(),
             self.source.clone(),
             self.query.sql.clone(),
             params,
@@ -110,8 +115,10 @@ impl Tool for FetchTool {
 
 /// Runs a statement on a blocking thread, streaming into a new artifact of the caller's,
 /// reporting rows as progress and stopping when the call is cancelled; then describes it.
+#[expect(clippy::too_many_arguments, reason = "one statement and where it goes")]
 pub(crate) async fn produce(
     ctx: &RunContext,
+    sources: Arc<Sources>,
     source: SourceConfig,
     sql: String,
     params: Vec<(String, ParamValue)>,
@@ -135,7 +142,7 @@ pub(crate) async fn produce(
             progress.report(rows as f64, None, Some(format!("{rows} rows fetched")));
         };
         let is_cancelled = || cancel.is_cancelled();
-        let meta = dataref_sources::fetch(
+        let fetched = sources.fetch(
             &req,
             store.as_ref(),
             &owner,
@@ -143,14 +150,16 @@ pub(crate) async fn produce(
             &report,
             &is_cancelled,
         )?;
-        let table = store.open_table(&owner, &meta.data_ref)?;
-        Ok(describe(
+        let table = store.open_table(&owner, &fetched.meta.data_ref)?;
+        let mut d = describe(
             &table,
             SampleOptions {
                 rows: source.sample_rows,
                 max_value_chars: source.max_value_chars,
             },
-        ))
+        );
+        d.notes = fetched.notes;
+        Ok(d)
     })
     .await
 }

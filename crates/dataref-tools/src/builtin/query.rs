@@ -1,11 +1,12 @@
 //! `query(source, sql)`: read-only SQL written by the model, only on sources that allow it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use dataref_config::SourceConfig;
+use dataref_config::{SourceConfig, SourceKind};
 use dataref_protocol::{Description, ToolAnnotations, ToolSpec, object_schema};
-use dataref_sources::SqlPolicy;
+use dataref_sources::{Sources, SqlPolicy};
 use dataref_store::Lineage;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -29,10 +30,12 @@ struct QueryArgs {
 pub struct QueryTool {
     spec: ToolSpec,
     sources: BTreeMap<String, SourceConfig>,
+    producers: Arc<Sources>,
 }
 
 impl QueryTool {
-    pub fn new(sources: Vec<SourceConfig>) -> Self {
+    /// `sources`: the ones that allow SQL; `producers`: shared by every producer tool.
+    pub fn new(sources: Vec<SourceConfig>, producers: Arc<Sources>) -> Self {
         let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
         let mut input_schema = object_schema::<QueryArgs>();
         if let Some(o) = input_schema
@@ -41,16 +44,38 @@ impl QueryTool {
         {
             o.insert("enum".into(), Value::from(names.clone()));
         }
+        let listed: Vec<String> = sources
+            .iter()
+            .map(|s| match &s.kind {
+                SourceKind::Postgres { .. } => format!("`{}` (PostgreSQL)", s.name),
+                _ => format!("`{}` (SQLite)", s.name),
+            })
+            .collect();
+        let mut how = Vec::new();
+        if sources
+            .iter()
+            .any(|s| !matches!(s.kind, SourceKind::Postgres { .. }))
+        {
+            how.push("SQLite tables: `SELECT name, sql FROM sqlite_schema`");
+        }
+        if sources
+            .iter()
+            .any(|s| matches!(s.kind, SourceKind::Postgres { .. }))
+        {
+            how.push(
+                "PostgreSQL tables you may read: `SELECT table_schema, table_name FROM \
+                 information_schema.tables WHERE table_schema NOT IN ('pg_catalog', \
+                 'information_schema')`; it runs as your own database role, so grants and \
+                 row-level security decide what you see",
+            );
+        }
         let description = format!(
-            "Run one read-only SQL statement (SQLite dialect) on a source and store the result \
-             server-side. Returns a `dataRef` with the schema, row count, null counts and a small \
-             sample, not the rows. Sources: {}. Results over the source's row limit are refused: \
-             filter or aggregate in SQL. To see tables: `SELECT name, sql FROM sqlite_schema`.",
-            names
-                .iter()
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "Run one read-only SQL statement in the source's own dialect and store the result \
+             server-side. Returns a `dataRef` with the schema, row count, null counts and a \
+             small sample, not the rows. Sources: {}. Results over the source's row limit are \
+             refused: filter or aggregate in SQL. To see tables: {}.",
+            listed.join(", "),
+            how.join("; ")
         );
         let spec = ToolSpec {
             name: "query".into(),
@@ -66,6 +91,7 @@ impl QueryTool {
         Self {
             spec,
             sources: sources.into_iter().map(|s| (s.name.clone(), s)).collect(),
+            producers,
         }
     }
 }
@@ -97,6 +123,7 @@ impl Tool for QueryTool {
         };
         let d = produce(
             ctx,
+            self.producers.clone(),
             source.clone(),
             a.sql,
             Vec::new(),

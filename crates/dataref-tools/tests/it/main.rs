@@ -14,6 +14,7 @@
 mod charts;
 mod export;
 mod files;
+mod postgres;
 mod python;
 mod spill;
 

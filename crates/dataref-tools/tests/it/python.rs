@@ -27,7 +27,7 @@ fn runtime_home() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dataref-runtime-home")
 }
 
-fn sandbox() -> Arc<PythonSandbox> {
+pub(super) fn sandbox() -> Arc<PythonSandbox> {
     static SANDBOX: OnceLock<Arc<PythonSandbox>> = OnceLock::new();
     Arc::clone(SANDBOX.get_or_init(|| {
         let config = dataref_config::Config::builtin_sample(runtime_home(), 10);

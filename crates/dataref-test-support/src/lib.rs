@@ -1,0 +1,240 @@
+//! Dev-only helpers for tests and benchmarks.
+//!
+//! [`TestPostgres`]: a throwaway PostgreSQL server made from the installed binaries
+//! (`initdb`, `pg_ctl`, `postgres` under `/usr/lib/postgresql/*/bin`, or `$PG_BIN`), with its
+//! data directory and Unix socket in a temp dir, no TCP, `fsync=off`, and stopped on drop.
+//! As root (CI), the server runs as the `postgres` OS user (initdb refuses root).
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let pg = dataref_test_support::TestPostgres::start()?;
+//! pg.execute("CREATE TABLE t (id int); INSERT INTO t VALUES (1)").await?;
+//! let url = pg.conninfo("postgres"); // host=/tmp/.tmpXXXX port=5432 user=postgres dbname=postgres
+//! # let _ = url; Ok(()) }
+//! ```
+
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a test server's temp dir is made and inspected directly, outside any workspace"
+)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use tempfile::TempDir;
+
+/// The environment variable naming the directory of `initdb` and `pg_ctl`.
+pub const PG_BIN_ENV: &str = "PG_BIN";
+/// The superuser initdb creates.
+pub const SUPERUSER: &str = "postgres";
+const PORT: u16 = 5432;
+
+/// A running throwaway PostgreSQL server.
+#[derive(Debug)]
+pub struct TestPostgres {
+    dir: TempDir,
+    bin: PathBuf,
+    /// Set when the server runs as the `postgres` OS user (we are root).
+    run_as: Option<String>,
+}
+
+/// The directory holding `initdb` and `pg_ctl`: `$PG_BIN`, else the newest
+/// `/usr/lib/postgresql/*/bin`.
+pub fn pg_bin() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(PG_BIN_ENV) {
+        return Some(PathBuf::from(dir));
+    }
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let version: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin)
+}
+
+fn is_root() -> bool {
+    // The effective uid, without libc: `/proc/self/status` line `Uid: real effective …`.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// uid and gid of a local user, from `/etc/passwd`.
+fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&name) && f.len() > 3)
+            .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+            .flatten()
+    })
+}
+
+impl TestPostgres {
+    /// initdb into a new temp dir and start the server on a Unix socket there.
+    pub fn start() -> Result<Self> {
+        let bin = pg_bin().context(
+            "no PostgreSQL server binaries (initdb) found under /usr/lib/postgresql/*/bin\n\
+             hint: install them (`scripts/host-deps` does: apt-get install postgresql) or set PG_BIN",
+        )?;
+        let dir = tempfile::Builder::new().prefix("dataref-pg-").tempdir()?;
+        let run_as = if is_root() {
+            let (uid, gid) = user_ids(SUPERUSER).context(
+                "running as root, but there is no `postgres` OS user to run the server as",
+            )?;
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
+            Some(SUPERUSER.to_owned())
+        } else {
+            None
+        };
+        let pg = Self { dir, bin, run_as };
+        let data = pg.data_dir();
+        pg.run(
+            "initdb",
+            [
+                OsStr::new("-D"),
+                data.as_os_str(),
+                OsStr::new("-U"),
+                OsStr::new(SUPERUSER),
+                OsStr::new("--auth=trust"),
+                OsStr::new("-E"),
+                OsStr::new("UTF8"),
+                OsStr::new("--locale=C"),
+                OsStr::new("--no-sync"),
+            ],
+        )?;
+        let options = format!(
+            "-c listen_addresses='' -k {} -p {PORT} -c fsync=off -c synchronous_commit=off \
+             -c full_page_writes=off -c max_connections=50",
+            pg.socket_dir().display()
+        );
+        let log = pg.dir.path().join("server.log");
+        pg.run(
+            "pg_ctl",
+            [
+                OsStr::new("-D"),
+                data.as_os_str(),
+                OsStr::new("-l"),
+                log.as_os_str(),
+                OsStr::new("-o"),
+                OsStr::new(&options),
+                OsStr::new("-w"),
+                OsStr::new("start"),
+            ],
+        )
+        .with_context(|| {
+            let tail = std::fs::read_to_string(&log).unwrap_or_default();
+            format!("the server log:\n{tail}")
+        })?;
+        Ok(pg)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The directory of the server's Unix socket.
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A libpq connection string for `user` on database `postgres`.
+    pub fn conninfo(&self, user: &str) -> String {
+        format!(
+            "host={} port={PORT} user={user} dbname=postgres",
+            self.socket_dir().display()
+        )
+    }
+
+    /// The same as a `postgresql://` URL (the socket directory percent-encoded as host).
+    pub fn url(&self, user: &str) -> String {
+        let host: String = self
+            .socket_dir()
+            .display()
+            .to_string()
+            .replace('%', "%25")
+            .replace('/', "%2F");
+        format!("postgresql://{user}@{host}:{PORT}/postgres")
+    }
+
+    fn run<I, S>(&self, tool: &str, args: I) -> Result<()>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let program = self.bin.join(tool);
+        let mut cmd = match &self.run_as {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", user, "--"]).arg(&program);
+                c
+            }
+            None => Command::new(&program),
+        };
+        let out = cmd
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {}", program.display()))?;
+        if !out.status.success() {
+            bail!(
+                "{tool} failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// A connection as the superuser; its I/O runs as a task on the current runtime.
+    pub async fn client(&self) -> Result<tokio_postgres::Client> {
+        let (client, connection) =
+            tokio_postgres::connect(&self.conninfo(SUPERUSER), tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "test postgres connection closed");
+            }
+        });
+        Ok(client)
+    }
+
+    /// Runs `sql` (any number of statements) as the superuser.
+    pub async fn execute(&self, sql: &str) -> Result<()> {
+        self.client().await?.batch_execute(sql).await?;
+        Ok(())
+    }
+}
+
+impl Drop for TestPostgres {
+    fn drop(&mut self) {
+        let data = self.data_dir();
+        let stopped = self.run(
+            "pg_ctl",
+            [
+                OsStr::new("-D"),
+                data.as_os_str(),
+                OsStr::new("-m"),
+                OsStr::new("immediate"),
+                OsStr::new("-w"),
+                OsStr::new("stop"),
+            ],
+        );
+        if let Err(e) = stopped {
+            tracing::warn!(error = %e, "stopping the test PostgreSQL server");
+        }
+    }
+}
