@@ -1,8 +1,10 @@
 //! The MCP server of dataref, on [`rmcp`].
 //!
-//! - [`DatarefServer`]: one session. Built from the [`ToolRegistry`](dataref_tools::ToolRegistry)
-//!   and a base [`RunContext`](dataref_tools::RunContext) holding the session's principal,
-//!   the shared store, the limits and the clock. It serves:
+//! - [`DatarefServer`]: built from the [`ToolRegistry`](dataref_tools::ToolRegistry) and
+//!   either a base [`RunContext`](dataref_tools::RunContext) (one fixed principal: stdio,
+//!   in-process) or a [`SharedContext`] (store, limits, clock, data dir: each request runs
+//!   as the [`Caller`] the HTTP layer authenticated, in that principal's workspace). It
+//!   serves:
 //!   - `tools/list`: every registered tool with its input and output schemas, title and
 //!     hints (`readOnlyHint`, `openWorldHint`, `destructiveHint: false` when read-only);
 //!   - `tools/call`: through [`execute_tool_call`](dataref_tools::execute_tool_call), so
@@ -28,6 +30,9 @@
 //!   a [`Tool`](dataref_tools::Tool) named `prefix + name`, registered next to the
 //!   built-in ones; calls are forwarded with cancellation and a timeout, results mapped to
 //!   text, structured content and attachments.
+//! - [`http`]: `serve --http`, Streamable HTTP (both protocol revisions) for many
+//!   principals, with bearer tokens and JWTs, Host/Origin checks, per-principal limits and
+//!   workspace downloads.
 //! - Transports: [`DatarefServer::serve_stdio`], [`DatarefServer::serve_io`],
 //!   [`DatarefServer::serve_transport`], and [`connect_in_process`], which runs the server
 //!   on a [`tokio::io::duplex`] pipe and returns a connected rmcp client, so a program (the
@@ -73,6 +78,7 @@
 //! # }
 //! ```
 
+pub mod http;
 mod progress;
 mod resources;
 mod serve;
@@ -82,4 +88,4 @@ pub mod upstream;
 
 pub use rmcp;
 pub use serve::{InProcessSession, McpServeError, connect_in_process};
-pub use server::{DatarefServer, INSTRUCTIONS};
+pub use server::{Caller, DatarefServer, INSTRUCTIONS, SharedContext};

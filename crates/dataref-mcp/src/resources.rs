@@ -11,7 +11,7 @@
 //! first). The cursor says which part a page starts in: `N` is the N-th table, `files:N`
 //! the N-th file; the page that ends the tables fills up with the first files.
 
-mod files;
+pub(crate) mod files;
 
 use dataref_protocol::DataRef;
 use dataref_store::{ArtifactMeta, StoreError, Table, cell_to_json};

@@ -87,9 +87,9 @@ impl DatarefServer {
         T: IntoTransport<RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let principal = self.principal().clone();
+        let principal = self.principal().cloned();
         let running = self.serve(transport).await?;
-        tracing::info!(%principal, "MCP session started");
+        tracing::info!(?principal, "MCP session started");
         Ok(running)
     }
 }

@@ -1,10 +1,15 @@
 //! [`DatarefServer`]: the tool registry, the caller's artifacts and workspace files behind
 //! rmcp's [`ServerHandler`].
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
+use dataref_config::Limits;
 use dataref_protocol::Principal;
+use dataref_store::{ArtifactStore, Clock};
 use dataref_tools::{NoProgress, RunContext, ToolCall, ToolRegistry, execute_tool_call};
+use dataref_workspace::{Workspace, WorkspaceError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
@@ -37,10 +42,18 @@ never copy data into arguments: write a tool's arguments to a file with `run_pyt
 References expire and belong to the caller who made them. If one is unknown or expired, fetch \
 the data again instead of guessing.";
 
-/// One MCP session's view of dataref: the tools of `registry`, run as the principal of the
-/// base [`RunContext`], and that principal's artifacts and workspace files as resources.
+/// One MCP server's view of dataref: the tools of `registry`, run as the caller, and the
+/// caller's artifacts and workspace files as resources.
 ///
-/// Cheap to clone (one `Arc`). Build one per session: the principal is fixed for its life.
+/// Who the caller is depends on how it was built:
+/// - [`DatarefServer::new`] (stdio, in-process): the principal of the base [`RunContext`],
+///   fixed for the server's life;
+/// - [`DatarefServer::per_request`] (HTTP): the [`Caller`] the authentication layer put
+///   into the HTTP request's extensions (rmcp hands the request's [`http::request::Parts`]
+///   to every handler), with that principal's workspace, opened once and kept. A request
+///   without a [`Caller`] is refused with an internal error: there is no default principal.
+///
+/// Cheap to clone (one `Arc`).
 #[derive(Clone)]
 pub struct DatarefServer {
     inner: Arc<Inner>,
@@ -48,35 +61,181 @@ pub struct DatarefServer {
 
 struct Inner {
     registry: Arc<ToolRegistry>,
-    /// The session's principal, store, workspace, limits and clock. Its `progress` and
-    /// `cancel` are replaced on every call by the request's own.
-    ctx: RunContext,
+    contexts: Contexts,
+    /// Set by the HTTP layer: signed download URLs for the files a result links.
+    links: OnceLock<Arc<dyn DownloadLinks>>,
     /// Converted once: the registry is immutable.
     tools: Vec<Tool>,
 }
 
+/// Where a request's [`RunContext`] comes from. Its `progress` and `cancel` are replaced
+/// on every call by the request's own.
+enum Contexts {
+    Fixed(RunContext),
+    PerRequest(PerPrincipal),
+}
+
+/// What every principal's context shares when one server serves many principals.
+#[derive(Clone)]
+pub struct SharedContext {
+    /// The data directory; principal `p`'s workspace is `<home>/workspaces/<p>`.
+    pub home: PathBuf,
+    pub store: Arc<dyn ArtifactStore>,
+    pub limits: Limits,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for SharedContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedContext")
+            .field("home", &self.home)
+            .finish_non_exhaustive()
+    }
+}
+
+struct PerPrincipal {
+    shared: SharedContext,
+    /// Opened on a principal's first request and kept (one directory fd each).
+    workspaces: Mutex<HashMap<Principal, Arc<Workspace>>>,
+}
+
+/// Makes a signed download URL (and its expiry, Unix seconds) for a principal's
+/// workspace file; `None` when it cannot.
+pub(crate) trait DownloadLinks: Send + Sync {
+    fn link(&self, principal: &Principal, path: &str) -> Option<(String, i64)>;
+}
+
+/// The authenticated principal of an HTTP request, put into the request's extensions by
+/// the authentication layer ([`crate::http`]) and read by [`DatarefServer::per_request`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub Principal);
+
 impl DatarefServer {
+    /// A server whose every call runs as the principal of `ctx`, in its workspace.
     pub fn new(registry: Arc<ToolRegistry>, ctx: RunContext) -> Self {
+        Self::with_contexts(registry, Contexts::Fixed(ctx))
+    }
+
+    /// A server for many principals: each request runs as its [`Caller`], in that
+    /// principal's workspace under `shared.home`.
+    pub fn per_request(registry: Arc<ToolRegistry>, shared: SharedContext) -> Self {
+        Self::with_contexts(
+            registry,
+            Contexts::PerRequest(PerPrincipal {
+                shared,
+                workspaces: Mutex::new(HashMap::new()),
+            }),
+        )
+    }
+
+    fn with_contexts(registry: Arc<ToolRegistry>, contexts: Contexts) -> Self {
         let tools = registry.specs().map(tools::to_mcp_tool).collect();
         Self {
             inner: Arc::new(Inner {
                 registry,
-                ctx,
+                contexts,
+                links: OnceLock::new(),
                 tools,
             }),
         }
     }
 
-    /// Who this session runs as.
-    pub fn principal(&self) -> &Principal {
-        &self.inner.ctx.principal
+    /// From now on, results that link workspace files for the person also carry a signed
+    /// download URL for each (the first call wins).
+    pub(crate) fn set_download_links(&self, links: Arc<dyn DownloadLinks>) {
+        let _ = self.inner.links.set(links);
+    }
+
+    /// Who every call runs as, when that is fixed (`None` for a per-request server).
+    pub fn principal(&self) -> Option<&Principal> {
+        match &self.inner.contexts {
+            Contexts::Fixed(ctx) => Some(&ctx.principal),
+            Contexts::PerRequest(_) => None,
+        }
+    }
+
+    /// The workspace of `principal`: the fixed one when it is this server's principal,
+    /// else (per-request server) its own under the data dir, opened once. `None` when a
+    /// fixed server is asked for another principal's.
+    pub fn workspace_of(
+        &self,
+        principal: &Principal,
+    ) -> Result<Option<Arc<Workspace>>, WorkspaceError> {
+        match &self.inner.contexts {
+            Contexts::Fixed(ctx) => {
+                Ok((&ctx.principal == principal).then(|| ctx.workspace.clone()))
+            }
+            Contexts::PerRequest(p) => p.workspace(principal).map(Some),
+        }
+    }
+
+    /// The context a request runs in.
+    fn context(&self, request: &RequestContext<RoleServer>) -> Result<RunContext, McpError> {
+        match &self.inner.contexts {
+            Contexts::Fixed(ctx) => Ok(ctx.clone()),
+            Contexts::PerRequest(p) => {
+                let caller = request
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.extensions.get::<Caller>());
+                let Some(Caller(principal)) = caller else {
+                    tracing::error!(
+                        "a request reached the server without an authenticated principal"
+                    );
+                    return Err(McpError::internal_error(
+                        "this request carries no authenticated principal; the details are in the server log",
+                        None,
+                    ));
+                };
+                let workspace = p.workspace(principal).map_err(|e| {
+                    tracing::error!(%principal, error = %e, "opening a workspace failed");
+                    McpError::internal_error(
+                        "your workspace could not be opened; the details are in the server log",
+                        None,
+                    )
+                })?;
+                Ok(RunContext {
+                    principal: principal.clone(),
+                    store: p.shared.store.clone(),
+                    workspace,
+                    limits: p.shared.limits.clone(),
+                    progress: Arc::new(NoProgress),
+                    cancel: CancellationToken::new(),
+                    clock: p.shared.clock.clone(),
+                })
+            }
+        }
+    }
+}
+
+impl PerPrincipal {
+    fn workspace(&self, principal: &Principal) -> Result<Arc<Workspace>, WorkspaceError> {
+        if let Some(w) = self.cached(principal) {
+            return Ok(w);
+        }
+        // Opened outside the lock (a few syscalls); a racing open of the same principal's
+        // workspace is harmless, the first one kept wins.
+        let opened = Arc::new(Workspace::for_principal(&self.shared.home, principal)?);
+        let mut map = self
+            .workspaces
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(map.entry(principal.clone()).or_insert(opened).clone())
+    }
+
+    fn cached(&self, principal: &Principal) -> Option<Arc<Workspace>> {
+        self.workspaces
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(principal)
+            .cloned()
     }
 }
 
 impl std::fmt::Debug for DatarefServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatarefServer")
-            .field("principal", &self.inner.ctx.principal)
+            .field("principal", &self.principal())
             .field("tools", &self.inner.registry)
             .finish_non_exhaustive()
     }
@@ -129,14 +288,15 @@ impl ServerHandler for DatarefServer {
         // The request's token: `notifications/cancelled` cancels it, and the tool's
         // producer polls it and removes its partial artifact.
         let cancel = context.ct.clone();
+        let base = self.context(&context)?;
         let outcome = match context.meta.get_progress_token() {
             None => {
-                let ctx = self.inner.ctx.for_call(Arc::new(NoProgress), cancel);
+                let ctx = base.for_call(Arc::new(NoProgress), cancel);
                 execute_tool_call(registry, call, &ctx).await
             }
             Some(token) => {
                 let (sink, reports) = progress::channel();
-                let ctx = self.inner.ctx.for_call(sink, cancel);
+                let ctx = base.for_call(sink, cancel);
                 let done = CancellationToken::new();
                 let run = async {
                     let outcome = execute_tool_call(registry, call, &ctx).await;
@@ -147,15 +307,20 @@ impl ServerHandler for DatarefServer {
                 tokio::join!(run, forward).0
             }
         };
-        Ok(CallToolResponse::Complete(tools::to_call_result(outcome)))
+        let mut result = tools::to_call_result(outcome);
+        if let Some(links) = self.inner.links.get() {
+            tools::add_download_links(&mut result, &base.principal, links.as_ref());
+        }
+        Ok(CallToolResponse::Complete(result))
     }
 
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        resources::list(&self.inner.ctx, request.and_then(|r| r.cursor)).await
+        let ctx = self.context(&context)?;
+        resources::list(&ctx, request.and_then(|r| r.cursor)).await
     }
 
     async fn list_resource_templates(
@@ -169,9 +334,10 @@ impl ServerHandler for DatarefServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        resources::read(&self.inner.ctx, request.uri)
+        let ctx = self.context(&context)?;
+        resources::read(&ctx, request.uri)
             .await
             .map(ReadResourceResponse::Complete)
     }

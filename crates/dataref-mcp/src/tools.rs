@@ -4,13 +4,16 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use dataref_protocol::ToolSpec;
+use dataref_protocol::{Principal, ToolSpec};
 use dataref_tools::{Attachment, CallOutcome};
 use rmcp::model::{
     Annotations, CallToolResult, ContentBlock, EmbeddedResource, ImageContent, JsonObject,
     Resource, ResourceContents, Role, TextContent, Tool, ToolAnnotations,
 };
 use serde_json::Value;
+
+use crate::resources::files::percent_decode;
+use crate::server::DownloadLinks;
 
 /// `tools/list` entry for one spec: schemas, title and hints.
 pub(crate) fn to_mcp_tool(spec: &ToolSpec) -> Tool {
@@ -72,6 +75,34 @@ pub(crate) fn to_call_result(outcome: CallOutcome) -> CallToolResult {
     };
     result.structured_content = structured;
     result
+}
+
+/// For each workspace file linked for the person (`dataref://files/{path}`), one more
+/// resource link: a signed HTTP URL that downloads it without a token, for a host that
+/// cannot read MCP resources (`serve --http` only).
+pub(crate) fn add_download_links(
+    result: &mut CallToolResult,
+    principal: &Principal,
+    links: &dyn DownloadLinks,
+) {
+    let extra: Vec<ContentBlock> = result
+        .content
+        .iter()
+        .filter_map(ContentBlock::as_resource_link)
+        .filter_map(|link| {
+            let encoded = link.uri.strip_prefix("dataref://files/")?;
+            let path = String::from_utf8(percent_decode(encoded)?).ok()?;
+            let (url, expires_at) = links.link(principal, &path)?;
+            let mut download = Resource::new(url, link.name.clone())
+                .with_annotations(Annotations::default().with_audience(vec![Role::User]));
+            download.mime_type.clone_from(&link.mime_type);
+            download.description = Some(format!(
+                "Download link for `{path}`, valid until {expires_at} (Unix time); no token needed."
+            ));
+            Some(ContentBlock::resource_link(download))
+        })
+        .collect();
+    result.content.extend(extra);
 }
 
 fn attachment_block(attachment: Attachment) -> Option<ContentBlock> {

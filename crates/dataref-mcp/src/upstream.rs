@@ -33,7 +33,7 @@
 //! ```
 
 mod connection;
-mod env;
+pub(crate) mod env;
 mod result;
 
 use std::sync::Arc;

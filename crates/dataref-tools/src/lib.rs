@@ -46,5 +46,8 @@ pub use delegate::{CALL_TOOL, CallToolTool, MAX_ARGS_FILE_BYTES};
 pub use error::{ToolError, ToolsError};
 pub use execute::{CallArguments, CallOutcome, ToolCall, execute_tool_call};
 pub use registry::{ToolRegistry, ToolRegistryBuilder};
-pub use spill::{SPILL_DIR, SpillSynopsis, SpilledTable, spawn_spill_sweeper, sweep_spill};
+pub use spill::{
+    SPILL_DIR, SpillSynopsis, SpilledTable, spawn_all_spill_sweeper, spawn_spill_sweeper,
+    sweep_all_spill, sweep_spill,
+};
 pub use tool::{Attachment, Tool, ToolOutput};

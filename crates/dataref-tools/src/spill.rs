@@ -16,14 +16,15 @@
 //!   the result cap still applies), with a warning in the log.
 
 use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dataref_config::SpillConfig;
 use dataref_export::{ExportOptions, Format, Formulas};
-use dataref_protocol::{DataRef, Timestamp};
+use dataref_protocol::{DataRef, Principal, Timestamp};
 use dataref_store::Lineage;
-use dataref_workspace::{Overwrite, Swept, Workspace, WorkspacePathError};
+use dataref_workspace::{EntryKind, Overwrite, Swept, Workspace, WorkspacePathError};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::warn;
@@ -461,19 +462,95 @@ pub fn sweep_spill(
 }
 
 /// Sweeps `workspace`'s spill files now and then every `config.sweep_interval`, for as
-/// long as the runtime runs.
+/// long as the runtime runs (one principal per process: `serve` on stdio).
 pub fn spawn_spill_sweeper(
     workspace: Arc<Workspace>,
     clock: Arc<dyn dataref_store::Clock>,
     config: &SpillConfig,
 ) {
-    let (interval, retention) = (config.sweep_interval, config.retention);
+    let retention = config.retention;
+    spawn_every(config.sweep_interval, move || {
+        sweep_spill(&workspace, clock.now(), retention).map_err(|e| e.to_string())
+    });
+}
+
+/// Sweeps the spill files of every principal's workspace under the data directory
+/// (`<home>/workspaces/*`) now and then every `config.sweep_interval` (one process for
+/// many principals: `serve --http`).
+pub fn spawn_all_spill_sweeper(
+    home: PathBuf,
+    clock: Arc<dyn dataref_store::Clock>,
+    config: &SpillConfig,
+) {
+    let retention = config.retention;
+    spawn_every(config.sweep_interval, move || {
+        sweep_all_spill(&home, clock.now(), retention)
+    });
+}
+
+/// Removes spill files older than `retention` from every principal's workspace under
+/// `home`. A workspace that cannot be swept is logged and skipped; the error is only for
+/// a `workspaces` directory that exists and cannot be listed.
+pub fn sweep_all_spill(
+    home: &Path,
+    now: Timestamp,
+    retention: std::time::Duration,
+) -> Result<Swept, String> {
+    let parent = home.join("workspaces");
+    // Opened as a workspace so the listing is the sealed, link-refusing one; each
+    // principal's directory is then opened the way a request opens it.
+    let workspaces = match Workspace::open(&parent) {
+        Ok(w) => w,
+        // No workspace yet: nothing to sweep.
+        Err(dataref_workspace::WorkspaceError::Open { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(Swept::default());
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let listing = workspaces
+        .list_dir(&workspaces.root_path(), MAX_SWEPT_WORKSPACES)
+        .map_err(|e| e.to_string())?;
+    let mut total = Swept::default();
+    for entry in listing.entries {
+        if entry.kind != EntryKind::Directory {
+            continue;
+        }
+        let Ok(principal) = Principal::new(entry.path.as_str()) else {
+            continue;
+        };
+        let swept = Workspace::for_principal(home, &principal)
+            .map_err(|e| e.to_string())
+            .and_then(|w| sweep_spill(&w, now, retention).map_err(|e| e.to_string()));
+        match swept {
+            Ok(s) => {
+                total.removed += s.removed;
+                total.bytes += s.bytes;
+            }
+            Err(e) => warn!(%principal, "sweeping spill files failed: {e}"),
+        }
+    }
+    if listing.truncated {
+        warn!("more than {MAX_SWEPT_WORKSPACES} workspaces; the others were not swept this time");
+    }
+    Ok(total)
+}
+
+/// Workspaces one sweep visits.
+const MAX_SWEPT_WORKSPACES: usize = 100_000;
+
+fn spawn_every(
+    interval: std::time::Duration,
+    sweep: impl Fn() -> Result<Swept, String> + Send + Sync + 'static,
+) {
+    let sweep = Arc::new(sweep);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         loop {
             tick.tick().await;
-            let (w, now) = (workspace.clone(), clock.now());
-            match tokio::task::spawn_blocking(move || sweep_spill(&w, now, retention)).await {
+            let s = sweep.clone();
+            match tokio::task::spawn_blocking(move || s()).await {
                 Ok(Ok(s)) if s.removed > 0 => {
                     tracing::info!(
                         removed = s.removed,
@@ -492,6 +569,37 @@ pub fn spawn_spill_sweeper(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the fixture writes spill files directly"
+    )]
+    fn every_workspace_under_home_is_swept() {
+        let home = tempfile::tempdir().unwrap();
+        for name in ["eu_analyst", "us_analyst"] {
+            let p = Principal::new(name).unwrap();
+            Workspace::for_principal(home.path(), &p).unwrap();
+            let dir = home.path().join("workspaces").join(name).join(SPILL_DIR);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("old.json"), "[]").unwrap();
+        }
+        // Not a workspace: left alone.
+        std::fs::write(home.path().join("workspaces/notes.txt"), "x").unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let week = std::time::Duration::from_secs(7 * 86_400);
+        let swept = sweep_all_spill(home.path(), Timestamp(now), week).unwrap();
+        assert_eq!(swept.removed, 0, "younger than the retention");
+        let swept = sweep_all_spill(home.path(), Timestamp(now + 8 * 86_400), week).unwrap();
+        assert_eq!(swept.removed, 2);
+        assert!(home.path().join("workspaces/notes.txt").exists());
+        let fresh = tempfile::tempdir().unwrap();
+        let swept = sweep_all_spill(fresh.path(), Timestamp(now), week).unwrap();
+        assert_eq!(swept.removed, 0, "no workspaces yet");
+    }
 
     #[test]
     fn names_and_previews() {

@@ -1,6 +1,7 @@
 //! The `dataref` binary: thin glue over the library crates.
 //!
-//! `serve` (MCP over stdio), `demo` (the canonical analysis, played as an MCP client would),
+//! `serve` (MCP over stdio, or Streamable HTTP with `--http`), `token` (bearer tokens for
+//! HTTP callers), `demo` (the canonical analysis, played as an MCP client would),
 //! `doctor` (what is missing and how to fix it), `bench` (speed and memory against pandas).
 //! Logs go to stderr; stdout is the MCP channel for `serve` and the report for the others.
 #![expect(
@@ -44,17 +45,29 @@ pub struct Common {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve the tools over MCP on stdio.
+    /// Serve the tools over MCP: on stdio (one principal), or over Streamable HTTP with
+    /// `--http` (many principals, each authenticated by a bearer token or JWT).
+    #[command(long_about = SERVE_HELP)]
     Serve {
         #[command(flatten)]
         common: Common,
-        /// The principal of this session (default: `$DATAREF_PRINCIPAL`, else config, else `local`).
+        /// The principal of this session (default: `$DATAREF_PRINCIPAL`, else config, else
+        /// `local`). With `--http`, the principal of every caller when `[http] auth = false`.
         #[arg(long, value_name = "NAME")]
         principal: Option<String>,
         /// The directory file tools work in (default: the principal's own,
-        /// `<data dir>/workspaces/<principal>`). It must exist.
-        #[arg(long, value_name = "DIR")]
+        /// `<data dir>/workspaces/<principal>`). It must exist. Not with `--http`.
+        #[arg(long, value_name = "DIR", conflicts_with = "http")]
         workspace: Option<PathBuf>,
+        /// Serve MCP over Streamable HTTP at `ADDR` (e.g. `127.0.0.1:8750`; port 0 picks a
+        /// free one) instead of stdio. Without a value: `[http] listen`.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
+        http: Option<String>,
+    },
+    /// Bearer tokens for `serve --http`.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
     },
     /// Play the canonical analysis on the built-in sample as an MCP client would, and show
     /// exactly what the model receives.
@@ -74,6 +87,35 @@ enum Command {
     BenchWorker(bench::WorkerArgs),
 }
 
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Print a fresh random token (256 bits, base64url) for principal `NAME` and the
+    /// `[principals.NAME]` lines that accept it (its SHA-256; the token is never stored).
+    New {
+        /// The principal the token authenticates as (letters, digits and `._@-`).
+        name: String,
+    },
+}
+
+const SERVE_HELP: &str = "\
+Serve the tools over MCP.
+
+On stdio (the default) the server runs as one principal (`--principal`) in its workspace.
+
+With `--http ADDR` it serves Streamable HTTP at `http://ADDR/mcp` for many principals in one
+process, both protocol revisions: 2025-11-25 (sessions, `Mcp-Session-Id`, each bound to the
+principal that opened it) and 2026-07-28 (stateless). Callers send `Authorization: Bearer
+<token>`; the token's SHA-256 is looked up in `[principals.NAME] token_sha256` (make one with
+`dataref token new NAME`), or a JWT is checked against `[http.jwt]`. Without a valid token:
+401 with `WWW-Authenticate` naming `/.well-known/oauth-protected-resource`. `[http] auth =
+false` serves everyone as `--principal` and is allowed on a loopback address only.
+
+Also served: `GET /files/{path}` (the caller's workspace files) and `POST /files/sign` (a
+short-lived signed link to one). Requests are refused with 403 when `Host` or `Origin` is not
+allowed (`[http] allowed_hosts`, `allowed_origins`), and with 429 + `Retry-After` over
+`[http] max_concurrent` or `rate_per_minute` per principal. SIGINT or SIGTERM stops it
+gracefully.";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     settings::init_tracing();
@@ -82,7 +124,17 @@ fn main() -> ExitCode {
             common,
             principal,
             workspace,
+            http: None,
         } => serve::run(&common, principal.as_deref(), workspace.as_deref()),
+        Command::Serve {
+            common,
+            principal,
+            http: Some(addr),
+            ..
+        } => serve::run_http(&common, principal.as_deref(), &addr),
+        Command::Token {
+            command: TokenCommand::New { name },
+        } => serve::new_token(&name),
         Command::Demo { common } => demo::run(&common),
         Command::Doctor { common } => doctor::run(&common),
         Command::Bench(args) => bench::run(&args),

@@ -1,4 +1,4 @@
-//! `dataref serve`: MCP over stdio.
+//! `dataref serve`: MCP over stdio, or over Streamable HTTP (`--http`); `dataref token new`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use dataref_config::{Config, UpstreamTransport};
-use dataref_mcp::DatarefServer;
+use dataref_mcp::http::{HttpOptions, HttpServer};
 use dataref_mcp::upstream::{self, Upstreams};
+use dataref_mcp::{DatarefServer, SharedContext};
+use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, SystemClock};
 use dataref_tools::{NoProgress, RunContext, ToolsError, builtin_registry_builder};
 use tokio_util::sync::CancellationToken;
@@ -22,26 +24,12 @@ pub fn run(
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
     let workspace = settings::workspace(workspace, &config, &principal)?;
-    settings::ensure_sample(&config)?;
-    let store = settings::open_store(&config)?;
-    let python = settings::python_sandbox(&config);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let upstreams = runtime.block_on(connect_upstreams(&config))?;
-    let mut builder = builtin_registry_builder(&config, python);
-    for tool in upstreams.tools() {
-        builder.register(tool);
-    }
-    let registry = match builder.build() {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            let e = registry_error(e, &upstreams);
-            runtime.block_on(upstreams.shutdown());
-            return Err(e.context("building the tool registry"));
-        }
-    };
+    let Started {
+        runtime,
+        store,
+        upstreams,
+        registry,
+    } = start(&config)?;
     runtime.block_on(async move {
         spawn_sweeper(store.clone(), config.store.sweep_interval);
         if config.spill.enabled {
@@ -66,6 +54,176 @@ pub fn run(
         served
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `dataref serve --http ADDR` (`ADDR` empty: `[http] listen`).
+pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<ExitCode> {
+    let mut config = settings::config(common)?;
+    if !addr.is_empty() {
+        config.http.listen = addr.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "`--http {addr}` is not an address and port\nhint: e.g. `--http 127.0.0.1:8750`, or `--http 0.0.0.0:8750` to listen on every interface (needs tokens)"
+            )
+        })?;
+    }
+    let anonymous = settings::principal(principal, &config)?;
+    let Started {
+        runtime,
+        store,
+        upstreams,
+        registry,
+    } = start(&config)?;
+    runtime.block_on(async move {
+        spawn_sweeper(store.clone(), config.store.sweep_interval);
+        let clock: Arc<dyn dataref_store::Clock> = Arc::new(SystemClock);
+        if config.spill.enabled {
+            dataref_tools::spawn_all_spill_sweeper(
+                config.home.clone(),
+                clock.clone(),
+                &config.spill,
+            );
+        }
+        let server = DatarefServer::per_request(
+            registry.clone(),
+            SharedContext {
+                home: config.home.clone(),
+                store,
+                limits: config.limits.clone(),
+                clock,
+            },
+        );
+        let auth = if config.http.auth {
+            format!(
+                "bearer tokens of {} principal(s){}",
+                config
+                    .principals
+                    .values()
+                    .filter(|p| !p.token_sha256.is_empty())
+                    .count(),
+                if config.http.jwt.is_some() {
+                    " and JWTs"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            format!("off, every caller is `{anonymous}`")
+        };
+        let options = HttpOptions {
+            http: config.http.clone(),
+            principals: config.principals.clone(),
+            anonymous,
+        };
+        let http = match HttpServer::bind(server, options).await {
+            Ok(h) => h,
+            Err(e) => {
+                upstreams.shutdown().await;
+                anyhow::bail!("{e}\nhint: {}", e.hint());
+            }
+        };
+        settings::progress_line(&format!(
+            "serving MCP on {} ({} tools; auth: {auth})",
+            http.mcp_url(),
+            registry.len()
+        ));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(stop_on_signal(shutdown.clone()));
+        let served = http.serve(shutdown).await;
+        upstreams.shutdown().await;
+        settings::progress_line("stopped");
+        served.map_err(|e| anyhow::anyhow!("{e}\nhint: {}", e.hint()))
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!("cannot listen for SIGINT/SIGTERM; stop the server with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    settings::progress_line("shutting down: finishing open requests …");
+    shutdown.cancel();
+}
+
+/// `dataref token new NAME`.
+#[expect(
+    clippy::print_stdout,
+    reason = "the token and the config lines are this command's output"
+)]
+pub fn new_token(name: &str) -> Result<ExitCode> {
+    let principal = Principal::new(name).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid principal `{name}`: {e}\nhint: e.g. `dataref token new eu_analyst`"
+        )
+    })?;
+    let t = dataref_mcp::http::new_token()
+        .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
+    let table = if principal
+        .as_str()
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        principal.as_str().to_owned()
+    } else {
+        format!("\"{principal}\"")
+    };
+    println!("token: {}", t.token);
+    println!();
+    println!("[principals.{table}]");
+    println!("token_sha256 = [\"{}\"]", t.sha256_hex);
+    settings::progress_line(&format!(
+        "Give the token to `{principal}` (shown only now; it is sent as `Authorization: Bearer <token>`).\n\
+         Paste the two `[principals…]` lines into dataref.toml; if the table exists, add the digest to its `token_sha256` list.\n\
+         The server reads tokens at start: restart `dataref serve --http` after editing."
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What both transports start with.
+struct Started {
+    runtime: tokio::runtime::Runtime,
+    store: Arc<dyn ArtifactStore>,
+    upstreams: Upstreams,
+    registry: Arc<dataref_tools::ToolRegistry>,
+}
+
+/// The sample, the store, the runtime, the upstream servers and the tool registry.
+fn start(config: &Config) -> Result<Started> {
+    settings::ensure_sample(config)?;
+    let store: Arc<dyn ArtifactStore> = settings::open_store(config)?;
+    let python = settings::python_sandbox(config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let upstreams = runtime.block_on(connect_upstreams(config))?;
+    let mut builder = builtin_registry_builder(config, python);
+    for tool in upstreams.tools() {
+        builder.register(tool);
+    }
+    let registry = match builder.build() {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            let e = registry_error(e, &upstreams);
+            runtime.block_on(upstreams.shutdown());
+            return Err(e.context("building the tool registry"));
+        }
+    };
+    Ok(Started {
+        runtime,
+        store,
+        upstreams,
+        registry,
+    })
 }
 
 /// Connects every `[[upstream]]` server, with a line of progress for each on stderr. A

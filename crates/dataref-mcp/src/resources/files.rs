@@ -113,6 +113,14 @@ pub(super) fn resource_for(entry: &Entry) -> Resource {
 fn uri_for(path: &str) -> String {
     let mut uri = String::with_capacity(URI_PREFIX.len() + path.len());
     uri.push_str(URI_PREFIX);
+    uri.push_str(&percent_encode(path));
+    uri
+}
+
+/// Unreserved characters and `/` as they are, every other byte as `%XX` (also the path
+/// part of download URLs).
+pub(crate) fn percent_encode(path: &str) -> String {
+    let mut uri = String::with_capacity(path.len());
     for b in path.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
             uri.push(char::from(b));
@@ -125,7 +133,7 @@ fn uri_for(path: &str) -> String {
 
 /// `%XX` escapes to bytes; everything else as is. `None` for a `%` not followed by two hex
 /// digits.
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn percent_decode(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len());
     let mut bytes = s.bytes();
     while let Some(b) = bytes.next() {
@@ -152,7 +160,7 @@ fn hex_value(b: u8) -> Option<u8> {
 /// The MIME type of a workspace file by the extension of its last name (case-insensitive).
 /// For an unknown extension the contents decide when they are at hand (UTF-8 is
 /// `text/plain`, anything else `application/octet-stream`); without them it is unknown.
-pub(super) fn mime_type(path: &str, contents: Option<&[u8]>) -> Option<&'static str> {
+pub(crate) fn mime_type(path: &str, contents: Option<&[u8]>) -> Option<&'static str> {
     let name = path.rsplit('/').next().unwrap_or(path);
     let extension = name
         .rsplit_once('.')

@@ -11,11 +11,35 @@ pub(super) fn expand(
     key: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, UpstreamError> {
-    let bad = |message: String| UpstreamError::BadValue {
-        upstream: upstream.to_owned(),
-        key: key.to_owned(),
-        message,
-    };
+    expand_vars(value, lookup).map_err(|e| match e {
+        ExpandError::Malformed(message) => UpstreamError::BadValue {
+            upstream: upstream.to_owned(),
+            key: key.to_owned(),
+            message,
+        },
+        ExpandError::Unset(variable) => UpstreamError::UnsetVariable {
+            upstream: upstream.to_owned(),
+            key: key.to_owned(),
+            variable,
+        },
+    })
+}
+
+/// Why `${NAME}` expansion failed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ExpandError {
+    /// What is wrong with the reference, for a message.
+    Malformed(String),
+    /// The variable's name.
+    Unset(String),
+}
+
+/// The expansion itself, for any caller that names the key in its own error
+/// (upstreams, and `[http]` secrets).
+pub(crate) fn expand_vars(
+    value: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(at) = rest.find('$') {
@@ -26,7 +50,9 @@ pub(super) fn expand(
             rest = tail;
         } else if let Some(tail) = after.strip_prefix('{') {
             let Some(end) = tail.find('}') else {
-                return Err(bad("`${` without its closing `}`".into()));
+                return Err(ExpandError::Malformed(
+                    "`${` without its closing `}`".into(),
+                ));
             };
             let name = &tail[..end];
             let valid = name
@@ -35,16 +61,12 @@ pub(super) fn expand(
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid {
-                return Err(bad(format!(
+                return Err(ExpandError::Malformed(format!(
                     "`${{{name}}}` is not a variable name (letters, digits and `_`)"
                 )));
             }
             let Some(v) = lookup(name) else {
-                return Err(UpstreamError::UnsetVariable {
-                    upstream: upstream.to_owned(),
-                    key: key.to_owned(),
-                    variable: name.to_owned(),
-                });
+                return Err(ExpandError::Unset(name.to_owned()));
             };
             out.push_str(&v);
             rest = &tail[end + 1..];

@@ -12,6 +12,7 @@ mod support;
 mod charts;
 mod errors;
 mod files;
+mod http;
 mod progress_cancel;
 mod resources;
 mod tools;

@@ -9,6 +9,9 @@
     reason = "fixtures build files and hostile trees directly, outside the code under test"
 )]
 
+mod http;
+mod postgres;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

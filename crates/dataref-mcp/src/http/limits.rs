@@ -1,0 +1,157 @@
+//! Per-principal limits: a token bucket of `rate_per_minute` (bursts up to a tenth of it,
+//! at least 10) over every authenticated request, and at most `max_concurrent` tool calls
+//! and downloads in flight. Over either → 429 with `Retry-After`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use dataref_protocol::Principal;
+use http::{Response, StatusCode, header};
+use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::{Body, json_response};
+
+pub(crate) struct Limits {
+    max_concurrent: usize,
+    per_second: f64,
+    burst: f64,
+    principals: Mutex<HashMap<Principal, Arc<PerPrincipal>>>,
+}
+
+struct PerPrincipal {
+    slots: Arc<Semaphore>,
+    bucket: Mutex<Bucket>,
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+pub(crate) enum Refused {
+    Rate { retry_after: u64, per_minute: f64 },
+    Concurrency { max: usize },
+}
+
+impl Limits {
+    pub(crate) fn new(max_concurrent: usize, rate_per_minute: u32) -> Self {
+        let per_minute = f64::from(rate_per_minute);
+        Self {
+            max_concurrent,
+            per_second: per_minute / 60.0,
+            burst: (per_minute / 10.0).max(10.0),
+            principals: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn of(&self, principal: &Principal) -> Arc<PerPrincipal> {
+        let mut map = self
+            .principals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.entry(principal.clone())
+            .or_insert_with(|| {
+                Arc::new(PerPrincipal {
+                    slots: Arc::new(Semaphore::new(self.max_concurrent)),
+                    bucket: Mutex::new(Bucket {
+                        tokens: self.burst,
+                        at: Instant::now(),
+                    }),
+                })
+            })
+            .clone()
+    }
+
+    /// Takes one token from the principal's bucket.
+    pub(crate) fn admit(&self, principal: &Principal) -> Result<(), Refused> {
+        let p = self.of(principal);
+        let mut b = p.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let elapsed = now.duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * self.per_second).min(self.burst);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            return Ok(());
+        }
+        let wait = (1.0 - b.tokens) / self.per_second;
+        Err(Refused::Rate {
+            retry_after: (wait.ceil() as u64).max(1),
+            per_minute: self.per_second * 60.0,
+        })
+    }
+
+    /// One of the principal's in-flight slots, held until the permit is dropped.
+    pub(crate) fn slot(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, Refused> {
+        self.of(principal)
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Refused::Concurrency {
+                max: self.max_concurrent,
+            })
+    }
+}
+
+impl Refused {
+    pub(crate) fn response(&self) -> Response<Body> {
+        let (retry_after, body) = match self {
+            Self::Rate {
+                retry_after,
+                per_minute,
+            } => (
+                *retry_after,
+                json!({
+                    "error": "rate_limited",
+                    "limit": "rate_per_minute",
+                    "message": format!("more than {per_minute} requests per minute for this principal"),
+                    "hint": format!("wait {retry_after} s (`Retry-After`) and try again"),
+                }),
+            ),
+            Self::Concurrency { max } => (
+                1,
+                json!({
+                    "error": "too_many_concurrent",
+                    "limit": "max_concurrent",
+                    "message": format!("this principal already has {max} requests in flight"),
+                    "hint": "wait for one to finish and try again",
+                }),
+            ),
+        };
+        let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, body);
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(retry_after));
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_and_slots() {
+        let limits = Limits::new(2, 60);
+        let p = Principal::new("a").unwrap();
+        let q = Principal::new("b").unwrap();
+        for _ in 0..10 {
+            assert!(limits.admit(&p).is_ok());
+        }
+        match limits.admit(&p) {
+            Err(Refused::Rate { retry_after, .. }) => assert_eq!(retry_after, 1),
+            _ => panic!("the 11th request within a second should be refused"),
+        }
+        assert!(limits.admit(&q).is_ok(), "buckets are per principal");
+        let a = limits.slot(&p).ok();
+        let b = limits.slot(&p).ok();
+        assert!(a.is_some() && b.is_some());
+        assert!(matches!(
+            limits.slot(&p),
+            Err(Refused::Concurrency { max: 2 })
+        ));
+        drop(a);
+        assert!(limits.slot(&p).is_ok());
+    }
+}

@@ -1,0 +1,88 @@
+//! 2025-11-25 sessions bound to the principal that opened them. A session id presented
+//! by anyone else, or one this server never issued, gets exactly rmcp's answer for an
+//! unknown session (404), so an id reveals nothing and cannot be borrowed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dataref_protocol::Principal;
+use http::{Response, StatusCode};
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use tokio_util::sync::CancellationToken;
+
+use super::{Body, State, body};
+
+pub(crate) const HEADER: &str = "mcp-session-id";
+/// How often bindings of sessions rmcp has closed (idle, deleted) are dropped.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+pub(crate) struct Sessions {
+    bound: Mutex<HashMap<String, Principal>>,
+    manager: Arc<LocalSessionManager>,
+}
+
+impl Sessions {
+    pub(crate) fn new(manager: Arc<LocalSessionManager>) -> Self {
+        Self {
+            bound: Mutex::new(HashMap::new()),
+            manager,
+        }
+    }
+
+    pub(crate) fn is_bound_to(&self, id: &str, principal: &Principal) -> bool {
+        self.lock().get(id) == Some(principal)
+    }
+
+    pub(crate) fn bind(&self, id: &str, principal: &Principal) {
+        self.lock().insert(id.to_owned(), principal.clone());
+    }
+
+    pub(crate) fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Principal>> {
+        self.bound.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn prune(&self) {
+        let ids: Vec<String> = self.lock().keys().cloned().collect();
+        for id in ids {
+            let live = self
+                .manager
+                .has_session(&id.clone().into())
+                .await
+                .unwrap_or(true);
+            if !live {
+                self.forget(&id);
+            }
+        }
+    }
+}
+
+pub(crate) fn spawn_pruner(
+    state: Arc<State>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PRUNE_EVERY);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => state.sessions.prune().await,
+                () = stop.cancelled() => return,
+            }
+        }
+    })
+}
+
+/// rmcp's answer for a session it does not know, byte for byte.
+pub(crate) fn unknown_session() -> Response<Body> {
+    let mut r = Response::new(body::full(Bytes::from_static(
+        b"Not Found: Session not found",
+    )));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    r
+}

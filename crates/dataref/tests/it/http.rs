@@ -1,0 +1,214 @@
+//! The real binary over Streamable HTTP: `dataref token new`, `serve --http` (the URL line,
+//! load from 50 concurrent clients, memory, SIGTERM), and its refusals at start.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+use super::BIN;
+
+/// `dataref token new NAME`: the token and the config lines, from stdout.
+fn new_token(name: &str) -> (String, String) {
+    let out = Command::new(BIN)
+        .args(["token", "new", name])
+        .output()
+        .expect("run dataref token new");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let token = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("token: "))
+        .expect("a token line")
+        .to_owned();
+    let config: String = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("[principals."))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (token, config)
+}
+
+/// Starts `dataref serve --http 127.0.0.1:0` and returns it with the MCP URL it printed.
+fn start(home: &Path, config: &Path) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .arg("--home")
+        .arg(home)
+        .args(["--http", "127.0.0.1:0"])
+        .env_remove("DATAREF_CONFIG")
+        .env_remove("DATAREF_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dataref serve --http");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !sent && let Some(at) = line.find("http://") {
+                let url = line[at..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned();
+                let _ = tx.send(url);
+                sent = true;
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the server printed its URL");
+    (child, url)
+}
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM")
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "no exit within 20 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 50 clients (two principals) × 100 `list_artifacts` calls, all at once: no errors,
+/// bounded memory, and SIGTERM ends the server cleanly afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn http_load_50_clients_by_100_calls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let (eu, eu_lines) = new_token("eu_analyst");
+    let (us, us_lines) = new_token("us_analyst");
+    assert_eq!(eu.len(), 43, "256 bits in base64url");
+    assert!(eu_lines.starts_with("[principals.eu_analyst]\ntoken_sha256 = [\""));
+    let config = dir.path().join("dataref.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[python]\nenabled = false\n\n[http]\nmax_concurrent = 64\nrate_per_minute = 1000000\n\n{eu_lines}\n{us_lines}"
+        ),
+    )
+    .expect("write config");
+    let (mut child, url) = start(&home, &config);
+    assert!(url.ends_with("/mcp"), "{url}");
+
+    const CLIENTS: usize = 50;
+    const CALLS: usize = 100;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..CLIENTS {
+        let token = if i % 2 == 0 { eu.clone() } else { us.clone() };
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let client = match ().serve(transport).await {
+                Ok(c) => c,
+                Err(e) => return Err(format!("connect: {e}")),
+            };
+            let mut errors = Vec::new();
+            for _ in 0..CALLS {
+                match client
+                    .call_tool(CallToolRequestParams::new("list_artifacts"))
+                    .await
+                {
+                    Ok(r) if r.is_error != Some(true) => {}
+                    Ok(r) => errors.push(format!("isError: {:?}", r.content)),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+            let _ = client.cancel().await;
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} errors, first: {}", errors.len(), errors[0]))
+            }
+        }));
+    }
+    let mut failures = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    let elapsed = started.elapsed();
+    let hwm = vm_hwm_kib(child.id());
+    println!(
+        "http load: {CLIENTS} clients x {CALLS} calls in {:.2} s ({:.0} calls/s), server VmHWM {} MiB",
+        elapsed.as_secs_f64(),
+        (CLIENTS * CALLS) as f64 / elapsed.as_secs_f64(),
+        hwm / 1024
+    );
+    let status = terminate(&mut child);
+    assert!(
+        failures.is_empty(),
+        "{} clients failed: {failures:?}",
+        failures.len()
+    );
+    assert!(hwm < 256 * 1024, "server peak RSS {hwm} KiB");
+    assert!(status.success(), "exit after SIGTERM: {status:?}");
+}
+
+/// `auth = false` anywhere but loopback, or no way to authenticate anyone, stops the start
+/// with a hint.
+#[test]
+fn http_refuses_to_start_open_to_the_network_or_with_nobody_allowed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |toml: &str, addr: &str| {
+        let config = dir.path().join("dataref.toml");
+        std::fs::write(&config, toml).expect("write config");
+        let out = Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--home")
+            .arg(dir.path().join("home"))
+            .args(["--http", addr])
+            .env_remove("DATAREF_CONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run("[http]\nauth = false\n", "0.0.0.0:0");
+    assert!(
+        e.contains("not a loopback address") && e.contains("hint:"),
+        "{e}"
+    );
+    let e = run("[python]\nenabled = false\n", "127.0.0.1:0");
+    assert!(e.contains("dataref token new"), "{e}");
+    let e = run("[python]\nenabled = false\n", "nowhere");
+    assert!(e.contains("is not an address"), "{e}");
+}
