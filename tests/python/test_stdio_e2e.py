@@ -181,8 +181,13 @@ def test_run_python_computes_in_the_sandbox_and_stores_outputs():
             # The new table is an artifact like any other: describe it, list it.
             stats = await s.call_tool("describe_data", {"dataRef": stored["dataRef"]})
             assert not stats.is_error, text_of(stats)
-            listed = await s.call_tool("list_artifacts", {})
-            assert listed.structured_content["total"] >= 2
+            listed = (await s.call_tool("list_artifacts", {})).structured_content
+            if listed.get("spilled"):
+                # This home is shared across runs (for the Python runtime), so earlier runs'
+                # artifacts may make the list long enough to go to a spill file.
+                assert listed["path"].startswith(".spill/") and listed["characters"] > 1000
+            else:
+                assert listed["total"] >= 2
 
             # The sandbox has no network, and a runaway job is stopped at its timeout.
             r = await s.call_tool("run_python", {
