@@ -212,3 +212,104 @@ fn http_refuses_to_start_open_to_the_network_or_with_nobody_allowed() {
     let e = run("[python]\nenabled = false\n", "nowhere");
     assert!(e.contains("is not an address"), "{e}");
 }
+
+/// The whole path as a team would run it: one `serve --http` process, two tokens, a
+/// PostgreSQL source with row-level security. The same named query gives each principal
+/// its own rows (as its own role), a table only one role may read is a clear error for the
+/// other, and the other principal's dataRef is as unknown as a made-up one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_two_tokens_get_their_own_postgres_rows() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pg = dataref_test_support::TestPostgres::start().expect("start PostgreSQL");
+    pg.execute(
+        "CREATE ROLE dataref_login LOGIN NOINHERIT;
+         CREATE ROLE eu_analyst NOLOGIN;
+         CREATE ROLE us_analyst NOLOGIN;
+         GRANT eu_analyst, us_analyst TO dataref_login;
+         CREATE TABLE orders (id int, region text, amount numeric(12,2));
+         INSERT INTO orders VALUES (1, 'EU', 10.50), (2, 'US', 20.00), (3, 'EU', 30.25);
+         ALTER TABLE orders ENABLE ROW LEVEL SECURITY;
+         CREATE POLICY eu_rows ON orders FOR SELECT TO eu_analyst USING (region = 'EU');
+         CREATE POLICY us_rows ON orders FOR SELECT TO us_analyst USING (region = 'US');
+         GRANT SELECT ON orders TO eu_analyst, us_analyst;
+         CREATE TABLE salaries (name text, salary int);
+         GRANT SELECT ON salaries TO eu_analyst;",
+    )
+    .await
+    .expect("set up roles and policies");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (eu, eu_lines) = new_token("eu_analyst");
+    let (us, us_lines) = new_token("us_analyst");
+    let config = dir.path().join("dataref.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[python]\nenabled = false\n\n\
+             [sources.warehouse]\nkind = \"postgres\"\nurl = \"{}\"\n\n\
+             [queries.orders]\nsource = \"warehouse\"\ndescription = \"Orders.\"\n\
+             sql = \"SELECT id, region, amount FROM orders ORDER BY id\"\n\n\
+             [queries.salaries]\nsource = \"warehouse\"\ndescription = \"Salaries.\"\n\
+             sql = \"SELECT name, salary FROM salaries\"\n\n{eu_lines}\n{us_lines}",
+            pg.conninfo("dataref_login")
+        ),
+    )
+    .expect("write config");
+    let (mut child, url) = start(&dir.path().join("home"), &config);
+    let connect = |token: String| {
+        let config = StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header(token);
+        ().serve(StreamableHttpClientTransport::from_config(config))
+    };
+    let eu = connect(eu).await.expect("eu connects");
+    let us = connect(us).await.expect("us connects");
+    let call = |client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+                tool: &str,
+                args: serde_json::Value| {
+        let params = CallToolRequestParams::new(tool.to_owned())
+            .with_arguments(args.as_object().cloned().unwrap_or_default());
+        let peer = client.peer().clone();
+        async move { peer.call_tool(params).await.expect("call") }
+    };
+
+    let mine = call(&eu, "fetch_orders", serde_json::json!({})).await;
+    assert_ne!(mine.is_error, Some(true), "{:?}", mine.content);
+    let mine = mine.structured_content.expect("structured");
+    assert_eq!(mine["rows"], 2, "{mine}");
+    let theirs = call(&us, "fetch_orders", serde_json::json!({})).await;
+    let theirs = theirs.structured_content.expect("structured");
+    assert_eq!(theirs["rows"], 1, "{theirs}");
+    assert!(theirs.to_string().contains("US") && !theirs.to_string().contains("\"EU\""));
+
+    let refused = call(&us, "fetch_salaries", serde_json::json!({})).await;
+    assert_eq!(refused.is_error, Some(true));
+    let text = format!("{:?}", refused.content);
+    assert!(
+        text.contains("us_analyst") && text.contains("no access"),
+        "{text}"
+    );
+
+    // eu's table, asked for by us, answers like a reference nobody made.
+    let eu_ref = mine["dataRef"].as_str().expect("dataRef").to_owned();
+    let stolen = call(
+        &us,
+        "describe_data",
+        serde_json::json!({ "dataRef": eu_ref }),
+    )
+    .await;
+    let made_up = call(
+        &us,
+        "describe_data",
+        serde_json::json!({ "dataRef": "data_AAAAAAAAAAAAAAAAAAAAAA" }),
+    )
+    .await;
+    assert_eq!(stolen.is_error, Some(true));
+    let strip = |r: &rmcp::model::CallToolResult| {
+        format!("{:?}", r.content)
+            .replace(&eu_ref, "REF")
+            .replace("data_AAAAAAAAAAAAAAAAAAAAAA", "REF")
+    };
+    assert_eq!(strip(&stolen), strip(&made_up));
+
+    let _ = eu.cancel().await;
+    let _ = us.cancel().await;
+    assert!(terminate(&mut child).success());
+}
