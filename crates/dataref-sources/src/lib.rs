@@ -42,7 +42,6 @@
 //! ```
 
 mod civil;
-mod env;
 mod error;
 pub mod postgres;
 mod sample;

@@ -1,5 +1,7 @@
 //! `${NAME}` in upstream `env` and `headers` values.
 
+pub(crate) use dataref_config::env::{ExpandError, expand as expand_vars};
+
 use super::UpstreamError;
 
 /// `value` with every `${NAME}` replaced by `lookup(NAME)`. `$$` is a literal `$`; any
@@ -23,60 +25,6 @@ pub(super) fn expand(
             variable,
         },
     })
-}
-
-/// Why `${NAME}` expansion failed.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum ExpandError {
-    /// What is wrong with the reference, for a message.
-    Malformed(String),
-    /// The variable's name.
-    Unset(String),
-}
-
-/// The expansion itself, for any caller that names the key in its own error
-/// (upstreams, and `[http]` secrets).
-pub(crate) fn expand_vars(
-    value: &str,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, ExpandError> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(tail) = after.strip_prefix('{') {
-            let Some(end) = tail.find('}') else {
-                return Err(ExpandError::Malformed(
-                    "`${` without its closing `}`".into(),
-                ));
-            };
-            let name = &tail[..end];
-            let valid = name
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                return Err(ExpandError::Malformed(format!(
-                    "`${{{name}}}` is not a variable name (letters, digits and `_`)"
-                )));
-            }
-            let Some(v) = lookup(name) else {
-                return Err(ExpandError::Unset(name.to_owned()));
-            };
-            out.push_str(&v);
-            rest = &tail[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 #[cfg(test)]

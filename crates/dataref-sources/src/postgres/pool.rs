@@ -14,8 +14,8 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::{Client, NoTls};
 
 use crate::SourceError;
-use crate::env::{ExpandError, expand};
 use crate::error::ConnectProblem;
+use dataref_config::env::{ExpandError, expand};
 
 /// How long a new connection may take before the attempt is abandoned.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
