@@ -145,16 +145,7 @@ fn fetch_sample(dir: &Path, rows: u64) -> Result<Fetched> {
         .sources
         .get("sample")
         .context("sample source missing")?;
-    let store_dir = tempdir_in(dir)?;
-    let store = Arc::new(LocalStore::open(
-        &store_dir,
-        StoreLimits {
-            max_artifact_bytes: 64 << 30,
-            owner_quota_bytes: 64 << 30,
-            ..StoreLimits::default()
-        },
-        Arc::new(SystemClock),
-    )?);
+    let (store_dir, store) = bench_store(dir)?;
     let owner = Principal::new("bench")?;
     let sql = sample_sql(&config)?;
     let declared = Default::default();
@@ -207,6 +198,21 @@ fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
         out["describe_peak_rss_bytes"] = json!(peak_rss_bytes());
     }
     Ok(out)
+}
+
+/// A fresh store under `dir` with bounds no benchmark reaches, and its directory.
+fn bench_store(dir: &Path) -> Result<(PathBuf, Arc<LocalStore>)> {
+    let store_dir = tempdir_in(dir)?;
+    let store = Arc::new(LocalStore::open(
+        &store_dir,
+        StoreLimits {
+            max_artifact_bytes: 64 << 30,
+            owner_quota_bytes: 64 << 30,
+            ..StoreLimits::default()
+        },
+        Arc::new(SystemClock),
+    )?);
+    Ok((store_dir, store))
 }
 
 fn tempdir_in(dir: &Path) -> Result<PathBuf> {

@@ -16,12 +16,12 @@ use dataref_config::{SourceConfig, SourceKind};
 use dataref_protocol::Principal;
 use dataref_sources::postgres::PgPool;
 use dataref_sources::{FetchRequest, Sources, SqlPolicy};
-use dataref_store::{Lineage, LocalStore, StoreLimits, SystemClock};
+use dataref_store::Lineage;
 use dataref_test_support::TestPostgres;
 use futures_util::StreamExt;
 use serde_json::json;
 
-use super::{f, run_json, tempdir_in};
+use super::{bench_store, f, run_json};
 use crate::settings;
 
 const SQL: &str = "SELECT id, amount, name, day, at, flag FROM bench";
@@ -104,16 +104,7 @@ pub(super) fn section(
 
     // dataref: the `query` tool's path (a blocking thread, the source's pool, the role).
     settings::progress_line("measuring dataref fetch → artifact…");
-    let store_dir = tempdir_in(dir)?;
-    let store = Arc::new(LocalStore::open(
-        &store_dir,
-        StoreLimits {
-            max_artifact_bytes: 64 << 30,
-            owner_quota_bytes: 64 << 30,
-            ..StoreLimits::default()
-        },
-        Arc::new(SystemClock),
-    )?);
+    let (store_dir, store) = bench_store(dir)?;
     let source = SourceConfig {
         name: "bench".into(),
         kind: SourceKind::Postgres {
