@@ -117,6 +117,28 @@ impl HttpError {
     }
 }
 
+/// `value` of the setting `key` with `${NAME}` expanded; an unset or malformed reference is
+/// an error naming the key.
+fn expand_setting(
+    key: &'static str,
+    value: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, HttpError> {
+    use dataref_config::env::{ExpandError, expand};
+    expand(value, lookup).map_err(|e| match e {
+        ExpandError::Unset(variable) => HttpError::Setting {
+            key,
+            message: format!("uses `${{{variable}}}`, which is not set"),
+            hint: format!("set `{variable}` in the server's environment"),
+        },
+        ExpandError::Malformed(message) => HttpError::Setting {
+            key,
+            message,
+            hint: "write `${NAME}` for an environment variable, `$$` for a `$`".into(),
+        },
+    })
+}
+
 /// A bound, configured server; [`HttpServer::serve`] runs it.
 pub struct HttpServer {
     listener: TcpListener,

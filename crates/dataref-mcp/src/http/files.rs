@@ -29,7 +29,6 @@ use serde_json::{Value, json};
 
 use super::{Body, HttpError, State, body, json_response, now_secs};
 use crate::resources::files::{mime_type, percent_decode, percent_encode};
-use crate::upstream::env::{ExpandError, expand_vars};
 
 const CHUNK: usize = 64 * 1024;
 /// `POST /files/sign` bodies are one small JSON object.
@@ -47,18 +46,7 @@ impl Signer {
     ) -> Result<Self, HttpError> {
         let bytes = match configured {
             Some(k) => {
-                let k = expand_vars(k, lookup).map_err(|e| match e {
-                    ExpandError::Unset(v) => HttpError::Setting {
-                        key: "http.signing_key",
-                        message: format!("uses `${{{v}}}`, which is not set"),
-                        hint: format!("set `{v}` in the server's environment"),
-                    },
-                    ExpandError::Malformed(message) => HttpError::Setting {
-                        key: "http.signing_key",
-                        message,
-                        hint: "write `${NAME}` for an environment variable, `$$` for a `$`".into(),
-                    },
-                })?;
+                let k = super::expand_setting("http.signing_key", k, lookup)?;
                 if k.len() < 32 {
                     return Err(HttpError::Setting {
                         key: "http.signing_key",

@@ -16,7 +16,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::HttpError;
-use crate::upstream::env::{ExpandError, expand_vars};
 
 /// Longer tokens are refused before any decoding.
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
@@ -74,7 +73,7 @@ impl Verifier {
     ) -> Result<Self, HttpError> {
         let key = match &config.key {
             JwtKey::Hs256 { secret } => {
-                let secret = expand_vars(secret, lookup).map_err(|e| setting_error(&e))?;
+                let secret = super::expand_setting("http.jwt.secret", secret, lookup)?;
                 if secret.len() < 32 {
                     return Err(HttpError::Setting {
                         key: "http.jwt.secret",
@@ -200,21 +199,6 @@ fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, String> 
         .decode(part)
         .map_err(|_| "not base64url".to_owned())?;
     serde_json::from_slice(&bytes).map_err(|e| format!("not the expected JSON: {e}"))
-}
-
-fn setting_error(e: &ExpandError) -> HttpError {
-    match e {
-        ExpandError::Unset(variable) => HttpError::Setting {
-            key: "http.jwt.secret",
-            message: format!("uses `${{{variable}}}`, which is not set"),
-            hint: format!("set `{variable}` in the server's environment"),
-        },
-        ExpandError::Malformed(message) => HttpError::Setting {
-            key: "http.jwt.secret",
-            message: message.clone(),
-            hint: "write `${NAME}` for an environment variable, `$$` for a `$`".into(),
-        },
-    }
 }
 
 /// The RSA signing keys of a JWKS file, by `kid`.

@@ -1,6 +1,6 @@
 //! `${NAME}` in upstream `env` and `headers` values.
 
-pub(crate) use dataref_config::env::{ExpandError, expand as expand_vars};
+use dataref_config::env::{ExpandError, expand as expand_vars};
 
 use super::UpstreamError;
 
