@@ -49,6 +49,18 @@ impl From<WorkspacePathError> for ToolError {
 
 impl From<SourceError> for ToolError {
     fn from(e: SourceError) -> Self {
+        if let SourceError::Connect {
+            source_name,
+            problem: dataref_sources::ConnectProblem::Busy,
+            ..
+        } = &e
+        {
+            // Not an outage: every connection is in use by other calls for now.
+            return Self::respond(
+                format!("the data source `{source_name}` is busy with other calls"),
+                Some("try the call again in a few seconds".into()),
+            );
+        }
         if let SourceError::Connect { source_name, .. } = &e {
             // The operator's problem: logged in full (with the hint about `url`); the model
             // learns only that the source is down, never the URL or host names.
@@ -84,4 +96,39 @@ pub enum ToolsError {
     DuplicateName(String),
     #[error("tool `{name}` has an invalid input schema: {message}")]
     BadSchema { name: String, message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(e: SourceError) -> (String, Option<String>) {
+        match ToolError::from(e) {
+            ToolError::RespondToModel { message, hint } => (message, hint),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A busy pool is the model's to retry; a source that is down is the operator's, and the
+    /// model never sees why (the URL may name hosts).
+    #[test]
+    fn busy_pools_say_try_again_and_outages_hide_the_details() {
+        let (message, hint) = said(SourceError::Connect {
+            source_name: "warehouse".into(),
+            message: "every connection of the pool was busy for 5000 ms".into(),
+            problem: dataref_sources::ConnectProblem::Busy,
+        });
+        assert!(message.contains("busy"), "{message}");
+        assert!(hint.is_some_and(|h| h.contains("again")));
+        let (message, hint) = said(SourceError::Connect {
+            source_name: "warehouse".into(),
+            message: "connection refused at db.internal:5432".into(),
+            problem: dataref_sources::ConnectProblem::Unreachable,
+        });
+        assert_eq!(
+            message,
+            "the data source `warehouse` is not available right now"
+        );
+        assert!(hint.is_some_and(|h| h.contains("dataref doctor")));
+    }
 }
