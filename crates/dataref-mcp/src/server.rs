@@ -169,6 +169,17 @@ impl DatarefServer {
         }
     }
 
+    /// Closes the cached workspaces no call is using (they are opened again on the
+    /// principal's next request), so the cache holds only principals active lately.
+    pub(crate) fn forget_idle_workspaces(&self) {
+        if let Contexts::PerRequest(p) = &self.inner.contexts {
+            p.workspaces
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|_, w| Arc::strong_count(w) > 1);
+        }
+    }
+
     /// The context a request runs in.
     fn context(&self, request: &RequestContext<RoleServer>) -> Result<RunContext, McpError> {
         match &self.inner.contexts {

@@ -84,6 +84,26 @@ impl Limits {
     }
 
     /// One of the principal's in-flight slots, held until the permit is dropped.
+    /// Forgets the principals whose state a fresh entry would equal: no request in flight
+    /// and a full bucket. Nothing is lost, and the map stays as small as the set of
+    /// principals active in the last minutes (JWTs may name any number of them).
+    pub(crate) fn forget_idle(&self) -> usize {
+        let now = Instant::now();
+        let mut map = self
+            .principals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = map.len();
+        map.retain(|_, p| {
+            let in_use =
+                Arc::strong_count(p) > 1 || p.slots.available_permits() < self.max_concurrent;
+            let b = p.bucket.lock().unwrap_or_else(PoisonError::into_inner);
+            let refilled = b.tokens + now.duration_since(b.at).as_secs_f64() * self.per_second;
+            in_use || refilled < self.burst
+        });
+        before - map.len()
+    }
+
     pub(crate) fn slot(&self, principal: &Principal) -> Result<OwnedSemaphorePermit, Refused> {
         self.of(principal)
             .slots
@@ -153,5 +173,23 @@ mod tests {
         ));
         drop(a);
         assert!(limits.slot(&p).is_ok());
+    }
+
+    #[test]
+    fn only_state_a_fresh_entry_would_equal_is_forgotten() {
+        let limits = Limits::new(2, 60);
+        let drained = Principal::new("drained").unwrap();
+        let busy = Principal::new("busy").unwrap();
+        let idle = Principal::new("idle").unwrap();
+        assert!(limits.admit(&drained).is_ok());
+        let permit = limits.slot(&busy).ok();
+        // `slot` takes no token, so `busy`'s bucket is full: only its request keeps it.
+        assert!(limits.slot(&idle).is_ok(), "taken and given back at once");
+        assert_eq!(limits.forget_idle(), 1, "only `idle`");
+        drop(permit);
+        assert_eq!(limits.forget_idle(), 1, "now `busy`");
+        // `drained` spent a token; it stays until the bucket has refilled.
+        assert_eq!(limits.forget_idle(), 0);
+        assert!(limits.admit(&drained).is_ok(), "still its own bucket");
     }
 }

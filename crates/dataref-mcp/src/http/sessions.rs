@@ -71,7 +71,11 @@ pub(crate) fn spawn_pruner(
         let mut tick = tokio::time::interval(PRUNE_EVERY);
         loop {
             tokio::select! {
-                _ = tick.tick() => state.sessions.prune().await,
+                _ = tick.tick() => {
+                    state.sessions.prune().await;
+                    state.limits.forget_idle();
+                    state.server.forget_idle_workspaces();
+                }
                 () = stop.cancelled() => return,
             }
         }
