@@ -67,8 +67,10 @@ pub struct ColumnStats {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub distinct_is_estimate: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "number_or_string")]
     pub min: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "number_or_string")]
     pub max: Option<Value>,
     /// Numbers only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +86,19 @@ pub struct ColumnStats {
     /// Says which statistics were not computed and why (e.g. an unsupported type).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+// A `serde_json::Value` derives the schema `true` (any value), which hosts that map tool
+// schemas onto a stricter dialect refuse; these name what the statistics really hold.
+
+/// `min` and `max`: a number (numeric columns) or a string (text, dates, times).
+fn number_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "anyOf": [{ "type": "number" }, { "type": "string" }] })
+}
+
+/// A `top` value: a string (text columns) or a boolean (boolean columns).
+fn string_or_boolean(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "anyOf": [{ "type": "string" }, { "type": "boolean" }] })
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -103,6 +118,32 @@ pub struct NumericStats {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TopValue {
+    #[schemars(schema_with = "string_or_boolean")]
     pub value: Value,
     pub count: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `min`, `max` and `top[].value` hold numbers, strings and booleans: their schemas say
+    /// so instead of the bare `true` a `Value` derives, which stricter hosts refuse.
+    #[test]
+    fn stats_schema_names_what_values_hold() {
+        let schema = crate::object_schema::<DataStats>();
+        let column = &schema["properties"]["columns"]["items"]["properties"];
+        for key in ["min", "max"] {
+            assert_eq!(
+                column[key],
+                serde_json::json!({"anyOf": [{"type": "number"}, {"type": "string"}]}),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            column["top"]["items"]["properties"]["value"],
+            serde_json::json!({"anyOf": [{"type": "string"}, {"type": "boolean"}]})
+        );
+        assert!(!schema.to_string().contains(":true"), "{schema}");
+    }
 }
