@@ -53,6 +53,9 @@ pub struct HttpConfig {
     pub signing_key: Option<String>,
     /// Also accept JWTs as bearer tokens.
     pub jwt: Option<JwtConfig>,
+    /// The file has an `[http]` table: it is meant for `serve --http`, so `dataref doctor`
+    /// fails what the server would refuse. Default false.
+    pub in_file: bool,
 }
 
 impl Default for HttpConfig {
@@ -68,6 +71,7 @@ impl Default for HttpConfig {
             download_ttl: Duration::from_secs(15 * 60),
             signing_key: None,
             jwt: None,
+            in_file: false,
         }
     }
 }
@@ -220,6 +224,7 @@ pub(crate) fn resolve_http(raw: RawHttp, base: &Path) -> Result<HttpConfig, Conf
         download_ttl,
         signing_key: raw.signing_key,
         jwt,
+        in_file: true,
     })
 }
 

@@ -25,8 +25,8 @@ pub(crate) struct RawConfig {
     pub upstream: Vec<RawUpstream>,
     #[serde(default)]
     pub principals: BTreeMap<String, RawPrincipal>,
-    #[serde(default)]
-    pub http: RawHttp,
+    /// `None` when the file has no `[http]` table.
+    pub http: Option<RawHttp>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -526,7 +526,10 @@ impl Config {
         let spill = resolve_spill(&raw.spill)?;
         let upstreams = resolve_upstreams(raw.upstream, base)?;
         let principals = resolve_principals(raw.principals)?;
-        let http = resolve_http(raw.http, base)?;
+        let http = match raw.http {
+            Some(h) => resolve_http(h, base)?,
+            None => HttpConfig::default(),
+        };
         Ok(Self {
             home,
             principal,

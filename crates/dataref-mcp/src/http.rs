@@ -142,6 +142,8 @@ fn expand_setting(
 /// A bound, configured server; [`HttpServer::serve`] runs it.
 pub struct HttpServer {
     listener: TcpListener,
+    /// The address bound (the port of `:0` filled in).
+    local: SocketAddr,
     state: Arc<State>,
     /// Cancels rmcp's sessions and streams at shutdown.
     mcp_shutdown: CancellationToken,
@@ -169,20 +171,11 @@ struct State {
 }
 
 impl HttpServer {
-    /// Checks the options, binds `options.http.listen` and builds the routes. Nothing is
-    /// served until [`Self::serve`].
+    /// Checks the options ([`validate`]), binds `options.http.listen` and builds the
+    /// routes. Nothing is served until [`Self::serve`].
     pub async fn bind(server: DatarefServer, options: HttpOptions) -> Result<Self, HttpError> {
-        let HttpOptions {
-            http,
-            principals,
-            anonymous,
-        } = options;
-        if !http.auth && !http.listen.ip().is_loopback() {
-            return Err(HttpError::AuthOffNotLoopback {
-                addr: http.listen,
-                principal: anonymous,
-            });
-        }
+        check_listen(&options)?;
+        let http = &options.http;
         let listener = TcpListener::bind(http.listen)
             .await
             .map_err(|source| HttpError::Bind {
@@ -197,10 +190,12 @@ impl HttpServer {
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{local}"));
-        let lookup = |name: &str| std::env::var(name).ok();
-        let auth = auth::Authenticator::new(&http, &principals, anonymous, &public_url, &lookup)?;
-        let guard = guard::Guard::new(&http, &public_url);
-        let signer = Arc::new(files::Signer::new(http.signing_key.as_deref(), &lookup)?);
+        let Checked {
+            auth,
+            guard,
+            signer,
+        } = check(&options, &public_url)?;
+        let http = options.http;
         server.set_download_links(Arc::new(files::Links {
             signer: signer.clone(),
             public_url: public_url.clone(),
@@ -230,6 +225,7 @@ impl HttpServer {
         });
         Ok(Self {
             listener,
+            local,
             state,
             mcp_shutdown,
         })
@@ -238,6 +234,12 @@ impl HttpServer {
     /// The address actually bound (the port of `:0` filled in).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The MCP endpoint at the address this server listens on: `http://<addr>/mcp`. It is
+    /// [`Self::mcp_url`] unless `[http] public_url` names another (a proxy in front).
+    pub fn listen_url(&self) -> String {
+        format!("http://{}{MCP_PATH}", self.local)
     }
 
     /// The MCP endpoint as clients should reach it: `<public_url>/mcp`.
@@ -252,6 +254,7 @@ impl HttpServer {
             listener,
             state,
             mcp_shutdown,
+            ..
         } = self;
         let pruner = sessions::spawn_pruner(state.clone(), mcp_shutdown.clone());
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -297,6 +300,60 @@ impl HttpServer {
         }
         Ok(())
     }
+}
+
+/// Everything `serve --http` refuses at start, short of binding the port: `auth = false`
+/// on an address that is not loopback, nobody with a token and no `[http.jwt]`, a JWT key
+/// that cannot be used (an unreadable JWKS file, a short or unset HS256 secret), a bad
+/// `signing_key`. [`HttpServer::bind`] runs the same checks, so `dataref doctor`, which
+/// calls this, refuses exactly what the server would, with the same message.
+pub fn validate(options: &HttpOptions) -> Result<(), HttpError> {
+    check_listen(options)?;
+    let public_url = options
+        .http
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", options.http.listen));
+    check(options, &public_url).map(drop)
+}
+
+/// What [`check`] builds: the parts of the server that come from the config.
+struct Checked {
+    auth: auth::Authenticator,
+    guard: guard::Guard,
+    signer: Arc<files::Signer>,
+}
+
+/// `auth = false` is for loopback only (checked before anything listens).
+fn check_listen(options: &HttpOptions) -> Result<(), HttpError> {
+    let http = &options.http;
+    if !http.auth && !http.listen.ip().is_loopback() {
+        return Err(HttpError::AuthOffNotLoopback {
+            addr: http.listen,
+            principal: options.anonymous.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Builds the authenticator, the Host/Origin guard and the download signer from the
+/// options, `${NAME}` expanded from the environment: each refuses what it cannot use.
+fn check(options: &HttpOptions, public_url: &str) -> Result<Checked, HttpError> {
+    check_listen(options)?;
+    let HttpOptions {
+        http,
+        principals,
+        anonymous,
+    } = options;
+    let lookup = |name: &str| std::env::var(name).ok();
+    let auth = auth::Authenticator::new(http, principals, anonymous.clone(), public_url, &lookup)?;
+    let guard = guard::Guard::new(http, public_url);
+    let signer = Arc::new(files::Signer::new(http.signing_key.as_deref(), &lookup)?);
+    Ok(Checked {
+        auth,
+        guard,
+        signer,
+    })
 }
 
 /// One request, any route.
