@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use dataref_config::{Config, SourceKind};
+use dataref_mcp::http::HttpOptions;
 
 use crate::{Common, settings};
 
@@ -33,7 +34,8 @@ fn check(status: Status, what: &str, detail: impl Into<String>, hint: Option<&st
     }
 }
 
-pub fn run(common: &Common) -> Result<ExitCode> {
+/// `dataref doctor [--http [ADDR]]`.
+pub fn run(common: &Common, http_addr: Option<&str>) -> Result<ExitCode> {
     let mut checks = Vec::new();
     match settings::home(common) {
         Ok(home) => checks.push(data_dir(&home)),
@@ -43,8 +45,12 @@ pub fn run(common: &Common) -> Result<ExitCode> {
         Ok(config) => {
             checks.push(match &config.sample {
                 Some(s) => check(Status::Ok, "config", format!("built-in sample ({} rows); no config file given", s.rows), Some("to serve your own data, write a dataref.toml and pass `--config` or set `DATAREF_CONFIG`")),
-                None => check(Status::Ok, "config", format!("{} sources, {} named queries", config.sources.len(), config.queries.len()), None),
+                None => match settings::without_sources(common, &config) {
+                    Some(path) => check(Status::Warn, "config", settings::no_sources(&path), Some(settings::NO_SOURCES_HINT)),
+                    None => check(Status::Ok, "config", format!("{} sources, {} named queries", config.sources.len(), config.queries.len()), None),
+                },
             });
+            checks.push(http(config.clone(), http_addr));
             checks.push(store(&config));
             checks.extend(sources(&config));
             if config.python.enabled {
@@ -83,6 +89,71 @@ pub fn run(common: &Common) -> Result<ExitCode> {
     }
     writeln!(out, "all required checks passed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `serve --http`: the config checked by the function the server runs at start, so what
+/// it would refuse fails here with the same message. Without `--http` a config that sets
+/// up nothing for HTTP (no `[http]`, no tokens) is reported as such, not failed: it may be
+/// meant for stdio only.
+fn http(mut config: Config, addr: Option<&str>) -> Check {
+    const WHAT: &str = "serve --http";
+    let set_up = config.http.in_file
+        || config
+            .principals
+            .values()
+            .any(|p| !p.token_sha256.is_empty());
+    let Some(addr) = addr.or(set_up.then_some("")) else {
+        return check(
+            Status::Ok,
+            WHAT,
+            "not set up (no `[http]`, no tokens); `dataref doctor --http` checks it as `serve --http` would",
+            None,
+        );
+    };
+    if let Err(e) = settings::http_listen(&mut config, addr) {
+        return check(Status::Fail, WHAT, format!("{e:#}"), None);
+    }
+    let anonymous = match settings::principal(None, &config) {
+        Ok(p) => p,
+        Err(e) => return check(Status::Fail, WHAT, format!("{e:#}"), None),
+    };
+    let options = HttpOptions {
+        http: config.http.clone(),
+        principals: config.principals.clone(),
+        anonymous,
+    };
+    if let Err(e) = dataref_mcp::http::validate(&options) {
+        return check(Status::Fail, WHAT, e.to_string(), Some(&e.hint()));
+    }
+    let auth = if config.http.auth {
+        let tokens = config
+            .principals
+            .values()
+            .filter(|p| !p.token_sha256.is_empty())
+            .count();
+        let jwt = if config.http.jwt.is_some() {
+            " and JWTs"
+        } else {
+            ""
+        };
+        format!("bearer tokens of {tokens} principal(s){jwt}")
+    } else {
+        format!("off, every caller is `{}`", options.anonymous)
+    };
+    let public = config
+        .http
+        .public_url
+        .as_ref()
+        .map_or_else(String::new, |u| format!(", reached at {u}"));
+    check(
+        Status::Ok,
+        WHAT,
+        format!(
+            "would listen on {}{public}; auth: {auth}",
+            config.http.listen
+        ),
+        None,
+    )
 }
 
 fn data_dir(home: &Path) -> Check {

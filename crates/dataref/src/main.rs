@@ -31,11 +31,13 @@ struct Cli {
 /// Where data lives and what config to use; shared by every command.
 #[derive(Debug, Clone, Args)]
 pub struct Common {
-    /// Data directory (artifacts, index, workspaces). Default: `$DATAREF_HOME`, else the
-    /// XDG data dir (`~/.local/share/dataref`).
+    /// Data directory (artifacts, index, workspaces). Default: `$DATAREF_HOME`, else
+    /// `$XDG_DATA_HOME/dataref`, else `/var/lib/dataref` for root, else
+    /// `~/.local/share/dataref`.
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
-    /// `dataref.toml`. Default: `$DATAREF_CONFIG`; without either, the built-in sample.
+    /// `dataref.toml`. Default: `$DATAREF_CONFIG`; without either, the built-in sample (a
+    /// config file replaces it: only its own `[sources]` are served).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Rows of the built-in sample database (used when no config is given).
@@ -79,6 +81,11 @@ enum Command {
     Doctor {
         #[command(flatten)]
         common: Common,
+        /// Also check the config as `serve --http ADDR` would (without a value: `[http]
+        /// listen`), failing what it would refuse. Without the flag that check runs only
+        /// when the config has an `[http]` table or gives a principal a token.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
+        http: Option<String>,
     },
     /// Measure fetch and describe speed and memory, against pandas in the same run.
     Bench(bench::BenchArgs),
@@ -136,15 +143,15 @@ fn main() -> ExitCode {
             command: TokenCommand::New { name },
         } => serve::new_token(&name),
         Command::Demo { common } => demo::run(&common),
-        Command::Doctor { common } => doctor::run(&common),
+        Command::Doctor { common, http } => doctor::run(&common, http.as_deref()),
         Command::Bench(args) => bench::run(&args),
         Command::BenchWorker(args) => bench::worker(&args),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            // The one place errors reach a person: the whole chain, no backtrace noise.
-            tracing::error!("{e:#}");
+            // The one place errors reach a person: the whole chain, no backtrace noise, and
+            // once (not also as a log line: both go to stderr).
             eprintln_error(&e);
             ExitCode::FAILURE
         }

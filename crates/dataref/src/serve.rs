@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use dataref_config::{Config, UpstreamTransport};
-use dataref_mcp::http::{HttpOptions, HttpServer};
+use dataref_mcp::http::HttpServer;
 use dataref_mcp::upstream::{self, Upstreams};
 use dataref_mcp::{DatarefServer, SharedContext};
 use dataref_protocol::Principal;
@@ -24,6 +24,7 @@ pub fn run(
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
     let workspace = settings::workspace(workspace, &config, &principal)?;
+    settings::note_no_sources(common, &config);
     let Started {
         runtime,
         store,
@@ -59,14 +60,12 @@ pub fn run(
 /// `dataref serve --http ADDR` (`ADDR` empty: `[http] listen`).
 pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<ExitCode> {
     let mut config = settings::config(common)?;
-    if !addr.is_empty() {
-        config.http.listen = addr.parse().map_err(|_| {
-            anyhow::anyhow!(
-                "`--http {addr}` is not an address and port\nhint: e.g. `--http 127.0.0.1:8750`, or `--http 0.0.0.0:8750` to listen on every interface (needs tokens)"
-            )
-        })?;
-    }
+    settings::http_listen(&mut config, addr)?;
     let anonymous = settings::principal(principal, &config)?;
+    // Before anything starts (the sample, the upstream servers), by the function `dataref
+    // doctor` calls, so the two refuse the same configs with the same message.
+    let options = settings::http_options(&config, anonymous.clone())?;
+    settings::note_no_sources(common, &config);
     let Started {
         runtime,
         store,
@@ -109,11 +108,6 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         } else {
             format!("off, every caller is `{anonymous}`")
         };
-        let options = HttpOptions {
-            http: config.http.clone(),
-            principals: config.principals.clone(),
-            anonymous,
-        };
         let http = match HttpServer::bind(server, options).await {
             Ok(h) => h,
             Err(e) => {
@@ -121,9 +115,15 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
                 anyhow::bail!("{e}\nhint: {}", e.hint());
             }
         };
+        // Where it listens, and where clients reach it when `public_url` says otherwise.
+        let (listen, public) = (http.listen_url(), http.mcp_url());
+        let reach = if public == listen {
+            String::new()
+        } else {
+            format!("; clients reach it at {public}")
+        };
         settings::progress_line(&format!(
-            "serving MCP on {} ({} tools; auth: {auth})",
-            http.mcp_url(),
+            "serving MCP on {listen} ({} tools; auth: {auth}{reach})",
             registry.len()
         ));
         let shutdown = CancellationToken::new();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use dataref_config::{Config, env};
+use dataref_mcp::http::{HttpError, HttpOptions};
 use dataref_protocol::Principal;
 use dataref_sources::{SAMPLE_ROWS_DEFAULT, SAMPLE_ROWS_MAX};
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
@@ -66,15 +67,19 @@ pub fn sample_rows(common: &Common) -> Result<u64> {
     Ok(rows)
 }
 
-/// `--config`, else `$DATAREF_CONFIG`, else the built-in sample.
-pub fn config(common: &Common) -> Result<Config> {
-    let home = home(common)?;
-    let path = common.config.clone().or_else(|| {
+/// The config file: `--config`, else `$DATAREF_CONFIG`; `None` means the built-in sample.
+pub fn config_path(common: &Common) -> Option<PathBuf> {
+    common.config.clone().or_else(|| {
         std::env::var_os(env::DATAREF_CONFIG)
             .filter(|p| !p.is_empty())
             .map(PathBuf::from)
-    });
-    match path {
+    })
+}
+
+/// `--config`, else `$DATAREF_CONFIG`, else the built-in sample.
+pub fn config(common: &Common) -> Result<Config> {
+    let home = home(common)?;
+    match config_path(common) {
         Some(p) => {
             if common.rows.is_some() {
                 anyhow::bail!(
@@ -85,6 +90,65 @@ pub fn config(common: &Common) -> Result<Config> {
         }
         None => Ok(Config::builtin_sample(home, sample_rows(common)?)),
     }
+}
+
+/// A config file replaces the built-in sample whole: one that declares no `[sources]`
+/// serves no data, and says so at start rather than leaving the person to find no
+/// `fetch_*` tools.
+pub fn note_no_sources(common: &Common, config: &Config) {
+    if let Some(path) = without_sources(common, config) {
+        progress_line(&format!(
+            "note: {}\nhint: {NO_SOURCES_HINT}",
+            no_sources(&path)
+        ));
+    }
+}
+
+/// The config file, when it declares neither `[sources]` nor `[[upstream]]` servers (whose
+/// tools may bring data of their own).
+pub fn without_sources(common: &Common, config: &Config) -> Option<PathBuf> {
+    config_path(common).filter(|_| {
+        config.sample.is_none() && config.sources.is_empty() && config.upstreams.is_empty()
+    })
+}
+
+/// What `serve` notes and `doctor` warns of for a config file without `[sources]`.
+pub fn no_sources(path: &std::path::Path) -> String {
+    format!(
+        "`{}` declares no `[sources]`, so there is no data to fetch (the built-in sample is served only when no config file is given)",
+        path.display()
+    )
+}
+
+pub const NO_SOURCES_HINT: &str = "add a `[sources.NAME]` table (README, \"Configure\"), or leave out `--config` to try the built-in sample";
+
+/// `--http ADDR` over `[http] listen` (an empty `ADDR`: keep `[http] listen`).
+pub fn http_listen(config: &mut Config, addr: &str) -> Result<()> {
+    if !addr.is_empty() {
+        config.http.listen = addr.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "`--http {addr}` is not an address and port\nhint: e.g. `--http 127.0.0.1:8750`, or `--http 0.0.0.0:8750` to listen on every interface (needs tokens)"
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// What `serve --http` runs with, checked as it checks them at start
+/// ([`dataref_mcp::http::validate`]); the error is the one `serve --http` stops with.
+pub fn http_options(config: &Config, anonymous: Principal) -> Result<HttpOptions> {
+    let options = HttpOptions {
+        http: config.http.clone(),
+        principals: config.principals.clone(),
+        anonymous,
+    };
+    dataref_mcp::http::validate(&options).map_err(|e| http_error(&e))?;
+    Ok(options)
+}
+
+/// An [`HttpError`] with its hint, as the binary prints it.
+pub fn http_error(e: &HttpError) -> anyhow::Error {
+    anyhow::anyhow!("{e}\nhint: {}", e.hint())
 }
 
 /// `--principal`, else `$DATAREF_PRINCIPAL`, else config.

@@ -10,6 +10,7 @@
 )]
 
 mod http;
+mod ops;
 mod postgres;
 
 use std::path::{Path, PathBuf};
