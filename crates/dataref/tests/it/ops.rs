@@ -486,10 +486,8 @@ const FLAG: &[&str] = &[
 
 fn walk(node: &Value, path: &str, keyword: Option<&str>, bare: &mut Vec<String>) {
     match node {
-        Value::Bool(b) => {
-            if !keyword.is_some_and(|k| FLAG.contains(&k)) {
-                bare.push(format!("{path}: {b}"));
-            }
+        Value::Bool(b) if !keyword.is_some_and(|k| FLAG.contains(&k)) => {
+            bare.push(format!("{path}: {b}"));
         }
         Value::Object(o) => {
             for (k, v) in o {
