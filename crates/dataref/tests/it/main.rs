@@ -10,6 +10,7 @@
 )]
 
 mod http;
+mod http_edges;
 mod postgres;
 
 use std::path::{Path, PathBuf};
