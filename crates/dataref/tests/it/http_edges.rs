@@ -47,6 +47,20 @@ impl Server {
         self.log.lock().expect("log lock").clone()
     }
 
+    /// Whether a line matching `pred` reaches the log (read by another thread) within 10 s.
+    fn log_has(&self, pred: impl Fn(&str) -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if self.log().iter().any(|l| pred(l)) {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid");
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
@@ -256,8 +270,9 @@ async fn http_jwt_crit_and_audience() {
     let no_aud = json!({"sub": "eu_analyst", "exp": now() + 300});
     assert_eq!(status(hs256(&header, &no_aud)).await, 401);
     assert!(
-        server.log().iter().any(|l| l.contains("`crit`")),
-        "the log says why"
+        server.log_has(|l| l.contains("`crit`")),
+        "the log says why: {:?}",
+        server.log()
     );
     assert!(server.terminate().success());
 
@@ -391,14 +406,8 @@ async fn http_many_principals_do_not_exhaust_descriptors() {
         }
     }
     for name in ["p0000", "late_comer"] {
-        let (status, body) = stateless_call(
-            &c,
-            &server.mcp(),
-            &token(name),
-            "list_artifacts",
-            json!({}),
-        )
-        .await;
+        let (status, body) =
+            stateless_call(&c, &server.mcp(), &token(name), "list_artifacts", json!({})).await;
         if status != 200 || !body.contains("\"result\"") || body.contains("\"isError\":true") {
             failures.push(format!("{name}: {status} {body}"));
         }
@@ -638,6 +647,8 @@ async fn http_log_lines_are_bounded() {
     }
     let _ = send(init(&huge)).await;
     assert!(server.terminate().success());
+    // `stopped` is the server's last line: the log is read to its end.
+    assert!(server.log_has(|l| l == "stopped"), "{:?}", server.log());
     let log = server.log();
     let lens: Vec<usize> = log.iter().map(String::len).collect();
     println!("log line lengths: {lens:?}");
