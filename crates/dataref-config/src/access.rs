@@ -51,6 +51,16 @@ pub struct HttpConfig {
     /// The HMAC key of signed download URLs, `${NAME}` expanded at start. Default: a
     /// random key per process (links die with a restart).
     pub signing_key: Option<String>,
+    /// Downloads (`GET /files/…`, by token or signed link) one principal may have in
+    /// flight at once, counted apart from `max_concurrent` so a stalled download cannot
+    /// hold the slots of tool calls; more get 429. Default 8.
+    pub max_downloads: usize,
+    /// A request body must have arrived whole within this; a slower one gets 408 and its
+    /// connection is closed. Default 30 s.
+    pub body_timeout: Duration,
+    /// A response (a download, a tool call's stream) the client stops reading for this
+    /// long is abandoned and its connection closed. Default 30 s.
+    pub send_timeout: Duration,
     /// Also accept JWTs as bearer tokens.
     pub jwt: Option<JwtConfig>,
     /// The file has an `[http]` table: it is meant for `serve --http`, so `dataref doctor`
@@ -70,6 +80,9 @@ impl Default for HttpConfig {
             rate_per_minute: 600,
             download_ttl: Duration::from_secs(15 * 60),
             signing_key: None,
+            max_downloads: 8,
+            body_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(30),
             jwt: None,
             in_file: false,
         }
@@ -83,8 +96,15 @@ pub struct JwtConfig {
     pub key: JwtKey,
     /// The claim that names the principal. Default `sub`.
     pub principal_claim: String,
+    /// The `iss` every token must carry. Required for RS256 unless `require_issuer = false`.
     pub issuer: Option<String>,
+    /// A value every token's `aud` must carry (tokens minted for another service are
+    /// refused). Required unless `require_audience = false`.
     pub audience: Option<String>,
+    /// `false`: the operator accepts tokens for any audience (no `audience` set).
+    pub require_audience: bool,
+    /// `false`: the operator accepts RS256 tokens of any issuer the JWKS signs for.
+    pub require_issuer: bool,
     /// Clock skew allowed on `exp` and `nbf`. Default 60 s.
     pub leeway: Duration,
 }
@@ -212,6 +232,28 @@ pub(crate) fn resolve_http(raw: RawHttp, base: &Path) -> Result<HttpConfig, Conf
             ));
         }
     }
+    let max_downloads = raw.max_downloads.unwrap_or(d.max_downloads);
+    if !(1..=1024).contains(&max_downloads) {
+        return Err(invalid(
+            "http.max_downloads",
+            "must be between 1 and 1024",
+            "the default is 8",
+        ));
+    }
+    let body_timeout = duration("http.body_timeout", &raw.body_timeout, d.body_timeout)?;
+    let send_timeout = duration("http.send_timeout", &raw.send_timeout, d.send_timeout)?;
+    for (key, value) in [
+        ("http.body_timeout", body_timeout),
+        ("http.send_timeout", send_timeout),
+    ] {
+        if value.is_zero() || value > Duration::from_secs(3600) {
+            return Err(invalid(
+                key,
+                "must be longer than zero and at most 1 hour",
+                "the default is `30s`",
+            ));
+        }
+    }
     let jwt = raw.jwt.map(|j| resolve_jwt(j, base)).transpose()?;
     Ok(HttpConfig {
         listen,
@@ -223,6 +265,9 @@ pub(crate) fn resolve_http(raw: RawHttp, base: &Path) -> Result<HttpConfig, Conf
         rate_per_minute,
         download_ttl,
         signing_key: raw.signing_key,
+        max_downloads,
+        body_timeout,
+        send_timeout,
         jwt,
         in_file: true,
     })
@@ -274,11 +319,29 @@ fn resolve_jwt(raw: RawJwt, base: &Path) -> Result<JwtConfig, ConfigError> {
             ));
         }
     };
+    let require_audience = raw.require_audience.unwrap_or(true);
+    if require_audience && raw.audience.is_none() {
+        return Err(invalid(
+            "http.jwt.audience",
+            "is not set, so tokens your identity provider mints for any other service would be accepted here",
+            "set `audience` to the value your identity provider puts into `aud` for this server (e.g. `audience = \"dataref\"`), or accept every audience with `require_audience = false`",
+        ));
+    }
+    let require_issuer = raw.require_issuer.unwrap_or(true);
+    if require_issuer && raw.issuer.is_none() && matches!(key, JwtKey::Rs256 { .. }) {
+        return Err(invalid(
+            "http.jwt.issuer",
+            "is not set, so RS256 tokens of any issuer these keys sign for would be accepted",
+            "set `issuer` to your identity provider's `iss` (e.g. `issuer = \"https://idp.example.com\"`), or accept every issuer with `require_issuer = false`",
+        ));
+    }
     Ok(JwtConfig {
         key,
         principal_claim: raw.principal_claim.unwrap_or_else(|| "sub".into()),
         issuer: raw.issuer,
         audience: raw.audience,
+        require_audience,
+        require_issuer,
         leeway: duration("http.jwt.leeway", &raw.leeway, Duration::from_secs(60))?,
     })
 }
@@ -311,6 +374,8 @@ download_ttl = "5m"
 algorithm = "RS256"
 jwks_file = "jwks.json"
 principal_claim = "email"
+issuer = "https://idp.example.com"
+audience = "dataref"
 "#
         ))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -355,6 +420,16 @@ principal_claim = "email"
             ),
             ("[http.jwt]\nalgorithm = \"none\"", "http.jwt.algorithm"),
             ("[http.jwt]\nalgorithm = \"HS256\"", "http.jwt"),
+            ("[http]\nmax_downloads = 0", "http.max_downloads"),
+            ("[http]\nbody_timeout = \"0s\"", "http.body_timeout"),
+            (
+                "[http.jwt]\nalgorithm = \"HS256\"\nsecret = \"s\"",
+                "http.jwt.audience",
+            ),
+            (
+                "[http.jwt]\nalgorithm = \"RS256\"\njwks_file = \"k.json\"\naudience = \"dataref\"",
+                "http.jwt.issuer",
+            ),
         ];
         let h = "b".repeat(64);
         for (text, key) in cases {

@@ -50,6 +50,9 @@ pub(crate) struct RawHttp {
     pub rate_per_minute: Option<u32>,
     pub download_ttl: Option<RawDuration>,
     pub signing_key: Option<String>,
+    pub max_downloads: Option<usize>,
+    pub body_timeout: Option<RawDuration>,
+    pub send_timeout: Option<RawDuration>,
     pub jwt: Option<RawJwt>,
 }
 
@@ -62,6 +65,8 @@ pub(crate) struct RawJwt {
     pub principal_claim: Option<String>,
     pub issuer: Option<String>,
     pub audience: Option<String>,
+    pub require_audience: Option<bool>,
+    pub require_issuer: Option<bool>,
     pub leeway: Option<RawDuration>,
 }
 

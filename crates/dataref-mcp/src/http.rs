@@ -4,7 +4,10 @@
 //! 2026-07-28, which it always serves statelessly); this module is everything around it,
 //! on hyper's HTTP/1.1 server:
 //!
-//! - every route: the `Host` and `Origin` checks against DNS rebinding (403);
+//! - every route: the `Host` and `Origin` checks against DNS rebinding (403; a repeated
+//!   `Host` or `Origin`, or a request target naming another host, 400); a request body
+//!   must arrive whole within `body_timeout` (else 408), and a connection whose client
+//!   reads nothing of a response for `send_timeout` is closed;
 //! - `/mcp`: a bearer token (hashed and looked up in `[principals]`) or a JWT names the
 //!   caller, else 401 with `WWW-Authenticate` pointing at the protected-resource metadata;
 //!   per-principal rate (token bucket) and concurrency limits (429 with `Retry-After`); the
@@ -15,7 +18,11 @@
 //! - `GET /files/{path}`: the caller's workspace file, streamed; with a bearer token, or a
 //!   signed URL from `POST /files/sign` (HMAC-SHA256 over principal, path and expiry).
 //!   Another principal's file, a missing file and a bad or expired signature all get the
-//!   same 404.
+//!   same 404. Downloads have their own per-principal bound (`max_downloads`), apart from
+//!   tool calls.
+//!
+//! At shutdown the server stops accepting, lets open requests (tool calls, downloads)
+//! finish for up to [`DRAIN`], and only then ends the MCP sessions.
 //!
 //! ```no_run
 //! # async fn run(server: dataref_mcp::DatarefServer, options: dataref_mcp::http::HttpOptions)
@@ -29,6 +36,7 @@
 
 mod auth;
 mod body;
+mod conn;
 mod files;
 mod guard;
 mod jwt;
@@ -147,6 +155,7 @@ pub struct HttpServer {
     state: Arc<State>,
     /// Cancels rmcp's sessions and streams at shutdown.
     mcp_shutdown: CancellationToken,
+    send_timeout: Duration,
 }
 
 impl std::fmt::Debug for HttpServer {
@@ -166,6 +175,9 @@ struct State {
     limits: limits::Limits,
     signer: Arc<files::Signer>,
     download_ttl: Duration,
+    body_timeout: Duration,
+    /// Requests being answered; a shutdown waits for them.
+    open: conn::Open,
     /// Without a trailing `/`.
     public_url: String,
 }
@@ -218,9 +230,15 @@ impl HttpServer {
             sessions: sessions::Sessions::new(manager),
             auth,
             guard,
-            limits: limits::Limits::new(http.max_concurrent, http.rate_per_minute),
+            limits: limits::Limits::new(
+                http.max_concurrent,
+                http.max_downloads,
+                http.rate_per_minute,
+            ),
             signer,
             download_ttl: http.download_ttl,
+            body_timeout: http.body_timeout,
+            open: conn::Open::default(),
             public_url,
         });
         Ok(Self {
@@ -228,6 +246,7 @@ impl HttpServer {
             local,
             state,
             mcp_shutdown,
+            send_timeout: http.send_timeout,
         })
     }
 
@@ -247,13 +266,14 @@ impl HttpServer {
         format!("{}{MCP_PATH}", self.state.public_url)
     }
 
-    /// Serves until `shutdown` is cancelled, then stops accepting, ends the MCP sessions
-    /// and gives open requests [`DRAIN`] to finish.
+    /// Serves until `shutdown` is cancelled, then stops accepting, gives open requests
+    /// [`DRAIN`] to finish, and ends the MCP sessions (cancelling what is still running).
     pub async fn serve(self, shutdown: CancellationToken) -> Result<(), HttpError> {
         let Self {
             listener,
             state,
             mcp_shutdown,
+            send_timeout,
             ..
         } = self;
         let pruner = sessions::spawn_pruner(state.clone(), mcp_shutdown.clone());
@@ -278,7 +298,10 @@ impl HttpServer {
                     let connection = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(HEADER_TIMEOUT)
-                        .serve_connection(TokioIo::new(stream), service);
+                        .serve_connection(
+                            TokioIo::new(conn::SendTimeout::new(stream, send_timeout)),
+                            service,
+                        );
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {
                         if let Err(e) = connection.await {
@@ -290,12 +313,33 @@ impl HttpServer {
             }
         }
         drop(listener);
+        let deadline = tokio::time::Instant::now() + DRAIN;
+        // Idle connections close now and busy ones after their current request; open
+        // requests run on, the sessions they belong to included.
+        let closed = graceful.shutdown();
+        tokio::pin!(closed);
+        let mut all_closed = false;
+        let open = state.open.clone();
+        tokio::select! {
+            () = &mut closed => all_closed = true,
+            () = open.none_left() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(
+                    "{} request(s) still open after {DRAIN:?}; cancelling them",
+                    open.count()
+                );
+            }
+        }
+        // Ends the sessions and their notification streams (and cancels calls left over).
         mcp_shutdown.cancel();
         pruner.abort();
-        tokio::select! {
-            () = graceful.shutdown() => tracing::info!("all connections closed"),
-            () = tokio::time::sleep(DRAIN) => {
-                tracing::warn!("connections still open after {DRAIN:?}; stopping anyway");
+        if !all_closed {
+            let grace = deadline.max(tokio::time::Instant::now() + Duration::from_secs(1));
+            tokio::select! {
+                () = &mut closed => tracing::info!("all connections closed"),
+                () = tokio::time::sleep_until(grace) => {
+                    tracing::warn!("connections still open at shutdown; stopping anyway");
+                }
             }
         }
         Ok(())
@@ -358,7 +402,7 @@ fn check(options: &HttpOptions, public_url: &str) -> Result<Checked, HttpError> 
 
 /// One request, any route.
 async fn route(state: &State, request: Request<Incoming>) -> Response<Body> {
-    if let Err(refused) = state.guard.check(request.headers()) {
+    if let Err(refused) = state.guard.check(request.uri(), request.headers()) {
         return refused.response();
     }
     let path = request.uri().path().to_owned();
@@ -368,8 +412,10 @@ async fn route(state: &State, request: Request<Incoming>) -> Response<Body> {
             _ => method_not_allowed("GET"),
         };
     }
+    // Counted from here until the response's last byte: a shutdown waits for it.
+    let open = state.open.start();
     if path == MCP_PATH {
-        return mcp(state, request).await;
+        return mcp(state, request, open).await;
     }
     if path == "/files/sign" {
         return match *request.method() {
@@ -380,7 +426,7 @@ async fn route(state: &State, request: Request<Incoming>) -> Response<Body> {
     if let Some(rest) = path.strip_prefix("/files/") {
         let rest = rest.to_owned();
         return match *request.method() {
-            Method::GET => files::download(state, request, &rest).await,
+            Method::GET => files::download(state, request, &rest, open).await,
             _ => method_not_allowed("GET"),
         };
     }
@@ -395,7 +441,7 @@ async fn route(state: &State, request: Request<Incoming>) -> Response<Body> {
 }
 
 /// `/mcp`: authenticate, limit, bind sessions to principals, then rmcp.
-async fn mcp(state: &State, mut request: Request<Incoming>) -> Response<Body> {
+async fn mcp(state: &State, request: Request<Incoming>, open: conn::OpenRequest) -> Response<Body> {
     let principal = match state.auth.authenticate(request.headers()) {
         Ok(p) => p,
         Err(failure) => return state.auth.challenge(&failure),
@@ -424,9 +470,14 @@ async fn mcp(state: &State, mut request: Request<Incoming>) -> Response<Body> {
         return sessions::unknown_session();
     }
     let method = request.method().clone();
-    request.extensions_mut().insert(Caller(principal.clone()));
-    let response = state.mcp.handle(request).await;
-    match (&session, method) {
+    let (mut parts, body) = request.into_parts();
+    parts.extensions.insert(Caller(principal.clone()));
+    let (body, timed_out) = body::with_deadline(body, state.body_timeout);
+    let response = state.mcp.handle(Request::from_parts(parts, body)).await;
+    if timed_out.happened() {
+        return body_timed_out(state.body_timeout);
+    }
+    match (&session, &method) {
         (None, _) => {
             if let Some(id) = response
                 .headers()
@@ -436,13 +487,35 @@ async fn mcp(state: &State, mut request: Request<Incoming>) -> Response<Body> {
                 state.sessions.bind(id, &principal);
             }
         }
-        (Some(id), Method::DELETE) if response.status().is_success() => {
+        (Some(id), &Method::DELETE) if response.status().is_success() => {
             state.sessions.forget(id);
         }
         (Some(_), _) => {}
     }
     let (parts, body) = response.into_parts();
-    Response::from_parts(parts, body::holding(body, permit))
+    // A GET is the session's notification stream, open as long as the session: not a
+    // request a shutdown should wait for.
+    let open = (method != Method::GET).then_some(open);
+    Response::from_parts(parts, body::holding(body, (permit, open)))
+}
+
+/// 408 for a request body that did not arrive within `limit`; the connection is closed
+/// (what is left of the body is never read).
+pub(crate) fn body_timed_out(limit: Duration) -> Response<Body> {
+    tracing::info!("refused a request whose body did not arrive within {limit:?}");
+    let mut r = json_response(
+        StatusCode::REQUEST_TIMEOUT,
+        json!({
+            "error": "request_timeout",
+            "message": format!("the request body did not arrive within {} s", limit.as_secs_f64()),
+            "hint": "send the whole body at once; an operator may raise `[http] body_timeout`",
+        }),
+    );
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
 }
 
 /// RFC 9728 protected-resource metadata. `resource` is the URL this document describes:

@@ -1,9 +1,10 @@
 //! [`DatarefServer`]: the tool registry, the caller's artifacts and workspace files behind
 //! rmcp's [`ServerHandler`].
 
-use std::collections::HashMap;
+mod workspaces;
+
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use dataref_config::Limits;
 use dataref_protocol::Principal;
@@ -50,7 +51,8 @@ the data again instead of guessing.";
 ///   fixed for the server's life;
 /// - [`DatarefServer::per_request`] (HTTP): the [`Caller`] the authentication layer put
 ///   into the HTTP request's extensions (rmcp hands the request's [`http::request::Parts`]
-///   to every handler), with that principal's workspace, opened once and kept. A request
+///   to every handler), with that principal's workspace (a bounded cache keeps the
+///   recently used ones open). A request
 ///   without a [`Caller`] is refused with an internal error: there is no default principal.
 ///
 /// Cheap to clone (one `Arc`).
@@ -95,8 +97,8 @@ impl std::fmt::Debug for SharedContext {
 
 struct PerPrincipal {
     shared: SharedContext,
-    /// Opened on a principal's first request and kept (one directory fd each).
-    workspaces: Mutex<HashMap<Principal, Arc<Workspace>>>,
+    /// Opened on a principal's request and kept while recently used (bounded).
+    workspaces: workspaces::Cache,
 }
 
 /// Makes a signed download URL (and its expiry, Unix seconds) for a principal's
@@ -123,7 +125,7 @@ impl DatarefServer {
             registry,
             Contexts::PerRequest(PerPrincipal {
                 shared,
-                workspaces: Mutex::new(HashMap::new()),
+                workspaces: workspaces::Cache::new(workspaces::CAP),
             }),
         )
     }
@@ -155,7 +157,7 @@ impl DatarefServer {
     }
 
     /// The workspace of `principal`: the fixed one when it is this server's principal,
-    /// else (per-request server) its own under the data dir, opened once. `None` when a
+    /// else (per-request server) its own under the data dir, from the cache. `None` when a
     /// fixed server is asked for another principal's.
     pub fn workspace_of(
         &self,
@@ -173,10 +175,7 @@ impl DatarefServer {
     /// principal's next request), so the cache holds only principals active lately.
     pub(crate) fn forget_idle_workspaces(&self) {
         if let Contexts::PerRequest(p) = &self.inner.contexts {
-            p.workspaces
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .retain(|_, w| Arc::strong_count(w) > 1);
+            p.workspaces.forget_idle();
         }
     }
 
@@ -221,25 +220,9 @@ impl DatarefServer {
 
 impl PerPrincipal {
     fn workspace(&self, principal: &Principal) -> Result<Arc<Workspace>, WorkspaceError> {
-        if let Some(w) = self.cached(principal) {
-            return Ok(w);
-        }
-        // Opened outside the lock (a few syscalls); a racing open of the same principal's
-        // workspace is harmless, the first one kept wins.
-        let opened = Arc::new(Workspace::for_principal(&self.shared.home, principal)?);
-        let mut map = self
-            .workspaces
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(map.entry(principal.clone()).or_insert(opened).clone())
-    }
-
-    fn cached(&self, principal: &Principal) -> Option<Arc<Workspace>> {
-        self.workspaces
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(principal)
-            .cloned()
+        self.workspaces.get_or_open(principal, || {
+            Workspace::for_principal(&self.shared.home, principal)
+        })
     }
 }
 

@@ -12,6 +12,7 @@
 mod bench;
 mod demo;
 mod doctor;
+mod log;
 mod serve;
 mod settings;
 

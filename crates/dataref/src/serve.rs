@@ -66,6 +66,7 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
     // doctor` calls, so the two refuse the same configs with the same message.
     let options = settings::http_options(&config, anonymous.clone())?;
     settings::note_no_sources(common, &config);
+    raise_open_files_limit();
     let Started {
         runtime,
         store,
@@ -134,6 +135,28 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         served.map_err(|e| anyhow::anyhow!("{e}\nhint: {}", e.hint()))
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Many callers at once each hold a connection (and a cached workspace, up to a few hundred):
+/// lift the soft limit on open files to the hard one, and warn when even that is low.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    const WANTED: u64 = 4096;
+    let mut limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum)
+        && current < maximum
+    {
+        limit.current = Some(maximum);
+        if setrlimit(Resource::Nofile, limit).is_err() {
+            limit.current = Some(current);
+        }
+    }
+    if let Some(n) = limit.current.filter(|n| *n < WANTED) {
+        tracing::warn!(
+            "this process may open only {n} files; under load, connections beyond that are refused \
+             (hint: raise the limit, e.g. `ulimit -n {WANTED}` or `LimitNOFILE={WANTED}` in a systemd unit)"
+        );
+    }
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.

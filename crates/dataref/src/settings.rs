@@ -19,7 +19,7 @@ pub fn init_tracing() {
     // stdout is the MCP channel: logs only ever go to stderr.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::log::BoundedStderr)
         .with_ansi(false)
         .try_init();
 }

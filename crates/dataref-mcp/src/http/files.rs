@@ -12,12 +12,10 @@
 //! Another principal's file, a missing file, a bad signature and an expired link all get
 //! the same 404: nothing tells a guesser which it was.
 
-use std::io::Read;
 use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use bytes::Bytes;
 use dataref_protocol::Principal;
 use dataref_workspace::Workspace;
 use http::{HeaderValue, Request, Response, StatusCode, header};
@@ -27,10 +25,10 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Value, json};
 
+use super::conn::OpenRequest;
 use super::{Body, HttpError, State, body, json_response, now_secs};
 use crate::resources::files::{mime_type, percent_decode, percent_encode};
 
-const CHUNK: usize = 64 * 1024;
 /// `POST /files/sign` bodies are one small JSON object.
 const MAX_SIGN_BODY: usize = 16 * 1024;
 const SIG_VERSION: &str = "dataref-download-v1";
@@ -133,11 +131,13 @@ pub(crate) async fn sign(state: &State, request: Request<Incoming>) -> Response<
     if let Err(refused) = state.limits.admit(&principal) {
         return refused.response();
     }
-    let body = match http_body_util::Limited::new(request.into_body(), MAX_SIGN_BODY)
+    let (body, timed_out) = body::with_deadline(request.into_body(), state.body_timeout);
+    let body = match http_body_util::Limited::new(body, MAX_SIGN_BODY)
         .collect()
         .await
     {
         Ok(b) => b.to_bytes(),
+        Err(_) if timed_out.happened() => return super::body_timed_out(state.body_timeout),
         Err(_) => return bad_request("the body is not a JSON object of at most 16 KiB"),
     };
     let requested = match serde_json::from_slice::<Value>(&body)
@@ -178,6 +178,7 @@ pub(crate) async fn download(
     state: &State,
     request: Request<Incoming>,
     encoded_path: &str,
+    open: OpenRequest,
 ) -> Response<Body> {
     let Some(path) = percent_decode(encoded_path).and_then(|b| String::from_utf8(b).ok()) else {
         return not_found();
@@ -207,7 +208,7 @@ pub(crate) async fn download(
     if let Err(refused) = state.limits.admit(&principal) {
         return refused.response();
     }
-    let permit = match state.limits.slot(&principal) {
+    let permit = match state.limits.download_slot(&principal) {
         Ok(p) => p,
         Err(refused) => return refused.response(),
     };
@@ -226,37 +227,9 @@ pub(crate) async fn download(
     let Some((path, file, len)) = opened else {
         return not_found();
     };
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tokio::task::spawn_blocking(move || {
-        // The slot is held until the file has been read out (or the client left).
-        let _permit = permit;
-        let mut file = file.take(len);
-        let mut sent = 0u64;
-        loop {
-            let mut buf = vec![0u8; CHUNK];
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    buf.truncate(n);
-                    sent += n as u64;
-                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                    return;
-                }
-            }
-        }
-        if sent < len {
-            // The file shrank while being sent: end the response as broken, not short.
-            let _ = tx.blocking_send(Err(std::io::Error::other(
-                "the file shrank while being sent",
-            )));
-        }
-    });
-    let mut r = Response::new(body::channel(rx, len));
+    // The download slot and the open-request count are held until the file has been sent
+    // (or the client left, or stopped reading for `send_timeout`).
+    let mut r = Response::new(body::file(file, len, (permit, open)));
     let h = r.headers_mut();
     let mime = mime_type(&path, None).unwrap_or("application/octet-stream");
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));

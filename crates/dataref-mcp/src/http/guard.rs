@@ -6,9 +6,14 @@
 //! public URL; an entry without a port matches any port. Origins: `allowed_origins` when
 //! given, else the origin of the public URL; `host:*` matches any port, `null` the
 //! browser's `Origin: null`. A request without `Origin` (not from a browser) passes.
+//!
+//! Each header is judged once: a request with two `Host` or two `Origin` headers is refused
+//! (400) rather than served by whichever copy a check happens to read. A request target in
+//! absolute form (`GET http://name/…`) names the host itself (RFC 9112 §3.2.2 puts it above
+//! `Host`), so it must name the same host as `Host`, which is then checked as usual.
 
 use dataref_config::HttpConfig;
-use http::{HeaderMap, Response, StatusCode, header};
+use http::{HeaderMap, Response, StatusCode, Uri, header};
 use serde_json::json;
 
 use super::{Body, json_response, truncate};
@@ -32,6 +37,13 @@ enum Origin {
 pub(crate) enum Refused {
     Host(String),
     Origin(String),
+    /// The header, sent more than once.
+    Repeated(header::HeaderName),
+    /// The authority of an absolute-form target and the `Host` header, which differ.
+    TargetNotHost {
+        target: String,
+        host: String,
+    },
 }
 
 impl Guard {
@@ -63,11 +75,26 @@ impl Guard {
         Self { hosts, origins }
     }
 
-    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), Refused> {
+    pub(crate) fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
+        for name in [header::HOST, header::ORIGIN] {
+            if headers.get_all(&name).iter().nth(1).is_some() {
+                return Err(Refused::Repeated(name));
+            }
+        }
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .unwrap_or_default();
+        if let Some(target) = uri.authority() {
+            let same = split_authority(target.as_str())
+                .is_some_and(|t| split_authority(host).is_some_and(|h| h == t));
+            if !same {
+                return Err(Refused::TargetNotHost {
+                    target: target.as_str().to_owned(),
+                    host: host.to_owned(),
+                });
+            }
+        }
         let allowed = split_authority(host).is_some_and(|(name, port)| {
             self.hosts
                 .iter()
@@ -91,6 +118,34 @@ impl Guard {
 impl Refused {
     pub(crate) fn response(&self) -> Response<Body> {
         let (message, hint) = match self {
+            Self::Repeated(name) => {
+                let message = format!("the request has more than one `{name}` header");
+                tracing::warn!(%message, "refused a request");
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    json!({
+                        "error": "bad_request",
+                        "message": message,
+                        "hint": format!("send `{name}` once (a proxy in between may be adding a second one)"),
+                    }),
+                );
+            }
+            Self::TargetNotHost { target, host } => {
+                let message = format!(
+                    "the request target names the host `{}` but `Host` is `{}`",
+                    truncate(target),
+                    truncate(host)
+                );
+                tracing::warn!(%message, "refused a request");
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    json!({
+                        "error": "bad_request",
+                        "message": message,
+                        "hint": "send the path only (`GET /mcp`), or name the same host in both",
+                    }),
+                );
+            }
             Self::Host(h) => (
                 format!("the `Host` `{}` is not served here", truncate(h)),
                 "reach the server by one of its names, or add this one to `[http] allowed_hosts` (set `public_url` for a public name)",
@@ -187,7 +242,31 @@ mod tests {
         if let Some(o) = origin {
             h.insert(header::ORIGIN, o.parse().unwrap());
         }
-        g.check(&h).is_ok()
+        g.check(&Uri::from_static("/mcp"), &h).is_ok()
+    }
+
+    #[test]
+    fn repeated_headers_and_foreign_targets_are_refused() {
+        let g = guard(&[], &[], "http://127.0.0.1:8750");
+        let mut h = HeaderMap::new();
+        h.append(header::HOST, "127.0.0.1:8750".parse().unwrap());
+        let path = Uri::from_static("/files/a.csv");
+        assert!(g.check(&path, &h).is_ok());
+        h.append(header::ORIGIN, "http://127.0.0.1:8750".parse().unwrap());
+        h.append(header::ORIGIN, "https://evil.example.com".parse().unwrap());
+        assert!(matches!(g.check(&path, &h), Err(Refused::Repeated(n)) if n == header::ORIGIN));
+        h.remove(header::ORIGIN);
+        h.append(header::HOST, "evil.example.com".parse().unwrap());
+        assert!(matches!(g.check(&path, &h), Err(Refused::Repeated(n)) if n == header::HOST));
+        h.remove(header::HOST);
+        h.append(header::HOST, "127.0.0.1:8750".parse().unwrap());
+        let foreign = Uri::from_static("http://evil.example.com/files/a.csv");
+        assert!(matches!(
+            g.check(&foreign, &h),
+            Err(Refused::TargetNotHost { .. })
+        ));
+        let same = Uri::from_static("http://127.0.0.1:8750/files/a.csv");
+        assert!(g.check(&same, &h).is_ok());
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! JWT bearer tokens (`[http.jwt]`): HS256 with a shared secret or RS256 with the RSA keys
 //! of a JWKS file (chosen by `kid`). The header's `alg` must be the configured one (never
-//! `none`), `exp` is required, `nbf`, `iss` and `aud` are checked when present or
-//! configured, with `leeway` on the times; the principal is the string in
+//! `none`), and a header with `crit` is refused: this server understands no extension, and
+//! RFC 7515 §4.1.11 says a token whose critical extensions are not understood is invalid.
+//! `exp` is required, `nbf` checked when present, `iss` and `aud` must match when
+//! configured (and `audience`, and for RS256 `issuer`, must be configured unless the
+//! operator turned that off), with `leeway` on the times; the principal is the string in
 //! `principal_claim` and must be a valid principal name.
 
 use std::collections::HashMap;
@@ -43,6 +46,8 @@ struct Rsa {
 struct Header {
     alg: String,
     kid: Option<String>,
+    /// Present at all (even `[]`, which RFC 7515 forbids): refused.
+    crit: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +100,20 @@ impl Verifier {
                 });
             }
         };
+        if config.require_audience && config.audience.is_none() {
+            return Err(HttpError::Setting {
+                key: "http.jwt.audience",
+                message: "is not set, so tokens minted for any other service would be accepted".into(),
+                hint: "set `audience` to the `aud` your identity provider gives this server, or accept every audience with `require_audience = false`".into(),
+            });
+        }
+        if config.require_issuer && config.issuer.is_none() && matches!(key, Key::Rs256(_)) {
+            return Err(HttpError::Setting {
+                key: "http.jwt.issuer",
+                message: "is not set, so RS256 tokens of any issuer would be accepted".into(),
+                hint: "set `issuer` to your identity provider's `iss`, or accept every issuer with `require_issuer = false`".into(),
+            });
+        }
         Ok(Self {
             key,
             principal_claim: config.principal_claim.clone(),
@@ -120,6 +139,12 @@ impl Verifier {
             return Err("not a JWT (three parts)".into());
         };
         let header: Header = decode_json(h).map_err(|e| format!("JWT header: {e}"))?;
+        if let Some(crit) = &header.crit {
+            let shown = super::truncate(&crit.to_string());
+            return Err(format!(
+                "the JWT header's `crit` names extensions this server does not understand: {shown}"
+            ));
+        }
         let signature = URL_SAFE_NO_PAD
             .decode(s)
             .map_err(|_| "JWT signature is not base64url".to_owned())?;
@@ -266,6 +291,8 @@ mod tests {
             principal_claim: "sub".into(),
             issuer: Some("https://idp.example.com".into()),
             audience: Some("dataref".into()),
+            require_audience: true,
+            require_issuer: true,
             leeway: Duration::from_secs(60),
         };
         Verifier::new(&config, &|n| (n == "SECRET").then(|| SECRET.to_owned()))
@@ -344,6 +371,64 @@ mod tests {
         assert!(v.verify("..", 0).is_err());
     }
 
+    /// A validly signed token whose header makes an extension critical is refused, whatever
+    /// the extension (this server understands none), and so is the forbidden empty list.
+    #[test]
+    fn crit_headers_are_refused() {
+        let v = verifier();
+        let now = 1_800_000_000;
+        let claims = serde_json::json!({"sub": "eu_analyst", "exp": now + 300, "iss": "https://idp.example.com", "aud": "dataref"});
+        let signed = |header: &Value| {
+            let h = URL_SAFE_NO_PAD.encode(header.to_string());
+            let c = URL_SAFE_NO_PAD.encode(claims.to_string());
+            let input = format!("{h}.{c}");
+            let key = hmac::Key::new(hmac::HMAC_SHA256, SECRET.as_bytes());
+            let sig = URL_SAFE_NO_PAD.encode(hmac::sign(&key, input.as_bytes()));
+            format!("{input}.{sig}")
+        };
+        let plain = serde_json::json!({"alg": "HS256"});
+        assert!(v.verify(&signed(&plain), now).is_ok());
+        for crit in [
+            serde_json::json!({"alg": "HS256", "crit": ["exp_v2"], "exp_v2": 1}),
+            serde_json::json!({"alg": "HS256", "crit": ["b64"], "b64": false}),
+            serde_json::json!({"alg": "HS256", "crit": []}),
+        ] {
+            let e = v.verify(&signed(&crit), now).unwrap_err();
+            assert!(e.contains("crit"), "{crit}: {e}");
+        }
+    }
+
+    #[test]
+    fn audience_and_rs256_issuer_must_be_configured_or_waived() {
+        let mut config = JwtConfig {
+            key: JwtKey::Hs256 {
+                secret: SECRET.into(),
+            },
+            principal_claim: "sub".into(),
+            issuer: None,
+            audience: None,
+            require_audience: true,
+            require_issuer: true,
+            leeway: Duration::from_secs(0),
+        };
+        let e = Verifier::new(&config, &|_| None).err().unwrap();
+        assert!(e.to_string().contains("http.jwt.audience"), "{e}");
+        assert!(
+            e.hint().contains("require_audience = false"),
+            "{}",
+            e.hint()
+        );
+        // HS256 needs no issuer: the secret's holder is the only possible one.
+        config.audience = Some("dataref".into());
+        assert!(Verifier::new(&config, &|_| None).is_ok());
+        config.audience = None;
+        config.require_audience = false;
+        let v = Verifier::new(&config, &|_| None).unwrap_or_else(|e| panic!("{e}"));
+        let now = 1_800_000_000;
+        let any_aud = hs256(&serde_json::json!({"sub": "a", "exp": now + 10}), SECRET);
+        assert!(v.verify(&any_aud, now).is_ok(), "waived explicitly");
+    }
+
     #[test]
     fn short_or_unset_secrets_are_setting_errors() {
         let mut config = JwtConfig {
@@ -353,6 +438,8 @@ mod tests {
             principal_claim: "sub".into(),
             issuer: None,
             audience: None,
+            require_audience: false,
+            require_issuer: false,
             leeway: Duration::from_secs(0),
         };
         let e = Verifier::new(&config, &|_| None).err().unwrap();

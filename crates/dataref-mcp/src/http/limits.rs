@@ -1,6 +1,8 @@
 //! Per-principal limits: a token bucket of `rate_per_minute` (bursts up to a tenth of it,
-//! at least 10) over every authenticated request, and at most `max_concurrent` tool calls
-//! and downloads in flight. Over either → 429 with `Retry-After`.
+//! at least 10) over every authenticated request, at most `max_concurrent` MCP requests
+//! (tool calls) in flight, and apart from those at most `max_downloads` downloads, so a
+//! download nobody reads (a signed link needs no token) can never take a tool call's slot.
+//! Over any → 429 with `Retry-After`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,6 +17,7 @@ use super::{Body, json_response};
 
 pub(crate) struct Limits {
     max_concurrent: usize,
+    max_downloads: usize,
     per_second: f64,
     burst: f64,
     principals: Mutex<HashMap<Principal, Arc<PerPrincipal>>>,
@@ -22,6 +25,7 @@ pub(crate) struct Limits {
 
 struct PerPrincipal {
     slots: Arc<Semaphore>,
+    downloads: Arc<Semaphore>,
     bucket: Mutex<Bucket>,
 }
 
@@ -33,13 +37,15 @@ struct Bucket {
 pub(crate) enum Refused {
     Rate { retry_after: u64, per_minute: f64 },
     Concurrency { max: usize },
+    Downloads { max: usize },
 }
 
 impl Limits {
-    pub(crate) fn new(max_concurrent: usize, rate_per_minute: u32) -> Self {
+    pub(crate) fn new(max_concurrent: usize, max_downloads: usize, rate_per_minute: u32) -> Self {
         let per_minute = f64::from(rate_per_minute);
         Self {
             max_concurrent,
+            max_downloads,
             per_second: per_minute / 60.0,
             burst: (per_minute / 10.0).max(10.0),
             principals: Mutex::new(HashMap::new()),
@@ -55,6 +61,7 @@ impl Limits {
             .or_insert_with(|| {
                 Arc::new(PerPrincipal {
                     slots: Arc::new(Semaphore::new(self.max_concurrent)),
+                    downloads: Arc::new(Semaphore::new(self.max_downloads)),
                     bucket: Mutex::new(Bucket {
                         tokens: self.burst,
                         at: Instant::now(),
@@ -95,8 +102,9 @@ impl Limits {
             .unwrap_or_else(PoisonError::into_inner);
         let before = map.len();
         map.retain(|_, p| {
-            let in_use =
-                Arc::strong_count(p) > 1 || p.slots.available_permits() < self.max_concurrent;
+            let in_use = Arc::strong_count(p) > 1
+                || p.slots.available_permits() < self.max_concurrent
+                || p.downloads.available_permits() < self.max_downloads;
             let b = p.bucket.lock().unwrap_or_else(PoisonError::into_inner);
             let refilled = b.tokens + now.duration_since(b.at).as_secs_f64() * self.per_second;
             in_use || refilled < self.burst
@@ -111,6 +119,21 @@ impl Limits {
             .try_acquire_owned()
             .map_err(|_| Refused::Concurrency {
                 max: self.max_concurrent,
+            })
+    }
+
+    /// One of the principal's download slots (not a tool call's), held until the permit
+    /// is dropped.
+    pub(crate) fn download_slot(
+        &self,
+        principal: &Principal,
+    ) -> Result<OwnedSemaphorePermit, Refused> {
+        self.of(principal)
+            .downloads
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Refused::Downloads {
+                max: self.max_downloads,
             })
     }
 }
@@ -139,6 +162,15 @@ impl Refused {
                     "hint": "wait for one to finish and try again",
                 }),
             ),
+            Self::Downloads { max } => (
+                1,
+                json!({
+                    "error": "too_many_concurrent",
+                    "limit": "max_downloads",
+                    "message": format!("this principal already has {max} downloads in flight"),
+                    "hint": "wait for one to finish (or close a stalled one) and try again",
+                }),
+            ),
         };
         let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, body);
         r.headers_mut()
@@ -153,7 +185,7 @@ mod tests {
 
     #[test]
     fn bucket_and_slots() {
-        let limits = Limits::new(2, 60);
+        let limits = Limits::new(2, 1, 60);
         let p = Principal::new("a").unwrap();
         let q = Principal::new("b").unwrap();
         for _ in 0..10 {
@@ -173,11 +205,18 @@ mod tests {
         ));
         drop(a);
         assert!(limits.slot(&p).is_ok());
+        // Downloads have slots of their own: the tool calls' are all taken above.
+        let d = limits.download_slot(&p).ok();
+        assert!(d.is_some());
+        assert!(matches!(
+            limits.download_slot(&p),
+            Err(Refused::Downloads { max: 1 })
+        ));
     }
 
     #[test]
     fn only_state_a_fresh_entry_would_equal_is_forgotten() {
-        let limits = Limits::new(2, 60);
+        let limits = Limits::new(2, 2, 60);
         let drained = Principal::new("drained").unwrap();
         let busy = Principal::new("busy").unwrap();
         let idle = Principal::new("idle").unwrap();

@@ -543,6 +543,8 @@ async fn jwts_hs256_and_rs256_are_checked() {
         principal_claim: "sub".into(),
         issuer: Some("https://idp.example.com".into()),
         audience: Some("dataref".into()),
+        require_audience: true,
+        require_issuer: true,
         leeway: Duration::from_secs(5),
     });
     let served = serve(&env, http).await;
@@ -616,8 +618,11 @@ async fn jwts_hs256_and_rs256_are_checked() {
             jwks_file: jwks.clone(),
         },
         principal_claim: "email".into(),
+        // Waived explicitly: any issuer these keys sign for.
         issuer: None,
         audience: Some("dataref".into()),
+        require_audience: true,
+        require_issuer: false,
         leeway: Duration::from_secs(5),
     });
     let served = serve(&env, http).await;
@@ -796,39 +801,50 @@ async fn a_request_without_a_principal_is_refused() {
     session.client.cancel().await.unwrap();
 }
 
-/// A download the client does not read holds its slot: with `max_concurrent = 1` the next
-/// tool call of the same principal gets 429 naming the limit, another principal's does not.
+/// A download the client does not read holds a download slot, never a tool call's: with
+/// `max_concurrent = 1` and `max_downloads = 1` the same principal still initializes, a
+/// second download gets 429 naming `max_downloads`, another principal's does not.
 #[tokio::test(flavor = "multi_thread")]
-async fn over_max_concurrent_gets_429() {
+async fn downloads_have_slots_of_their_own() {
     let env = Env::new(100).unwrap();
     let mut http = http_config();
     http.max_concurrent = 1;
+    http.max_downloads = 1;
     let served = serve(&env, http).await;
-    let dir = env.home.path().join("workspaces/eu_analyst");
-    std::fs::create_dir_all(&dir).unwrap();
-    // Larger than what socket buffers and the server's channel hold.
-    std::fs::write(dir.join("big.bin"), vec![7u8; 64 << 20]).unwrap();
+    for who in ["eu_analyst", "us_analyst"] {
+        let dir = env.home.path().join("workspaces").join(who);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Larger than what socket buffers hold.
+        std::fs::write(dir.join("big.bin"), vec![7u8; 64 << 20]).unwrap();
+    }
     let c = http_client();
-    let held = c
-        .get(format!("{}/files/big.bin", served.base))
-        .bearer_auth(EU)
-        .send()
-        .await
-        .unwrap();
+    let download = |token: &'static str| {
+        c.get(format!("{}/files/big.bin", served.base))
+            .bearer_auth(token)
+            .send()
+    };
+    let held = download(EU).await.unwrap();
     assert_eq!(held.status(), 200);
     assert_eq!(held.headers()["content-type"], "application/octet-stream");
     let r = post(&c, &served.mcp(), Some(EU), None, initialize_body()).await;
+    assert_eq!(
+        r.status(),
+        200,
+        "a download does not take a tool call's slot"
+    );
+    let r = download(EU).await.unwrap();
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "1");
     let body: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
-    assert_eq!(body["limit"], "max_concurrent");
-    let r = post(&c, &served.mcp(), Some(US), None, initialize_body()).await;
-    assert_eq!(r.status(), 200);
+    assert_eq!(body["limit"], "max_downloads");
+    let other = download(US).await.unwrap();
+    assert_eq!(other.status(), 200);
+    drop(other);
     // Reading the download to its end gives the slot back.
     assert_eq!(held.bytes().await.unwrap().len(), 64 << 20);
     let mut freed = false;
     for _ in 0..50 {
-        let r = post(&c, &served.mcp(), Some(EU), None, initialize_body()).await;
+        let r = download(EU).await.unwrap();
         if r.status() == 200 {
             freed = true;
             break;
@@ -836,6 +852,32 @@ async fn over_max_concurrent_gets_429() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(freed, "the slot came back after the download");
+
+    // A tool call's slot is held while its request is open (here: a body still arriving).
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    let mut open = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {EU}\r\n\
+         Accept: {MCP_ACCEPT}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut open, head.as_bytes())
+        .await
+        .unwrap();
+    let mut refused = false;
+    for _ in 0..50 {
+        let r = post(&c, &served.mcp(), Some(EU), None, initialize_body()).await;
+        if r.status() == 429 {
+            let body: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+            assert_eq!(body["limit"], "max_concurrent");
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "the open call holds the only slot");
+    let r = post(&c, &served.mcp(), Some(US), None, initialize_body()).await;
+    assert_eq!(r.status(), 200, "another principal's slots are its own");
+    drop(open);
     served.stop().await;
 }
 

@@ -11,6 +11,7 @@
 
 mod http;
 mod ops;
+mod http_edges;
 mod postgres;
 
 use std::path::{Path, PathBuf};
