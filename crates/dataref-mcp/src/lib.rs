@@ -78,8 +78,11 @@
 //! # }
 //! ```
 
+mod completion;
 pub mod http;
+mod notify;
 mod progress;
+mod prompts;
 mod resources;
 mod serve;
 mod server;

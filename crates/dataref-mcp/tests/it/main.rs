@@ -9,6 +9,7 @@
 
 mod support;
 
+mod capabilities;
 mod charts;
 mod errors;
 mod files;
