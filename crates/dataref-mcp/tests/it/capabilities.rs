@@ -357,7 +357,16 @@ fn is_log(s: &Seen, level: LoggingLevel) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_messages_follow_each_sessions_level_and_reach_only_the_caller() -> anyhow::Result<()> {
-    let env = Env::new(50_000)?;
+    let mut env = Env::new(50_000)?;
+    // `describe_data` spilled past 100 characters, as `[spill.tools.describe_data]` may say.
+    env.config.spill.tools.insert(
+        "describe_data".into(),
+        dataref_config::ToolSpill {
+            enabled: Some(true),
+            threshold_chars: Some(100),
+        },
+    );
+    env.registry = Arc::new(dataref_tools::builtin_registry(&env.config)?);
     let (verbose, verbose_seen) = connect(&env, "alice").await?;
     let (quiet, quiet_seen) = connect(&env, "alice").await?;
     let (bob, bob_seen) = connect(&env, "bob").await?;
@@ -378,8 +387,21 @@ async fn log_messages_follow_each_sessions_level_and_reach_only_the_caller() -> 
         .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
         .await?;
 
-    // The verbose session sees its fetch's steps at `debug`.
-    fetch(&verbose).await?;
+    // The verbose session sees its fetch's steps at `debug`, and a spilled result at
+    // `notice` with its path.
+    let data_ref = fetch(&verbose).await?;
+    let described = call(&verbose, "describe_data", json!({"dataRef": data_ref})).await?;
+    assert_eq!(
+        described["structured"]["spilled"],
+        json!(true),
+        "{described}"
+    );
+    let spilled_to = described["structured"]["path"].clone();
+    verbose_seen
+        .until("a notice of the spill", |s| {
+            s.iter().any(|e| matches!(e, Seen::Log(LoggingLevel::Notice, d) if d["spilled"] == spilled_to && d["tool"] == "describe_data"))
+        })
+        .await;
     let seen = verbose_seen
         .until("a debug step of fetch_sales", |s| {
             s.iter().any(|e| matches!(e, Seen::Log(LoggingLevel::Debug, d) if d["tool"] == "fetch_sales" && d["step"].is_string()))
