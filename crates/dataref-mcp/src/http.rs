@@ -222,18 +222,28 @@ impl HttpServer {
             .disable_allowed_origins()
             .with_cancellation_token(mcp_shutdown.clone());
         let factory_server = server.clone();
-        let mcp =
-            StreamableHttpService::new(move || Ok(factory_server.clone()), manager.clone(), config);
+        let mcp = StreamableHttpService::new(
+            move || Ok(factory_server.for_session()),
+            manager.clone(),
+            config,
+        );
         let state = Arc::new(State {
             server,
             mcp,
             sessions: sessions::Sessions::new(manager),
             auth,
             guard,
+            // Auth off is one local user on loopback: a rate limit would only throttle
+            // them against themselves (a host's burst of requests, the conformance
+            // suite), there is no other principal to protect. Concurrency still applies.
             limits: limits::Limits::new(
                 http.max_concurrent,
                 http.max_downloads,
-                http.rate_per_minute,
+                if http.auth {
+                    http.rate_per_minute
+                } else {
+                    u32::MAX
+                },
             ),
             signer,
             download_ttl: http.download_ttl,

@@ -23,6 +23,15 @@
 //!     absolute paths and links or hard links leading outside answer "resource not found"
 //!     naming only the requested relative path; another principal's files cannot be
 //!     named at all.
+//!   - prompts (`analyse_table`, `compare_periods`, `analyse_<query>` per named query) that
+//!     set the model on the by-reference workflow, never embedding rows;
+//!   - `completion/complete` for prompt arguments and resource templates, from declared
+//!     values and what the caller owns (dataRefs, column names, workspace paths) only;
+//!   - `logging/setLevel` per session, and log messages about the caller's own call (its
+//!     steps, a spilled result, a failure) on that request;
+//!   - `resources/subscribe` and `notifications/resources/{updated,list_changed}` (and
+//!     2026-07-28 `subscriptions/listen`): each principal's tables and files are watched
+//!     while one of its sessions listens, and changes go to that principal's sessions only.
 //! - [`INSTRUCTIONS`]: what the client is told at `initialize`: never ask for rows, work
 //!   with references.
 //! - [`upstream`]: the MCP client side. Other MCP servers (`[[upstream]]`: a child process
@@ -78,8 +87,11 @@
 //! # }
 //! ```
 
+mod completion;
 pub mod http;
+mod notify;
 mod progress;
+mod prompts;
 mod resources;
 mod serve;
 mod server;

@@ -12,11 +12,17 @@ use std::time::Duration;
 use dataref_tools::ProgressSink;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{Peer, RoleServer};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::notify::{Level, LogSink};
 use tokio_util::sync::CancellationToken;
 
 /// Clients draw progress bars; ten updates a second is plenty.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// A log is read by a person: steps (a fetch's row count per batch) are thinned more.
+const MIN_STEP_INTERVAL: Duration = Duration::from_millis(500);
+const STEP_QUEUE: usize = 64;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Report {
@@ -26,23 +32,98 @@ pub(crate) struct Report {
 }
 
 /// A sink that overwrites: a fast producer never queues notifications behind a slow client.
+/// It also hands each step's message to the call's log (bounded; a flood is dropped, the
+/// call never waits on it).
 #[derive(Debug)]
-pub(crate) struct LatestReport(watch::Sender<Option<Report>>);
+pub(crate) struct LatestReport {
+    latest: Option<watch::Sender<Option<Report>>>,
+    steps: Option<mpsc::Sender<String>>,
+}
 
 impl ProgressSink for LatestReport {
     fn report(&self, progress: f64, total: Option<f64>, message: Option<String>) {
-        // `send_replace` never fails, even after the forwarder is gone.
-        self.0.send_replace(Some(Report {
-            progress,
-            total,
-            message,
-        }));
+        if let (Some(steps), Some(m)) = (&self.steps, &message) {
+            let _ = steps.try_send(m.clone());
+        }
+        if let Some(latest) = &self.latest {
+            // `send_replace` never fails, even after the forwarder is gone.
+            latest.send_replace(Some(Report {
+                progress,
+                total,
+                message,
+            }));
+        }
     }
 }
 
-pub(crate) fn channel() -> (Arc<LatestReport>, watch::Receiver<Option<Report>>) {
+/// A sink for one call: reports for [`forward`] when `progress`, step messages for
+/// [`log_steps`] when `steps`.
+pub(crate) fn channel(
+    progress: bool,
+    steps: bool,
+) -> (
+    Arc<LatestReport>,
+    watch::Receiver<Option<Report>>,
+    Option<mpsc::Receiver<String>>,
+) {
     let (tx, rx) = watch::channel(None);
-    (Arc::new(LatestReport(tx)), rx)
+    let (step_tx, step_rx) = if steps {
+        let (t, r) = mpsc::channel(STEP_QUEUE);
+        (Some(t), Some(r))
+    } else {
+        (None, None)
+    };
+    (
+        Arc::new(LatestReport {
+            latest: progress.then_some(tx),
+            steps: step_tx,
+        }),
+        rx,
+        step_rx,
+    )
+}
+
+/// Sends a call's step messages as `debug` log messages until `done`, at most one per
+/// [`MIN_STEP_INTERVAL`] (the newest of those between), and the last one at the end.
+pub(crate) async fn log_steps(
+    steps: Option<mpsc::Receiver<String>>,
+    log: &LogSink,
+    tool: &str,
+    logger: &str,
+    done: CancellationToken,
+) {
+    let Some(mut steps) = steps else { return };
+    let mut pending: Option<String> = None;
+    let mut last_sent: Option<Instant> = None;
+    let send = |m: String| {
+        log.send(
+            Level::Debug,
+            logger,
+            serde_json::json!({"tool": tool, "step": m}),
+        )
+    };
+    loop {
+        tokio::select! {
+            biased;
+            () = done.cancelled() => break,
+            m = steps.recv() => {
+                let Some(m) = m else { break };
+                if last_sent.is_some_and(|t| t.elapsed() < MIN_STEP_INTERVAL) {
+                    pending = Some(m);
+                    continue;
+                }
+                send(m).await;
+                pending = None;
+                last_sent = Some(Instant::now());
+            }
+        }
+    }
+    while let Ok(m) = steps.try_recv() {
+        pending = Some(m);
+    }
+    if let Some(m) = pending {
+        send(m).await;
+    }
 }
 
 /// Sends reports to `peer` until `done` is cancelled, then the last unsent one.

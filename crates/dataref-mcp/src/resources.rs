@@ -23,8 +23,8 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-const URI_PREFIX: &str = "dataref://artifacts/";
-const URI_TEMPLATE: &str = "dataref://artifacts/{dataRef}";
+pub(crate) const URI_PREFIX: &str = "dataref://artifacts/";
+pub(crate) const URI_TEMPLATE: &str = "dataref://artifacts/{dataRef}";
 const CSV: &str = "text/csv";
 /// One `resources/list` page.
 const LIST_PAGE: usize = 100;
@@ -35,7 +35,7 @@ const PREVIEW_MAX_BYTES: usize = 256 * 1024;
 const MAX_ECHO_CHARS: usize = 100;
 const FILES_CURSOR: &str = "files:";
 
-fn uri_for(data_ref: &DataRef) -> String {
+pub(crate) fn uri_for(data_ref: &DataRef) -> String {
     format!("{URI_PREFIX}{data_ref}")
 }
 
@@ -245,6 +245,45 @@ pub(crate) async fn read(ctx: &RunContext, uri: String) -> Result<ReadResourceRe
         .with_cache_scope(CacheScope::Private))
 }
 
+/// The URI `resources/subscribe` keeps for `uri`: a table's or a workspace file's, written
+/// the way listings write it. Neither needs to exist yet (a reference reveals nothing, and
+/// a file may be written later); a path that could never be inside the workspace, or a
+/// URI of no resource of ours, is refused.
+pub(crate) fn subscribable(uri: &str) -> Result<String, McpError> {
+    if let Some(raw) = uri.strip_prefix(URI_PREFIX) {
+        return match DataRef::parse(raw) {
+            Ok(data_ref) => Ok(uri_for(&data_ref)),
+            Err(_) => Err(not_found(uri, echo(raw))),
+        };
+    }
+    if let Some(raw) = uri.strip_prefix(files::URI_PREFIX) {
+        let path = files::percent_decode(raw).and_then(|b| String::from_utf8(b).ok());
+        let inside = path.as_deref().is_some_and(|p| {
+            !p.is_empty()
+                && !p.starts_with('/')
+                && !p.contains('\0')
+                && p.split('/').all(|c| c != ".." && c != "." && !c.is_empty())
+        });
+        return match path {
+            Some(p) if inside => Ok(files::uri_for(&p)),
+            _ => Err(McpError::invalid_params(
+                format!("`{}` is not a workspace path", echo(raw)),
+                Some(json!({
+                    "uri": echo(uri),
+                    "hint": "a relative path without `.` or `..` components, percent-encoded as in `resources/list`",
+                })),
+            )),
+        };
+    }
+    Err(McpError::invalid_params(
+        format!("no resource `{}` can be subscribed to", echo(uri)),
+        Some(json!({
+            "uri": echo(uri),
+            "hint": format!("subscribe to a stored table `{URI_TEMPLATE}` or a workspace file `{}`", files::URI_TEMPLATE),
+        })),
+    ))
+}
+
 fn not_found(uri: &str, data_ref: String) -> McpError {
     let e = StoreError::NotFound { data_ref };
     let message = match e.hint() {
@@ -254,7 +293,7 @@ fn not_found(uri: &str, data_ref: String) -> McpError {
     McpError::resource_not_found(message, Some(json!({"uri": echo(uri)})))
 }
 
-fn store_fault(e: StoreError) -> McpError {
+pub(crate) fn store_fault(e: StoreError) -> McpError {
     tracing::error!(error = %e, "artifact store failed while serving a resource");
     McpError::internal_error(
         "the artifact store failed; the details are in the server log",
@@ -262,7 +301,7 @@ fn store_fault(e: StoreError) -> McpError {
     )
 }
 
-fn echo(s: &str) -> String {
+pub(crate) fn echo(s: &str) -> String {
     if s.chars().count() <= MAX_ECHO_CHARS {
         s.to_owned()
     } else {
@@ -272,7 +311,7 @@ fn echo(s: &str) -> String {
 }
 
 /// Store and workspace calls touch SQLite and files: off the async threads.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, McpError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| {

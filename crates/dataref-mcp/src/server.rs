@@ -11,17 +11,29 @@ use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, Clock};
 use dataref_tools::{NoProgress, RunContext, ToolCall, ToolRegistry, execute_tool_call};
 use dataref_workspace::{Workspace, WorkspaceError};
+#[expect(
+    deprecated,
+    reason = "MCP logging is deprecated by SEP-2577 but still in 2025-11-25, which hosts speak"
+)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::{progress, resources, tools};
+use crate::notify::{Change, Level, LogSink, Session, Watch};
+use crate::prompts::Prompts;
+use crate::{completion, progress, resources, tools};
+
+/// The `logger` of every log message dataref sends.
+const LOGGER: &str = "dataref";
 
 /// What a client (and through it, the model) is told at `initialize`. Worded to stay
 /// true while only some of the tools it names are configured.
@@ -55,10 +67,12 @@ the data again instead of guessing.";
 ///   recently used ones open). A request
 ///   without a [`Caller`] is refused with an internal error: there is no default principal.
 ///
-/// Cheap to clone (one `Arc`).
+/// Cheap to clone (two `Arc`s). A clone is the same MCP session (its log level and
+/// resource subscriptions); [`DatarefServer::for_session`] starts a new one.
 #[derive(Clone)]
 pub struct DatarefServer {
     inner: Arc<Inner>,
+    session: Arc<Session>,
 }
 
 struct Inner {
@@ -68,6 +82,9 @@ struct Inner {
     links: OnceLock<Arc<dyn DownloadLinks>>,
     /// Converted once: the registry is immutable.
     tools: Vec<Tool>,
+    prompts: Prompts,
+    /// Every principal's resources, watched while one of its sessions listens.
+    watch: Arc<Watch>,
 }
 
 /// Where a request's [`RunContext`] comes from. Its `progress` and `cancel` are replaced
@@ -132,13 +149,27 @@ impl DatarefServer {
 
     fn with_contexts(registry: Arc<ToolRegistry>, contexts: Contexts) -> Self {
         let tools = registry.specs().map(tools::to_mcp_tool).collect();
+        let prompts = Prompts::new(&registry);
         Self {
             inner: Arc::new(Inner {
                 registry,
                 contexts,
                 links: OnceLock::new(),
                 tools,
+                prompts,
+                watch: Arc::default(),
             }),
+            session: Arc::default(),
+        }
+    }
+
+    /// The same server for a new MCP session: its own log level and subscriptions, the
+    /// tools, principals and watched resources shared. The HTTP service makes one per
+    /// session.
+    pub fn for_session(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            session: Arc::default(),
         }
     }
 
@@ -236,11 +267,20 @@ impl std::fmt::Debug for DatarefServer {
 }
 
 impl ServerHandler for DatarefServer {
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated by SEP-2577 but still in 2025-11-25, which hosts speak"
+    )]
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
-                .enable_tools()
+                .enable_logging()
+                .enable_completions()
+                .enable_prompts()
                 .enable_resources()
+                .enable_tools()
+                .enable_resources_subscribe()
+                .enable_resources_list_changed()
                 .build(),
         )
         .with_server_info(
@@ -269,6 +309,11 @@ impl ServerHandler for DatarefServer {
     /// Every tool failure (unknown tool, bad arguments, expired reference, timeout, …) is
     /// an `isError` result the model reads; `execute_tool_call` owns those branches. This
     /// never returns a protocol error.
+    ///
+    /// Log messages about the call (at the session's level) go to the caller's own
+    /// request: its progress steps (`debug`), a result spilled to the workspace
+    /// (`notice`), a failed call (`warning`). Then the caller's resources are looked at
+    /// again, so its listening sessions learn what the call added or changed.
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -277,30 +322,66 @@ impl ServerHandler for DatarefServer {
         let args = request
             .arguments
             .map_or_else(|| Value::Object(Map::new()), Value::Object);
-        let call = ToolCall::new(request.name.into_owned(), args);
+        let name = request.name.into_owned();
+        let call = ToolCall::new(name.clone(), args);
         let registry = &self.inner.registry;
         // The request's token: `notifications/cancelled` cancels it, and the tool's
         // producer polls it and removes its partial artifact.
         let cancel = context.ct.clone();
         let base = self.context(&context)?;
-        let outcome = match context.meta.get_progress_token() {
-            None => {
-                let ctx = base.for_call(Arc::new(NoProgress), cancel);
-                execute_tool_call(registry, call, &ctx).await
-            }
-            Some(token) => {
-                let (sink, reports) = progress::channel();
-                let ctx = base.for_call(sink, cancel);
-                let done = CancellationToken::new();
-                let run = async {
-                    let outcome = execute_tool_call(registry, call, &ctx).await;
-                    done.cancel();
-                    outcome
-                };
-                let forward = progress::forward(context.peer.clone(), token, reports, done.clone());
-                tokio::join!(run, forward).0
-            }
+        let log = LogSink::new(context.peer.clone(), self.session.level());
+        let token = context.meta.get_progress_token();
+        let outcome = if token.is_none() && !log.wants(Level::Debug) {
+            let ctx = base.for_call(Arc::new(NoProgress), cancel);
+            execute_tool_call(registry, call, &ctx).await
+        } else {
+            let (sink, reports, steps) =
+                progress::channel(token.is_some(), log.wants(Level::Debug));
+            let ctx = base.for_call(sink, cancel);
+            let done = CancellationToken::new();
+            let run = async {
+                let outcome = execute_tool_call(registry, call, &ctx).await;
+                done.cancel();
+                outcome
+            };
+            let forward = async {
+                if let Some(token) = token {
+                    progress::forward(context.peer.clone(), token, reports, done.clone()).await;
+                }
+            };
+            let log_steps = progress::log_steps(steps, &log, &name, LOGGER, done.clone());
+            tokio::join!(run, forward, log_steps).0
         };
+        if outcome.is_error {
+            let first = outcome.text.lines().next().unwrap_or_default();
+            log.send(
+                Level::Warning,
+                LOGGER,
+                json!({"tool": name, "message": format!("`{name}` failed: {}", first.trim_start_matches("error: "))}),
+            )
+            .await;
+        } else if let Some(spilled) = outcome
+            .structured
+            .as_ref()
+            .filter(|s| s.get("spilled") == Some(&Value::Bool(true)))
+        {
+            let path = spilled
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            log.send(
+                Level::Notice,
+                LOGGER,
+                json!({
+                    "tool": name,
+                    "spilled": path,
+                    "bytes": spilled.get("bytes"),
+                    "message": format!("the result of `{name}` was large and is in your workspace at `{path}`"),
+                }),
+            )
+            .await;
+        }
+        self.inner.watch.refresh(&base.principal).await;
         let mut result = tools::to_call_result(outcome);
         if let Some(links) = self.inner.links.get() {
             tools::add_download_links(&mut result, &base.principal, links.as_ref());
@@ -308,12 +389,17 @@ impl ServerHandler for DatarefServer {
         Ok(CallToolResponse::Complete(result))
     }
 
+    /// Also starts sending this session its principal's `notifications/resources/list_changed`
+    /// (and `updated` for what it subscribed to): a client that lists resources shows them.
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let ctx = self.context(&context)?;
+        self.session
+            .forward(&self.inner.watch, &ctx, context.peer.clone())
+            .await;
         resources::list(&ctx, request.and_then(|r| r.cursor)).await
     }
 
@@ -334,5 +420,131 @@ impl ServerHandler for DatarefServer {
         resources::read(&ctx, request.uri)
             .await
             .map(ReadResourceResponse::Complete)
+    }
+
+    /// `notifications/resources/updated` for `uri` from now on, to this session only, when
+    /// the table goes away (expired) or the file is rewritten or removed. The resource
+    /// need not exist yet; only the caller's own resources can be named at all.
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let ctx = self.context(&context)?;
+        let uri = resources::subscribable(&request.uri)?;
+        self.session.subscribe(uri);
+        self.session
+            .forward(&self.inner.watch, &ctx, context.peer.clone())
+            .await;
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.context(&context)?;
+        if let Ok(uri) = resources::subscribable(&request.uri) {
+            self.session.unsubscribe(&uri);
+        }
+        Ok(())
+    }
+
+    /// 2026-07-28 `subscriptions/listen`: the resource list of the caller and the
+    /// caller's own resources among those requested.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resources_list_changed = requested.resources_list_changed;
+        accepted.resource_subscriptions = requested.resource_subscriptions.as_ref().map(|uris| {
+            uris.iter()
+                .filter(|u| resources::subscribable(u).is_ok_and(|c| &c == *u))
+                .cloned()
+                .collect()
+        });
+        Some(accepted)
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        let ctx = self.context(subscription.request_context())?;
+        let mut changes = self.inner.watch.subscribe(&ctx).await;
+        let accepted = subscription.accepted().clone();
+        loop {
+            let change = tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                c = changes.recv() => c,
+            };
+            let sent = match change {
+                Ok(Change::ListChanged)
+                | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    if accepted.resources_list_changed != Some(true) {
+                        continue;
+                    }
+                    subscription.sink().notify_resource_list_changed().await
+                }
+                Ok(Change::Updated(uri)) => {
+                    let wanted = accepted
+                        .resource_subscriptions
+                        .as_ref()
+                        .is_some_and(|u| u.contains(&uri));
+                    if !wanted {
+                        continue;
+                    }
+                    subscription.sink().notify_resource_updated(uri).await
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+            };
+            if sent.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Ok(self.inner.prompts.list())
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let ctx = self.context(&context)?;
+        self.inner
+            .prompts
+            .get(&request.name, request.arguments, &ctx)
+            .await
+            .map(GetPromptResponse::Complete)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let ctx = self.context(&context)?;
+        completion::complete(&self.inner.prompts, request, &ctx).await
+    }
+
+    /// This session's level from now on; other sessions keep theirs.
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated by SEP-2577 but still in 2025-11-25, which hosts speak"
+    )]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.context(&context)?;
+        self.session.set_level(Level::from_mcp(request.level));
+        Ok(())
     }
 }

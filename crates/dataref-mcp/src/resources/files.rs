@@ -24,8 +24,8 @@ use serde_json::json;
 
 use super::{TTL_MS, blocking, echo};
 
-pub(super) const URI_PREFIX: &str = "dataref://files/";
-pub(super) const URI_TEMPLATE: &str = "dataref://files/{path}";
+pub(crate) const URI_PREFIX: &str = "dataref://files/";
+pub(crate) const URI_TEMPLATE: &str = "dataref://files/{path}";
 /// Files in a listing at most: a listing is for picking a file, not an inventory
 /// (`list_files` is, with globs and its own bounds).
 pub(super) const MAX_LISTED: usize = 200;
@@ -37,16 +37,16 @@ const MAX_DEPTH: usize = 16;
 pub(super) const MAX_READ_BYTES: u64 = 20 * 1024 * 1024;
 
 /// The files a listing shows, newest modified first.
-pub(super) struct FileListing {
-    pub(super) files: Vec<Entry>,
+pub(crate) struct FileListing {
+    pub(crate) files: Vec<Entry>,
     /// Some files are not shown: more than [`MAX_LISTED`], or the scan bounds were hit.
-    pub(super) truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 /// Regular files anywhere in the workspace, newest modified first (then by path, so pages
 /// are stable while nothing changes). Links, directories and the temporary files of
 /// unfinished writes are left out; a link may be read by its URI, but is not offered.
-pub(super) fn list(workspace: &Workspace) -> Result<FileListing, WorkspacePathError> {
+pub(crate) fn list(workspace: &Workspace) -> Result<FileListing, WorkspacePathError> {
     let listing = workspace.list_tree(
         &workspace.root_path(),
         &TreeOptions {
@@ -110,7 +110,7 @@ pub(super) fn resource_for(entry: &Entry) -> Resource {
 
 /// The URI of a workspace path: unreserved characters and `/` as they are, every other
 /// byte percent-encoded, so names with spaces, `%`, `?` or `#` survive URI parsers.
-fn uri_for(path: &str) -> String {
+pub(crate) fn uri_for(path: &str) -> String {
     let mut uri = String::with_capacity(URI_PREFIX.len() + path.len());
     uri.push_str(URI_PREFIX);
     uri.push_str(&percent_encode(path));

@@ -9,10 +9,12 @@
 
 mod support;
 
+mod capabilities;
 mod charts;
 mod errors;
 mod files;
 mod http;
+mod notifications_http;
 mod progress_cancel;
 mod resources;
 mod tools;
