@@ -301,7 +301,7 @@ mod tests {
 token_sha256 = ["{hash}"]
 [principals."us.analyst"]
 pg_role = "us_analyst"
-pg_password = "${US_PG_PASSWORD}"
+pg_password = "${{US_PG_PASSWORD}}"
 [http]
 listen = "0.0.0.0:9000"
 public_url = "https://dataref.example.com/"

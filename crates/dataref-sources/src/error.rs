@@ -174,7 +174,7 @@ impl SourceError {
                 ConnectProblem::Other => "run `dataref doctor` to check the source".into(),
             }),
             Self::Role { principal, role, problem, .. } => Some(match problem {
-                RoleProblem::Missing => format!("an administrator must `CREATE ROLE \"{role}\" NOLOGIN` (and grant it to the login role), or set `pg_role` in `[principals.{principal}]`"),
+                RoleProblem::Missing => format!("an administrator must `CREATE ROLE \"{role}\"` (`LOGIN` if the principal uses `query`) and grant it to the source's login role, or set `pg_role` in `[principals.{principal}]`"),
                 RoleProblem::NotGranted => format!("an administrator must `GRANT \"{role}\" TO` the source's login role"),
             }),
             Self::PermissionDenied { .. } => Some(

@@ -838,9 +838,9 @@ pub struct LoginProbe {
 pub async fn probe_login(pool: &PgPool) -> Option<LoginProbe> {
     let login = pool.role_login()?;
     let result = match pool.open().await {
-        Err(e) => Err(match e.hint() {
-            Some(h) => format!("{e} (hint: {h})"),
-            None => e.to_string(),
+        Err(e) => Err(match &e {
+            SourceError::Connect { message, .. } => message.clone(),
+            other => other.to_string(),
         }),
         Ok(client) => pool::reach(&client, login).await.map_err(|e| {
             e.as_db_error()
