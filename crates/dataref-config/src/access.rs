@@ -22,6 +22,10 @@ pub struct PrincipalConfig {
     pub token_sha256: Vec<[u8; 32]>,
     /// The PostgreSQL role this principal's producer calls run as. Default: its name.
     pub pg_role: Option<String>,
+    /// The password model-written SQL logs in to PostgreSQL with as `pg_role` (`${NAME}`
+    /// expanded when dataref connects). None: no password is sent (`peer`, `cert` or
+    /// `trust` in `pg_hba.conf`).
+    pub pg_password: Option<String>,
 }
 
 /// `dataref serve --http`.
@@ -160,6 +164,7 @@ pub(crate) fn resolve_principals(
                 name: principal,
                 token_sha256: hashes,
                 pg_role: p.pg_role,
+                pg_password: p.pg_password,
             },
         );
     }
@@ -364,6 +369,7 @@ mod tests {
 token_sha256 = ["{hash}"]
 [principals."us.analyst"]
 pg_role = "us_analyst"
+pg_password = "${{US_PG_PASSWORD}}"
 [http]
 listen = "0.0.0.0:9000"
 public_url = "https://dataref.example.com/"
@@ -384,6 +390,8 @@ audience = "dataref"
         assert_eq!(c.principals[&eu].token_sha256, vec![[0xaa; 32]]);
         assert_eq!(c.pg_role(&eu), "eu_analyst");
         assert_eq!(c.pg_role(&us), "us_analyst");
+        assert_eq!(c.pg_password(&us), Some("${US_PG_PASSWORD}"));
+        assert_eq!(c.pg_password(&eu), None);
         assert_eq!(c.http.listen.port(), 9000);
         assert_eq!(
             c.http.public_url.as_deref(),

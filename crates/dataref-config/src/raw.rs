@@ -36,6 +36,7 @@ pub(crate) struct RawPrincipal {
     #[serde(default)]
     pub token_sha256: Vec<String>,
     pub pg_role: Option<String>,
+    pub pg_password: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -173,6 +174,7 @@ pub(crate) struct RawSource {
     pub max_rows: Option<u64>,
     pub timeout: Option<RawDuration>,
     pub allow_sql: Option<bool>,
+    pub allow_sql_shared_roles: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

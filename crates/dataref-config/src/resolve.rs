@@ -145,8 +145,14 @@ pub enum SourceKind {
         /// role, which must be granted the callers' roles. `${NAME}` is expanded from the
         /// environment when dataref connects, so the password stays out of the file.
         url: String,
-        /// Connections kept open for reuse. Default 4.
+        /// Connections kept open for reuse. Default 4 (per login: the shared one of named
+        /// queries, and each caller's own role for model-written SQL).
         pool_size: usize,
+        /// Let model-written SQL (`query`) run on the shared login role of `url`, which can
+        /// become several principals' roles, instead of logging in as the caller's own
+        /// role. Default false: the operator must accept that a statement may then reach
+        /// another principal's role.
+        allow_sql_shared_roles: bool,
     },
 }
 
@@ -444,6 +450,14 @@ impl Config {
             .unwrap_or(principal.as_str())
     }
 
+    /// The password `principal` logs in to PostgreSQL with as its role (model-written SQL),
+    /// `${NAME}` not yet expanded: `pg_password` of `[principals.NAME]`.
+    pub fn pg_password(&self, principal: &Principal) -> Option<&str> {
+        self.principals
+            .get(principal)
+            .and_then(|p| p.pg_password.as_deref())
+    }
+
     fn resolve(raw: RawConfig, base: &Path, home: PathBuf) -> Result<Self, ConfigError> {
         let principal = match &raw.server.principal {
             None => default_principal(),
@@ -658,7 +672,11 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
                     "the default is 4",
                 ));
             }
-            SourceKind::Postgres { url, pool_size }
+            SourceKind::Postgres {
+                url,
+                pool_size,
+                allow_sql_shared_roles: s.allow_sql_shared_roles.unwrap_or(false),
+            }
         }
         other => {
             return Err(invalid(
@@ -675,10 +693,12 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
             "a postgres source takes `url`",
         ));
     }
-    if !matches!(kind, SourceKind::Postgres { .. }) && (s.url.is_some() || s.pool_size.is_some()) {
+    if !matches!(kind, SourceKind::Postgres { .. })
+        && (s.url.is_some() || s.pool_size.is_some() || s.allow_sql_shared_roles.is_some())
+    {
         return Err(invalid(
             &what,
-            "`url` and `pool_size` are for postgres sources",
+            "`url`, `pool_size` and `allow_sql_shared_roles` are for postgres sources",
             "a sqlite source takes `path`",
         ));
     }
@@ -927,6 +947,30 @@ mod tests {
                 Err(e) => assert!(e.to_string().contains(want), "{e} should mention {want}"),
             }
         }
+    }
+
+    #[test]
+    fn postgres_sources_take_the_shared_login_opt_out() {
+        let c = parse(
+            "[sources.w]\nkind = \"postgres\"\nurl = \"host=/run/postgresql user=dataref\"\n\
+             allow_sql = true\nallow_sql_shared_roles = true\n\
+             [sources.v]\nkind = \"postgres\"\nurl = \"host=/run/postgresql user=dataref\"",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let opt_out = |name: &str| match &c.sources[name].kind {
+            SourceKind::Postgres {
+                allow_sql_shared_roles,
+                ..
+            } => *allow_sql_shared_roles,
+            other => panic!("{other:?}"),
+        };
+        assert!(opt_out("w"));
+        assert!(!opt_out("v"));
+        let e =
+            parse("[sources.s]\nkind = \"sqlite\"\npath = \"x\"\nallow_sql_shared_roles = true")
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("for postgres sources"), "{e}");
     }
 
     #[test]

@@ -96,6 +96,19 @@ pub enum ConnectProblem {
     Env(String),
     /// Every connection of the pool stayed busy.
     Busy,
+    /// Model-written SQL logs in as the caller's own role, and that login was refused
+    /// (the role is `NOLOGIN`, `pg_hba.conf`, or the password of `pg_password`).
+    RoleLogin {
+        principal: String,
+        role: String,
+    },
+    /// The caller's own login role can become another principal's role (or the shared
+    /// login, or a role that reads or cancels other sessions), so its SQL could too: the
+    /// connection is refused before any statement runs.
+    SharedRole {
+        principal: String,
+        role: String,
+    },
     Other,
 }
 
@@ -152,10 +165,16 @@ impl SourceError {
                 ConnectProblem::BadUrl => "write `url` as `postgresql://user:${PGPASSWORD}@host/db` or `host=/run/postgresql dbname=db user=dataref`".into(),
                 ConnectProblem::Env(name) => format!("set `{name}` in the environment of `dataref serve`"),
                 ConnectProblem::Busy => "try again shortly; raise the source's `pool_size` if this is common".into(),
+                ConnectProblem::RoleLogin { principal, role } => format!(
+                    "model-written SQL logs in as the caller's own role: `ALTER ROLE \"{role}\" LOGIN`, allow it in `pg_hba.conf`, and set `pg_password` in `[principals.{principal}]` if it needs a password (or set `allow_sql_shared_roles = true` on the source to accept the shared login)"
+                ),
+                ConnectProblem::SharedRole { role, .. } => format!(
+                    "`REVOKE` the roles listed from `{role}` (a principal's login role must be a member of no other principal's role), or set `allow_sql_shared_roles = true` on the source to accept it; `dataref doctor` lists them"
+                ),
                 ConnectProblem::Other => "run `dataref doctor` to check the source".into(),
             }),
             Self::Role { principal, role, problem, .. } => Some(match problem {
-                RoleProblem::Missing => format!("an administrator must `CREATE ROLE \"{role}\" NOLOGIN` (and grant it to the login role), or set `pg_role` in `[principals.{principal}]`"),
+                RoleProblem::Missing => format!("an administrator must `CREATE ROLE \"{role}\"` (`LOGIN` if the principal uses `query`) and grant it to the source's login role, or set `pg_role` in `[principals.{principal}]`"),
                 RoleProblem::NotGranted => format!("an administrator must `GRANT \"{role}\" TO` the source's login role"),
             }),
             Self::PermissionDenied { .. } => Some(

@@ -1,8 +1,7 @@
 //! The PostgreSQL producer: one statement run as the caller's role, streamed from a
 //! portal into a table artifact over the binary protocol.
 //!
-//! Every call takes a connection from the source's [`PgPool`] and runs, in one
-//! transaction:
+//! Every call takes a connection from a [`PgPool`] and runs, in one transaction:
 //!
 //! ```sql
 //! START TRANSACTION READ ONLY;
@@ -13,16 +12,22 @@
 //! ROLLBACK;
 //! ```
 //!
-//! so grants and row-level security decide what comes back, and nothing the call set
-//! survives it. The connection returns to the pool only when the ROLLBACK was
-//! acknowledged. `:name` placeholders become `$1..$n` and are sent as text for the
-//! server to read as whatever type it inferred (a date compared with a date column is a
-//! date). Cancellation and the source's timeout send a cancel request to the server; the
-//! partial artifact is removed.
+//! so grants and row-level security decide what comes back. The boundary between
+//! principals is the pool's *login* role: named queries (operator SQL) run on the source's
+//! shared login, model-written SQL ([`SqlPolicy::Generic`]) on a pool that logs in as the
+//! caller's own role ([`PgPool::for_role`]), whose connections are refused when the
+//! database says that role can become another principal's — so no statement, however it
+//! is written, can. Only with the source's `allow_sql_shared_roles` does model SQL run on
+//! the shared login; then `set_config` is refused and statements must return rows (so
+//! `SET ROLE`/`RESET ROLE` are refused before they run), which narrows but cannot close
+//! the gap.
 //!
-//! Model-written SQL (`query`) may not call `set_config` (which could change the role of
-//! the transaction) and must return rows (so `SET ROLE`/`RESET ROLE` are refused before
-//! they run); the extended protocol refuses more than one statement.
+//! The source's timeout is also a client-side deadline (a cancel request), which a
+//! statement cannot raise. A connection returns to its pool only after a call that
+//! succeeded, an acknowledged ROLLBACK and [`pool::SESSION_RESET`]; otherwise it is closed.
+//! `:name` placeholders become `$1..$n` and are sent as text for the server to read as
+//! whatever type it inferred (a date compared with a date column is a date). Cancellation
+//! and the timeout remove the partial artifact.
 
 mod decode;
 mod pool;
@@ -49,7 +54,7 @@ use crate::error::{ConnectProblem, RoleProblem};
 use crate::sqlite::unique_names;
 use crate::{FetchRequest, Fetched, ParamValue, SourceError, SqlPolicy};
 
-pub use self::pool::{EnvLookup, PgPool};
+pub use self::pool::{EnvLookup, PgPool, RoleLogin};
 
 /// Rows per Arrow batch written to the store.
 const BATCH_ROWS: usize = 65_536;
@@ -81,6 +86,27 @@ pub async fn fetch(
 ) -> Result<Fetched, SourceError> {
     let started = Instant::now();
     let deadline = started + req.source.timeout;
+    match (req.policy, pool.role_login()) {
+        (SqlPolicy::Generic, None) if !shared_login_accepted(req) => {
+            return Err(SourceError::NotAllowed {
+                what: "model-written SQL on the shared login role of this source (it logs in \
+                       as the caller's own role; set `allow_sql_shared_roles = true` on the \
+                       source to accept the shared login)"
+                    .into(),
+            });
+        }
+        (_, Some(login)) if login.role != role => {
+            return Err(SourceError::Connect {
+                source_name: pool.source_name().to_owned(),
+                message: format!(
+                    "internal: a pool of role `{}` was given a call of role `{role}`",
+                    login.role
+                ),
+                problem: ConnectProblem::Other,
+            });
+        }
+        _ => {}
+    }
     if req.policy == SqlPolicy::Generic
         && let Some(f) = sql::refused_function(req.sql)
     {
@@ -147,16 +173,22 @@ pub async fn fetch(
             progress,
         )
         .await;
-    let clean = if guard.lost {
-        drop(txn);
-        false
-    } else {
-        tokio::time::timeout(GRACE, txn.rollback())
+    // Only a call that succeeded leaves its connection reusable: after an error, a refused
+    // result, a timeout or a cancellation it is closed (dropped), so a cancel request that
+    // arrives late, or anything the statement left in its session, reaches no other call.
+    if result.is_ok() && guard.stopped.is_none() && !guard.lost {
+        let rolled_back = tokio::time::timeout(GRACE, txn.rollback())
             .await
-            .is_ok_and(|r| r.is_ok())
-    };
-    if clean {
-        conn.give_back();
+            .is_ok_and(|r| r.is_ok());
+        let clean = rolled_back
+            && tokio::time::timeout(GRACE, client.batch_execute(pool::SESSION_RESET))
+                .await
+                .is_ok_and(|r| r.is_ok());
+        if clean {
+            conn.give_back();
+        }
+    } else {
+        drop(txn);
     }
     if let Ok(f) = &result {
         tracing::debug!(
@@ -779,6 +811,47 @@ pub async fn probe(pool: &PgPool, roles: &[String]) -> Result<Probe, SourceError
         out.roles.push((role.clone(), status));
     }
     Ok(out)
+}
+
+/// Whether the source's operator accepted model-written SQL on the shared login role.
+fn shared_login_accepted(req: &FetchRequest<'_>) -> bool {
+    matches!(
+        req.source.kind,
+        dataref_config::SourceKind::Postgres {
+            allow_sql_shared_roles: true,
+            ..
+        }
+    )
+}
+
+/// What `dataref doctor` reports about one principal's own login (model-written SQL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginProbe {
+    pub principal: String,
+    pub role: String,
+    /// The login failed, or: the roles it can become that it must not (empty: safe).
+    pub result: Result<Vec<String>, String>,
+}
+
+/// Logs in as the role of `pool` (a pool made by [`PgPool::for_role`]) and asks the
+/// database which forbidden roles that login can become. None for a shared-login pool.
+pub async fn probe_login(pool: &PgPool) -> Option<LoginProbe> {
+    let login = pool.role_login()?;
+    let result = match pool.open().await {
+        Err(e) => Err(match &e {
+            SourceError::Connect { message, .. } => message.clone(),
+            other => other.to_string(),
+        }),
+        Ok(client) => pool::reach(&client, login).await.map_err(|e| {
+            e.as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_owned())
+        }),
+    };
+    Some(LoginProbe {
+        principal: login.principal.clone(),
+        role: login.role.clone(),
+        result,
+    })
 }
 
 #[cfg(test)]

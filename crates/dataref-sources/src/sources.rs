@@ -2,16 +2,16 @@
 //! PostgreSQL source), built once with the tool registry, and the one entry point the
 //! producer tools call.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use dataref_config::{Config, SourceKind};
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactMeta, ArtifactStore, Lineage};
 
 use crate::error::ConnectProblem;
-use crate::postgres::PgPool;
-use crate::{FetchRequest, SourceError};
+use crate::postgres::{PgPool, RoleLogin};
+use crate::{FetchRequest, SourceError, SqlPolicy};
 
 /// A stored result and what the model should know about how it was stored.
 #[derive(Debug, Clone)]
@@ -23,10 +23,22 @@ pub struct Fetched {
 
 /// The pools of the PostgreSQL sources (none connects before its first call) and the
 /// PostgreSQL role of each principal.
+///
+/// A source has one pool that logs in as the user of its `url` (named queries, and
+/// model-written SQL where `allow_sql_shared_roles` is set) and, made at first use, one
+/// pool per caller's role that logs in as that role (model-written SQL): a statement can
+/// then only become roles that role is a member of, and each new connection is refused
+/// when the database says those include another principal's role.
 #[derive(Debug, Default)]
 pub struct Sources {
     pools: BTreeMap<String, Arc<PgPool>>,
     roles: BTreeMap<Principal, String>,
+    /// `pg_password` of each principal that has one (`${NAME}` not yet expanded).
+    passwords: BTreeMap<Principal, String>,
+    /// The roles of every configured principal and of the stdio principal.
+    all_roles: BTreeSet<String>,
+    /// Model-written SQL's pools, by source and login role.
+    sql_pools: Mutex<BTreeMap<(String, String), Arc<PgPool>>>,
 }
 
 impl Sources {
@@ -36,7 +48,7 @@ impl Sources {
             .sources
             .values()
             .filter_map(|s| match &s.kind {
-                SourceKind::Postgres { url, pool_size } => Some((
+                SourceKind::Postgres { url, pool_size, .. } => Some((
                     s.name.clone(),
                     Arc::new(PgPool::new(&s.name, url, *pool_size)),
                 )),
@@ -44,12 +56,25 @@ impl Sources {
                 _ => None,
             })
             .collect();
-        let roles = config
+        let roles: BTreeMap<Principal, String> = config
             .principals
             .keys()
             .map(|p| (p.clone(), config.pg_role(p).to_owned()))
             .collect();
-        Self { pools, roles }
+        let passwords = config
+            .principals
+            .keys()
+            .filter_map(|p| Some((p.clone(), config.pg_password(p)?.to_owned())))
+            .collect();
+        let mut all_roles: BTreeSet<String> = roles.values().cloned().collect();
+        all_roles.insert(config.pg_role(&config.principal).to_owned());
+        Self {
+            pools,
+            roles,
+            passwords,
+            all_roles,
+            sql_pools: Mutex::new(BTreeMap::new()),
+        }
     }
 
     /// Uses `pool` for its source (tests: a pool with its own `${NAME}` lookup).
@@ -59,9 +84,46 @@ impl Sources {
         self
     }
 
-    /// The pool of a PostgreSQL source.
+    /// Also runs `principal` as `role` (tests, and callers that build `Sources` by hand).
+    pub fn with_role(mut self, principal: Principal, role: &str, password: Option<&str>) -> Self {
+        self.all_roles.insert(role.to_owned());
+        self.roles.insert(principal.clone(), role.to_owned());
+        if let Some(p) = password {
+            self.passwords.insert(principal, p.to_owned());
+        }
+        self
+    }
+
+    /// The pool of a PostgreSQL source (its shared login).
     pub fn pool(&self, source: &str) -> Option<&Arc<PgPool>> {
         self.pools.get(source)
+    }
+
+    /// The pool model-written SQL of `principal` runs on: logged in as its own role.
+    /// Made at first use; None for a source that is not PostgreSQL.
+    pub fn sql_pool(&self, source: &str, principal: &Principal) -> Option<Arc<PgPool>> {
+        let base = self.pools.get(source)?;
+        let role = self.role(principal).to_owned();
+        let mut pools = self.sql_pools.lock().ok()?;
+        let key = (source.to_owned(), role.clone());
+        if let Some(pool) = pools.get(&key) {
+            return Some(pool.clone());
+        }
+        let mut forbidden: Vec<String> = self
+            .all_roles
+            .iter()
+            .filter(|r| **r != role)
+            .cloned()
+            .collect();
+        forbidden.extend(base.url_user().filter(|u| *u != role));
+        let pool = Arc::new(base.for_role(RoleLogin {
+            principal: principal.as_str().to_owned(),
+            role,
+            password: self.passwords.get(principal).cloned(),
+            forbidden,
+        }));
+        pools.insert(key, pool.clone());
+        Some(pool)
     }
 
     /// The PostgreSQL role `principal` runs as: its `pg_role`, else its name.
@@ -99,14 +161,24 @@ impl Sources {
                     message: message.to_owned(),
                     problem: ConnectProblem::Other,
                 };
-                let pool = self
-                    .pools
-                    .get(&req.source.name)
-                    .ok_or_else(|| unavailable("internal: no pool for this source"))?;
+                let shared_ok = matches!(
+                    req.source.kind,
+                    SourceKind::Postgres {
+                        allow_sql_shared_roles: true,
+                        ..
+                    }
+                );
+                let pool = match req.policy {
+                    SqlPolicy::Generic if !shared_ok => self.sql_pool(&req.source.name, owner),
+                    SqlPolicy::Generic | SqlPolicy::Configured => {
+                        self.pools.get(&req.source.name).cloned()
+                    }
+                }
+                .ok_or_else(|| unavailable("internal: no pool for this source"))?;
                 let handle = tokio::runtime::Handle::try_current()
                     .map_err(|_| unavailable("internal: no async runtime to run the call on"))?;
                 handle.block_on(crate::postgres::fetch(
-                    pool,
+                    &pool,
                     req,
                     self.role(owner),
                     store,

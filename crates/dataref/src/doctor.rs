@@ -232,9 +232,12 @@ fn sources(config: &Config) -> Vec<Check> {
 }
 
 /// A PostgreSQL source: connects (a fresh connection, as `serve` would), names the login
-/// role, and lists which principals' roles it may `SET ROLE` to.
+/// role, and lists which principals' roles it may `SET ROLE` to. With `allow_sql`, also
+/// logs in as each principal's own role (the login of model-written SQL) and asks the
+/// database which other principals' roles that login can become: any is a failure,
+/// unless the source sets `allow_sql_shared_roles = true`.
 fn postgres(config: &Config, source: &str, what: &str) -> Check {
-    use dataref_sources::postgres::{RoleStatus, probe};
+    use dataref_sources::postgres::{RoleStatus, probe, probe_login};
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -258,6 +261,16 @@ fn postgres(config: &Config, source: &str, what: &str) -> Check {
             None,
         );
     };
+    let Some(s) = config.sources.get(source) else {
+        return check(Status::Fail, what, "internal: no such source", None);
+    };
+    let shared_sql = matches!(
+        s.kind,
+        SourceKind::Postgres {
+            allow_sql_shared_roles: true,
+            ..
+        }
+    );
     // Every configured principal, and the stdio principal, by the role each runs as.
     let mut principals: Vec<&dataref_protocol::Principal> = config.principals.keys().collect();
     if !principals.contains(&&config.principal) {
@@ -267,59 +280,92 @@ fn postgres(config: &Config, source: &str, what: &str) -> Check {
         .iter()
         .map(|p| sources.role(p).to_owned())
         .collect();
-    match runtime.block_on(probe(pool, &roles)) {
-        Ok(p) => {
-            let mut usable = Vec::new();
-            let mut broken = Vec::new();
-            for (principal, (role, status)) in principals.iter().zip(&p.roles) {
-                let shown = format!("{principal} → {role}");
-                match status {
-                    RoleStatus::Usable => usable.push(shown),
-                    RoleStatus::Missing => broken.push(format!("{shown} (no such role)")),
-                    RoleStatus::NotGranted => broken.push(format!("{shown} (not granted)")),
-                    _ => broken.push(format!("{shown} (unknown)")),
-                }
-            }
-            let mut detail = format!(
-                "postgres {} as `{}`; can run as: {}",
-                p.server_version,
-                p.login_role,
-                if usable.is_empty() {
-                    "none".into()
-                } else {
-                    usable.join(", ")
-                }
-            );
-            if !broken.is_empty() {
-                detail.push_str(&format!("; cannot: {}", broken.join(", ")));
-                return check(
-                    Status::Warn,
-                    what,
-                    detail,
-                    Some(
-                        "`CREATE ROLE … NOLOGIN` the missing roles and `GRANT` each to the login role (or set `pg_role` in `[principals.NAME]`)",
-                    ),
-                );
-            }
-            if p.login_is_superuser || p.login_inherits {
-                detail.push_str(if p.login_is_superuser {
-                    "; the login role is a superuser"
-                } else {
-                    "; the login role inherits its roles' privileges"
-                });
-                return check(
-                    Status::Warn,
-                    what,
-                    detail,
-                    Some(
-                        "log in as a role made `LOGIN NOINHERIT NOSUPERUSER` and granted only the callers' roles",
-                    ),
-                );
-            }
-            check(Status::Ok, what, detail, None)
+    let p = match runtime.block_on(probe(pool, &roles)) {
+        Ok(p) => p,
+        Err(e) => return check(Status::Fail, what, e.to_string(), e.hint().as_deref()),
+    };
+    let mut usable = Vec::new();
+    let mut broken = Vec::new();
+    for (principal, (role, status)) in principals.iter().zip(&p.roles) {
+        let shown = format!("{principal} → {role}");
+        match status {
+            RoleStatus::Usable => usable.push(shown),
+            RoleStatus::Missing => broken.push(format!("{shown} (no such role)")),
+            RoleStatus::NotGranted => broken.push(format!("{shown} (not granted)")),
+            _ => broken.push(format!("{shown} (unknown)")),
         }
-        Err(e) => check(Status::Fail, what, e.to_string(), e.hint().as_deref()),
     }
+    let mut detail = format!(
+        "postgres {} as `{}`; can run as: {}",
+        p.server_version,
+        p.login_role,
+        if usable.is_empty() {
+            "none".into()
+        } else {
+            usable.join(", ")
+        }
+    );
+    let mut status = Status::Ok;
+    let mut hints: Vec<String> = Vec::new();
+    if !broken.is_empty() {
+        detail.push_str(&format!("; cannot: {}", broken.join(", ")));
+        status = Status::Warn;
+        hints.push("`CREATE ROLE` the missing roles (`LOGIN` for principals that use `query`) and `GRANT` each to the login role (or set `pg_role` in `[principals.NAME]`)".into());
+    }
+    if p.login_is_superuser || p.login_inherits {
+        detail.push_str(if p.login_is_superuser {
+            "; the login role is a superuser"
+        } else {
+            "; the login role inherits its roles' privileges"
+        });
+        status = Status::Warn;
+        hints.push("log in as a role made `LOGIN NOINHERIT NOSUPERUSER` and granted only the callers' roles".into());
+    }
+    if s.allow_sql && shared_sql {
+        if usable.len() > 1 {
+            detail.push_str(&format!(
+                "; model SQL runs on this shared login (`allow_sql_shared_roles = true`), so a \
+                 statement can become any of {} principals' roles",
+                usable.len()
+            ));
+            status = Status::Warn;
+            hints.push("remove `allow_sql_shared_roles` to run model SQL logged in as each caller's own role".into());
+        }
+    } else if s.allow_sql {
+        let mut logins = Vec::new();
+        let mut unsafe_or_broken = false;
+        for principal in &principals {
+            let Some(sql_pool) = sources.sql_pool(source, principal) else {
+                continue;
+            };
+            let Some(l) = runtime.block_on(probe_login(&sql_pool)) else {
+                continue;
+            };
+            logins.push(match &l.result {
+                Ok(reach) if reach.is_empty() => format!("{} → {} (safe)", l.principal, l.role),
+                Ok(reach) => {
+                    unsafe_or_broken = true;
+                    format!(
+                        "{} → {} (UNSAFE: can become {})",
+                        l.principal,
+                        l.role,
+                        reach.join(", ")
+                    )
+                }
+                Err(e) => {
+                    unsafe_or_broken = true;
+                    format!("{} → {} (login fails: {e})", l.principal, l.role)
+                }
+            });
+        }
+        detail.push_str(&format!("; model SQL logs in as: {}", logins.join(", ")));
+        if unsafe_or_broken {
+            status = Status::Fail;
+            hints.insert(0, "model SQL (`allow_sql`) logs in as each principal's own role: make it `LOGIN`, allow it in `pg_hba.conf` (with `pg_password` in `[principals.NAME]` if it needs one), and `REVOKE` from it every other principal's role; or set `allow_sql_shared_roles = true` on the source to accept the shared login".into());
+        }
+    }
+    let hint = (!hints.is_empty()).then(|| hints.join("; "));
+    check(status, what, detail, hint.as_deref())
 }
 
 fn python(config: &Config) -> Check {

@@ -67,6 +67,7 @@ fn principals() -> BTreeMap<Principal, PrincipalConfig> {
                 name: p.clone(),
                 token_sha256: vec![sha256(token)],
                 pg_role: None,
+                pg_password: None,
             };
             (p, c)
         })

@@ -89,6 +89,18 @@ fn scan(
                         i += 1;
                     }
                 }
+                b'U' | b'u'
+                    if b.get(i + 1) == Some(&b'&')
+                        && b.get(i + 2) == Some(&b'"')
+                        && (i == 0 || !ident_char(b[i - 1])) =>
+                {
+                    // `U&"…"` [UESCAPE 'c']: a quoted identifier with Unicode escapes,
+                    // decoded as the server does (`U&"set\005fconfig"` is `set_config`).
+                    let (raw, end) = quoted_body(sql, i + 3);
+                    let (escape, end) = uescape(sql, end);
+                    on_ident(&unicode_unescape(&raw, escape));
+                    i = end;
+                }
                 b':' if b.get(i + 1) == Some(&b':') => i += 2,
                 b':' if b.get(i + 1).is_some_and(|&n| ident_start(n)) => {
                     let mut j = i + 1;
@@ -141,7 +153,8 @@ fn scan(
                 }
             }
             State::LineComment => {
-                if c == b'\n' {
+                // The server ends a `--` comment at a carriage return too.
+                if c == b'\n' || c == b'\r' {
                     state = State::Code;
                 }
                 i += 1;
@@ -164,6 +177,120 @@ fn scan(
         }
     }
     out.push_str(&sql[copied.min(sql.len())..]);
+    out
+}
+
+/// The text of a `"…"` identifier whose body starts at `start` (`""` is one quote), and
+/// the index after its closing quote (the end of `sql` if unclosed).
+fn quoted_body(sql: &str, start: usize) -> (String, usize) {
+    let b = sql.as_bytes();
+    let mut out = String::new();
+    let mut i = start;
+    while i < b.len() {
+        if b[i] == b'"' {
+            if b.get(i + 1) == Some(&b'"') {
+                out.push('"');
+                i += 2;
+                continue;
+            }
+            return (out, i + 1);
+        }
+        let len = utf8_len(b[i]);
+        out.push_str(sql.get(i..i + len).unwrap_or(""));
+        i += len;
+    }
+    (out, b.len())
+}
+
+/// Whitespace and comments from `i` on.
+fn skip_blank(sql: &str, mut i: usize) -> usize {
+    let b = sql.as_bytes();
+    loop {
+        match b.get(i) {
+            Some(c) if c.is_ascii_whitespace() => i += 1,
+            Some(b'-') if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' && b[i] != b'\r' {
+                    i += 1;
+                }
+            }
+            Some(b'/') if b.get(i + 1) == Some(&b'*') => {
+                let mut depth = 0u32;
+                while i < b.len() {
+                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                        depth += 1;
+                        i += 2;
+                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            _ => return i,
+        }
+    }
+}
+
+/// `UESCAPE 'c'` after a `U&` identifier ending at `end`: the escape character and the
+/// index after the clause; else `\` and `end`.
+fn uescape(sql: &str, end: usize) -> (char, usize) {
+    let b = sql.as_bytes();
+    let i = skip_blank(sql, end);
+    let is_kw = sql
+        .get(i..i + 7)
+        .is_some_and(|w| w.eq_ignore_ascii_case("uescape"))
+        && b.get(i + 7).is_none_or(|&c| !ident_char(c));
+    if !is_kw {
+        return ('\\', end);
+    }
+    let j = skip_blank(sql, i + 7);
+    if b.get(j) != Some(&b'\'') {
+        return ('\\', end);
+    }
+    match sql.get(j + 1..).and_then(|rest| rest.chars().next()) {
+        Some(c) if sql[j + 1 + c.len_utf8()..].starts_with('\'') => (c, j + 2 + c.len_utf8()),
+        _ => ('\\', end),
+    }
+}
+
+/// `\XXXX` and `\+XXXXXX` (with `escape` for the backslash) decoded; `\\` is a backslash.
+/// What the server would reject is kept as written.
+fn unicode_unescape(raw: &str, escape: char) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        if c != escape {
+            out.push(c);
+            continue;
+        }
+        let rest = &raw[at + c.len_utf8()..];
+        if rest.starts_with(escape) {
+            out.push(escape);
+            chars.next();
+            continue;
+        }
+        let (digits, skip) = match rest.strip_prefix('+') {
+            Some(r) => (r.get(..6), 7),
+            None => (rest.get(..4), 4),
+        };
+        match digits
+            .filter(|d| d.bytes().all(|x| x.is_ascii_hexdigit()))
+            .and_then(|d| u32::from_str_radix(d, 16).ok())
+            .and_then(char::from_u32)
+        {
+            Some(decoded) => {
+                out.push(decoded);
+                for _ in 0..skip {
+                    chars.next();
+                }
+            }
+            None => out.push(c),
+        }
+    }
     out
 }
 
@@ -248,6 +375,14 @@ mod tests {
             "SELECT SET_CONFIG('role', 'x', true)",
             "SELECT pg_catalog.set_config('role', 'x', true)",
             "SELECT \"set_config\"('role', 'x', true)",
+            "SELECT U&\"set\\005fconfig\"('role', 'x', true)",
+            "SELECT u&\"SET\\005FCONFIG\"('role', 'x', true)",
+            "SELECT U&\"set!005fconfig\" UESCAPE '!'('role', 'x', true)",
+            "SELECT U&\"set!+00005fconfig\" /* c */ uescape\n'!'('role', 'x', true)",
+            "SELECT pg_catalog.U&\"set\\005fconfig\"('role', 'x', true)",
+            "SELECT U&\"\\0073et_config\"('role', 'x', true)",
+            "SELECT 1 -- a comment\r, set_config('role', 'x', true)",
+            "SELECT set_config/**/('role', 'x', true)",
         ] {
             assert_eq!(refused_function(sql), Some("set_config"), "{sql}");
         }
@@ -256,6 +391,8 @@ mod tests {
             "SELECT 1 -- set_config\n",
             "SELECT current_setting('role')",
             "SELECT $$set_config$$",
+            "SELECT U&'set\\005fconfig'",
+            "SELECT U&\"set\\005fconfi\"",
         ] {
             assert_eq!(refused_function(sql), None, "{sql}");
         }

@@ -12,6 +12,7 @@
 mod fetch;
 mod guard;
 mod params;
+mod pg_roles;
 mod postgres;
 mod sample;
 

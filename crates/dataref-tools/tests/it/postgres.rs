@@ -19,8 +19,8 @@ use super::error_text;
 
 const SETUP: &str = r#"
 CREATE ROLE dataref_login LOGIN NOINHERIT;
-CREATE ROLE eu_analyst NOLOGIN;
-CREATE ROLE us_analyst NOLOGIN;
+CREATE ROLE eu_analyst LOGIN;
+CREATE ROLE us_analyst LOGIN;
 GRANT eu_analyst, us_analyst TO dataref_login;
 CREATE TABLE sales (id int, region text, amount numeric(12,2), day date);
 INSERT INTO sales VALUES (1, 'EU', 10.50, '2025-01-05'), (2, 'US', 20.00, '2025-01-06'),

@@ -60,7 +60,7 @@ pub(super) fn section(
     settings::progress_line(&format!("loading {rows} rows…"));
     let load = format!(
         "CREATE ROLE dataref_login LOGIN NOINHERIT;
-         CREATE ROLE bench_reader NOLOGIN;
+         CREATE ROLE bench_reader LOGIN;
          GRANT bench_reader TO dataref_login;
          CREATE TABLE bench AS SELECT g::int8 AS id,
            (random() * 100000)::numeric(12,2) AS amount,
@@ -110,6 +110,7 @@ pub(super) fn section(
         kind: SourceKind::Postgres {
             url: conninfo.clone(),
             pool_size: 1,
+            allow_sql_shared_roles: false,
         },
         sample_rows: 5,
         max_value_chars: 80,
