@@ -58,6 +58,7 @@ fn principals() -> BTreeMap<Principal, PrincipalConfig> {
                 name: p.clone(),
                 token_sha256: vec![sha],
                 pg_role: None,
+                pg_password: None,
             };
             (p, c)
         })
