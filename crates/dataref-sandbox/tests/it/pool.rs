@@ -35,6 +35,7 @@ pub(crate) fn settings(pool_size: usize) -> SandboxSettings {
         limits: Limits::default(),
         caps: ExchangeCaps::default(),
         cgroups: Default::default(),
+        max_concurrent: 4,
     }
 }
 
