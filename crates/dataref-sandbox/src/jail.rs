@@ -668,7 +668,10 @@ fn out_usage(out: Option<&OwnedFd>) -> (u64, bool) {
     let Some(fd) = out else { return (0, false) };
     match rustix::fs::fstatvfs(fd) {
         Ok(vfs) => {
-            let used = vfs.f_blocks.saturating_sub(vfs.f_bfree).saturating_mul(vfs.f_frsize);
+            let used = vfs
+                .f_blocks
+                .saturating_sub(vfs.f_bfree)
+                .saturating_mul(vfs.f_frsize);
             let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
             (used, free < FULL_BELOW)
         }

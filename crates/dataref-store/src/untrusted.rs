@@ -204,8 +204,11 @@ fn check_structure(file: &mut File) -> Result<usize, MalformedIpc> {
         ));
     }
     let footer_len = i32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
-    let footer_len = u64::try_from(footer_len)
-        .map_err(|_| bad(format!("its footer declares a negative length ({footer_len})")))?;
+    let footer_len = u64::try_from(footer_len).map_err(|_| {
+        bad(format!(
+            "its footer declares a negative length ({footer_len})"
+        ))
+    })?;
     let body_end = (len - TRAILER_BYTES)
         .checked_sub(footer_len)
         .filter(|end| *end >= HEADER_BYTES)
@@ -392,10 +395,7 @@ mod tests {
         let (at, _) = first_block(&bytes);
         bytes[at + 16..at + 24].copy_from_slice(&(-1i64).to_le_bytes());
         let err = UntrustedIpc::open(file_of(&bytes)).unwrap_err();
-        assert!(
-            err.reason().contains("negative body length (-1)"),
-            "{err}"
-        );
+        assert!(err.reason().contains("negative body length (-1)"), "{err}");
     }
 
     #[test]
@@ -439,7 +439,11 @@ mod tests {
     #[test]
     fn truncated_and_foreign_files_are_malformed() {
         let good = valid_file();
-        for bytes in [&good[..good.len() / 2], b"PAR1 not arrow at all PAR1".as_slice(), b""] {
+        for bytes in [
+            &good[..good.len() / 2],
+            b"PAR1 not arrow at all PAR1".as_slice(),
+            b"",
+        ] {
             assert!(UntrustedIpc::open(file_of(bytes)).is_err());
         }
     }

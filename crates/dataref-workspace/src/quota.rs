@@ -117,10 +117,18 @@ impl Budget {
     /// Takes `len` more bytes, or refuses with what the workspace holds.
     pub(crate) fn take(&mut self, len: usize) -> io::Result<()> {
         let len = len as u64;
-        let mut count = self.ledger.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut count = self
+            .ledger
+            .count
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         for fresh_walk in [false, true] {
             if count.on_disk.is_none() || fresh_walk {
-                let usage = self.root.as_ref().map(|r| walk(r.as_fd())).unwrap_or_default();
+                let usage = self
+                    .root
+                    .as_ref()
+                    .map(|r| walk(r.as_fd()))
+                    .unwrap_or_default();
                 count.on_disk = Some(usage);
             }
             let on_disk = count.on_disk.as_ref().map_or(0, |u| u.bytes);
@@ -148,14 +156,22 @@ impl Budget {
     /// `len` bytes taken but not written (a short write).
     pub(crate) fn give_back(&mut self, len: usize) {
         let len = (len as u64).min(self.written);
-        let mut count = self.ledger.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut count = self
+            .ledger
+            .count
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         count.in_flight = count.in_flight.saturating_sub(len);
         self.written -= len;
     }
 
     /// The file was moved into place: its bytes are on disk now, the replaced file's not.
     pub(crate) fn committed(mut self) {
-        let mut count = self.ledger.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut count = self
+            .ledger
+            .count
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         count.in_flight = count.in_flight.saturating_sub(self.written);
         if let Some(usage) = &mut count.on_disk {
             usage.bytes = usage
@@ -171,7 +187,11 @@ impl Drop for Budget {
     fn drop(&mut self) {
         // Not committed (or already accounted): the temporary file is gone with its bytes.
         if self.written > 0 {
-            let mut count = self.ledger.count.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut count = self
+                .ledger
+                .count
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             count.in_flight = count.in_flight.saturating_sub(self.written);
         }
     }

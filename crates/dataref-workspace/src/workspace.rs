@@ -122,10 +122,11 @@ impl Workspace {
     /// (see the `quota` module). Every `Workspace` of the same directory in this process
     /// shares one count. Fails only if the root cannot be `fstat`ed.
     pub fn with_quota(mut self, bytes: u64) -> Result<Self, WorkspaceError> {
-        let quota = Quota::new(self.root.as_fd(), bytes).map_err(|source| WorkspaceError::Open {
-            path: self.host_path.clone(),
-            source,
-        })?;
+        let quota =
+            Quota::new(self.root.as_fd(), bytes).map_err(|source| WorkspaceError::Open {
+                path: self.host_path.clone(),
+                source,
+            })?;
         self.quota = Some(quota);
         Ok(self)
     }

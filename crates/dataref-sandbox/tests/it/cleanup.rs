@@ -53,7 +53,9 @@ fn own_start() -> u64 {
 #[test]
 fn the_sweep_removes_a_dead_servers_cgroups_and_job_dirs_only() {
     let parents = cgroup_parents();
-    let Some(parent) = parents.iter().find(|p| std::fs::create_dir(p.join("dataref-probe")).is_ok())
+    let Some(parent) = parents
+        .iter()
+        .find(|p| std::fs::create_dir(p.join("dataref-probe")).is_ok())
     else {
         eprintln!("no writable cgroup here; skipping the cgroup half");
         return;
@@ -142,7 +144,12 @@ fn a_job_over_the_limit_waits_in_line_and_hears_why() {
             .unwrap();
         let first = first.join().unwrap();
         // The second started only after the first had ended.
-        assert!(span(&second).0 >= span(&first).1, "{:?} {:?}", span(&first), span(&second));
+        assert!(
+            span(&second).0 >= span(&first).1,
+            "{:?} {:?}",
+            span(&first),
+            span(&second)
+        );
     });
     let heard = heard.into_inner().unwrap();
     assert!(
