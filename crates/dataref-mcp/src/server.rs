@@ -226,7 +226,10 @@ impl PerPrincipal {
         }
         // Opened outside the lock (a few syscalls); a racing open of the same principal's
         // workspace is harmless, the first one kept wins.
-        let opened = Arc::new(Workspace::for_principal(&self.shared.home, principal)?);
+        let opened = Arc::new(
+            Workspace::for_principal(&self.shared.home, principal)?
+                .with_quota(self.shared.limits.workspace_quota_bytes)?,
+        );
         let mut map = self
             .workspaces
             .lock()
