@@ -632,7 +632,7 @@ fn open_out_tmpfs(
     out_bytes: u64,
 ) -> Result<Option<OwnedFd>, JailError> {
     use rustix::fs::{Mode, OFlags};
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
     let host_dev = std::fs::metadata(host_out)
         .map_err(io_err(format!("reading `{}`", host_out.display())))?
         .dev();
@@ -642,7 +642,7 @@ fn open_out_tmpfs(
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         if let Ok(fd) = rustix::fs::open(path.as_str(), flags, Mode::empty()) {
             let is_ours = rustix::fs::fstatfs(&fd).is_ok_and(|fs| {
-                i64::from(fs.f_type) == TMPFS_MAGIC
+                u64::try_from(fs.f_type).ok() == Some(TMPFS_MAGIC)
                     && fs.f_blocks.saturating_mul(fs.f_bsize as u64) >= out_bytes
             }) && rustix::fs::fstat(&fd).is_ok_and(|st| st.st_dev != host_dev);
             if is_ours {

@@ -51,9 +51,12 @@ pub(crate) struct Ledger {
     count: Mutex<Count>,
 }
 
+/// A directory by device and inode.
+type DirKey = (u64, u64);
+
 /// The ledger of the directory `root` is, shared by every workspace of it in this process.
 fn ledger_for(root: BorrowedFd<'_>) -> io::Result<Arc<Ledger>> {
-    static LEDGERS: Mutex<Vec<((u64, u64), Weak<Ledger>)>> = Mutex::new(Vec::new());
+    static LEDGERS: Mutex<Vec<(DirKey, Weak<Ledger>)>> = Mutex::new(Vec::new());
     let stat = fs::fstat(root)?;
     let key = (stat.st_dev, stat.st_ino);
     let mut ledgers = LEDGERS.lock().unwrap_or_else(PoisonError::into_inner);

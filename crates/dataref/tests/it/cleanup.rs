@@ -1,6 +1,10 @@
 //! What a stdio server leaves on the machine: nothing once its client closes stdin (warm
 //! sandboxes, their job cgroups and job directories are removed on the way out), and what a
 //! `kill -9` left is removed by the next start, which never touches a live server's.
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers fail by panicking, like the tests that call them"
+)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
