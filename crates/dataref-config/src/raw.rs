@@ -27,6 +27,14 @@ pub(crate) struct RawConfig {
     pub principals: BTreeMap<String, RawPrincipal>,
     /// `None` when the file has no `[http]` table.
     pub http: Option<RawHttp>,
+    #[serde(default)]
+    pub workspace: RawWorkspace,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWorkspace {
+    pub quota: Option<RawSize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -120,6 +128,8 @@ pub(crate) struct RawPython {
     pub max_processes: Option<u64>,
     pub result_bytes: Option<usize>,
     pub require_cgroups: Option<bool>,
+    pub max_concurrent: Option<usize>,
+    pub out_size: Option<RawSize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

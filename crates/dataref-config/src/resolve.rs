@@ -64,6 +64,12 @@ pub struct PythonConfig {
     /// Refuse to run jobs when cgroups cannot enforce memory, process and CPU limits
     /// (instead of falling back to rlimits with a warning). Default false.
     pub require_cgroups: bool,
+    /// Jobs running at once on this server; more calls wait in line for a free sandbox.
+    /// Default 4.
+    pub max_concurrent: usize,
+    /// Size of a job's `out/` (a tmpfs: the cap holds while the job runs, and it counts
+    /// against `memory`). Default 256 MiB.
+    pub out_bytes: u64,
 }
 
 impl Default for PythonConfig {
@@ -80,6 +86,8 @@ impl Default for PythonConfig {
             max_processes: 64,
             result_bytes: 4096,
             require_cgroups: false,
+            max_concurrent: 4,
+            out_bytes: 256 << 20,
         }
     }
 }
@@ -118,6 +126,10 @@ pub struct Limits {
     pub list_artifacts_max: usize,
     /// At most this many columns in one `describe_data` answer.
     pub describe_max_columns: usize,
+    /// Bytes of files one principal's workspace under the data directory may hold (`[workspace]
+    /// quota`); every writer counts (`run_python`'s files and logs, exports, charts, copies,
+    /// spill files). Default 1 GiB. A `--workspace DIR` chosen by the operator has none.
+    pub workspace_quota_bytes: u64,
 }
 
 impl Default for Limits {
@@ -127,6 +139,7 @@ impl Default for Limits {
             tool_timeout: Duration::from_secs(600),
             list_artifacts_max: 50,
             describe_max_columns: 20,
+            workspace_quota_bytes: 1 << 30,
         }
     }
 }
@@ -518,7 +531,19 @@ impl Config {
                 .limits
                 .describe_max_columns
                 .unwrap_or(dl.describe_max_columns),
+            workspace_quota_bytes: size(
+                "workspace.quota",
+                &raw.workspace.quota,
+                dl.workspace_quota_bytes,
+            )?,
         };
+        if limits.workspace_quota_bytes < 1 << 20 {
+            return Err(invalid(
+                "workspace.quota",
+                "must be at least 1MiB",
+                "the default is `1GiB`",
+            ));
+        }
         if limits.max_result_chars < 200 {
             return Err(invalid(
                 "limits.max_result_chars",
@@ -576,7 +601,23 @@ fn resolve_python(raw: &RawPython, base: &Path) -> Result<PythonConfig, ConfigEr
         max_processes: raw.max_processes.unwrap_or(d.max_processes),
         result_bytes: raw.result_bytes.unwrap_or(d.result_bytes),
         require_cgroups: raw.require_cgroups.unwrap_or(d.require_cgroups),
+        max_concurrent: raw.max_concurrent.unwrap_or(d.max_concurrent),
+        out_bytes: size("python.out_size", &raw.out_size, d.out_bytes)?,
     };
+    if !(1..=256).contains(&python.max_concurrent) {
+        return Err(invalid(
+            "python.max_concurrent",
+            "must be between 1 and 256",
+            "the default is 4; each running job may use `python.memory`",
+        ));
+    }
+    if python.out_bytes < 1 << 20 || python.out_bytes >= python.memory_bytes {
+        return Err(invalid(
+            "python.out_size",
+            "must be at least 1MiB and less than `python.memory` (the files are kept in the job's memory)",
+            "the default is `256MiB`",
+        ));
+    }
     if python.interpreter.is_some() && python.base_interpreter.is_some() {
         return Err(invalid(
             "python.interpreter",

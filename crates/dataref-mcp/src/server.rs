@@ -252,7 +252,8 @@ impl DatarefServer {
 impl PerPrincipal {
     fn workspace(&self, principal: &Principal) -> Result<Arc<Workspace>, WorkspaceError> {
         self.workspaces.get_or_open(principal, || {
-            Workspace::for_principal(&self.shared.home, principal)
+            Workspace::for_principal(&self.shared.home, principal)?
+                .with_quota(self.shared.limits.workspace_quota_bytes)
         })
     }
 }

@@ -10,17 +10,21 @@
 //! | `/usr` (+ `/bin`, `/lib`, … as on the host) | read-only |
 //! | each [`JobSpec::ro_binds`] entry | read-only, at its sandbox path |
 //! | `/job` | [`JobSpec::work_dir`], read-only |
-//! | `/job/out` | `work_dir/out`, writable; each file capped by `RLIMIT_FSIZE`, the total checked after the job |
+//! | `/job/out` | a tmpfs of [`Limits::out_bytes`], writable, with `outputs/` and `files/`; each file also capped by `RLIMIT_FSIZE` |
 //! | `/tmp`, `/dev/shm` | empty size-capped tmpfs |
 //! | `/proc`, `/dev` | the sandbox's own processes; a minimal `/dev` |
 //!
 //! No `/etc`, `/home`, `/root`, `/sys`, no network (a new network namespace has only a
 //! down loopback, and the filter refuses every socket family but `AF_UNIX`).
 //!
-//! `out/` is a host directory bound writable rather than a tmpfs copied out afterwards:
-//! nothing has to be collected from inside a dying sandbox, at the price that a job can fill
-//! `out/` up to `RLIMIT_FSIZE` per file and as many files as it can write before the wall
-//! clock; the total is checked after the job and reported as [`JobStatus::OutLimit`].
+//! `out/` is a size-capped tmpfs, so the cap holds while the job runs: a write past it fails
+//! with `ENOSPC` inside the sandbox, whatever the number of files or the wall clock, and the
+//! host's disk never sees a byte of it. Its pages are memory, charged to the job's memory
+//! cgroup like any other (so `memory_bytes` must leave room for `out_bytes`). The host
+//! opens the mounted tmpfs (through `/proc/<pid>/root/job/out`) after bubblewrap has set it
+//! up and before the job runs, and keeps that descriptor: the file system lives on after the
+//! sandbox is gone, so what the job wrote is read afterwards, with no process of the job
+//! left ([`JobOutcome::out`]). A job that filled it ends as [`JobStatus::OutLimit`].
 //!
 //! ```no_run
 //! # use dataref_sandbox::jail::{self, JobSpec, Limits};
@@ -31,6 +35,7 @@
 
 mod capture;
 mod cgroup;
+pub(crate) mod owner;
 mod seccomp;
 
 use std::ffi::OsString;
@@ -40,7 +45,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
@@ -48,7 +53,7 @@ use rustix::io::{FdFlags, fcntl_setfd};
 use rustix::pipe::{PipeFlags, pipe_with};
 
 pub use capture::Captured;
-pub use cgroup::{CgroupSupport, CgroupVersion};
+pub use cgroup::{CgroupSupport, CgroupVersion, sweep_stale as sweep_stale_cgroups};
 pub use seccomp::denied_syscalls;
 
 use capture::Capture;
@@ -108,7 +113,8 @@ pub struct Limits {
     /// Captured stdout; writing more kills the job ([`JobStatus::OutputFlood`]).
     pub stdout_bytes: usize,
     pub stderr_bytes: usize,
-    /// Total size of `out/` after the job ([`JobStatus::OutLimit`]).
+    /// Size of the `out/` tmpfs: writes past it fail with `ENOSPC` while the job runs
+    /// ([`JobStatus::OutLimit`] when the job filled it). Memory, charged to the job.
     pub out_bytes: u64,
     /// Largest file the job may write (`RLIMIT_FSIZE`; going over raises `SIGXFSZ`).
     pub file_size: u64,
@@ -192,7 +198,8 @@ pub enum JobStatus {
     MemoryLimit,
     /// stdout or stderr went over its cap; the job was killed.
     OutputFlood,
-    /// `out/` holds more than [`Limits::out_bytes`]; its content must not be collected.
+    /// The job filled `out/` up to [`Limits::out_bytes`] (writes past it failed with
+    /// `ENOSPC`); its content must not be collected.
     OutLimit,
     Cancelled,
 }
@@ -211,8 +218,12 @@ pub struct JobOutcome {
     pub stdout: Captured,
     pub stderr: Captured,
     pub duration: Duration,
-    /// Bytes in `out/` after the job.
+    /// Bytes in `out/` after the job (tmpfs pages in use).
     pub out_bytes: u64,
+    /// The job's `out/` tmpfs, opened before the job ran (`O_DIRECTORY`); it outlives the
+    /// sandbox for as long as this (or a file opened beneath it) is held. `None` only when
+    /// the sandbox never got as far as mounting it.
+    pub out: Option<Arc<OwnedFd>>,
     pub memory: Enforcement,
     pub pids: Enforcement,
     pub cpu: Enforcement,
@@ -448,7 +459,7 @@ pub struct Started {
     stderr: Option<Capture>,
     flood: Arc<AtomicBool>,
     out_dir: PathBuf,
-    limits: Limits,
+    out: Option<Arc<OwnedFd>>,
     memory: Enforcement,
     pids: Enforcement,
     cpu: Enforcement,
@@ -583,11 +594,13 @@ pub fn start(spec: &JobSpec, stdin: Option<OwnedFd>) -> Result<Started, JailErro
     // sandbox's first process into the cgroup, then let it go. Everything the job starts
     // later is born inside. On an early return `guard` kills bwrap before `block_w` closes
     // (EOF would also release the block).
+    let mut out = None;
     if let Ok(StatusMsg::ChildPid(sandbox_pid)) = status_rx.recv_timeout(SETUP_TIMEOUT) {
         if let Some(cg) = &cg {
             cg.add(guard.0.id())?;
             cg.add(sandbox_pid)?;
         }
+        out = open_out_tmpfs(&mut guard, sandbox_pid, &out_dir, limits.out_bytes)?;
         let mut block = std::fs::File::from(block_w);
         // A failed write means bwrap already died; the wait sees that.
         let _ = block.write_all(b"x");
@@ -600,11 +613,86 @@ pub fn start(spec: &JobSpec, stdin: Option<OwnedFd>) -> Result<Started, JailErro
         stderr,
         flood,
         out_dir,
-        limits: limits.clone(),
+        out: out.map(Arc::new),
         memory,
         pids,
         cpu,
     })
+}
+
+/// Opens the sandbox's `out/` tmpfs from outside, while the job is still blocked before
+/// exec. Until bubblewrap has pivoted into the new root, `/proc/<pid>/root/job/out` does
+/// not exist or is something else; the descriptor is taken only once it is a tmpfs of the
+/// job's size on a device other than the host's `out/` directory. `None` when bubblewrap
+/// died first (its wait reports why).
+fn open_out_tmpfs(
+    guard: &mut KillOnDrop,
+    sandbox_pid: u32,
+    host_out: &Path,
+    out_bytes: u64,
+) -> Result<Option<OwnedFd>, JailError> {
+    use rustix::fs::{Mode, OFlags};
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    let host_dev = std::fs::metadata(host_out)
+        .map_err(io_err(format!("reading `{}`", host_out.display())))?
+        .dev();
+    let path = format!("/proc/{sandbox_pid}/root{SANDBOX_WORK_DIR}/out");
+    let deadline = Instant::now() + SETUP_TIMEOUT;
+    loop {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if let Ok(fd) = rustix::fs::open(path.as_str(), flags, Mode::empty()) {
+            let is_ours = rustix::fs::fstatfs(&fd).is_ok_and(|fs| {
+                u64::try_from(fs.f_type).ok() == Some(TMPFS_MAGIC)
+                    && fs.f_blocks.saturating_mul(fs.f_bsize as u64) >= out_bytes
+            }) && rustix::fs::fstat(&fd).is_ok_and(|st| st.st_dev != host_dev);
+            if is_ours {
+                return Ok(Some(fd));
+            }
+        }
+        if !matches!(guard.0.try_wait(), Ok(None)) {
+            return Ok(None);
+        }
+        if Instant::now() >= deadline {
+            return Err(JailError::Setup {
+                stderr: format!("the sandbox's `out/` did not appear at `{path}`"),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Bytes in use on the `out/` tmpfs, and whether the job filled it (less than this much
+/// room left: a writer that hit `ENOSPC` leaves at most a page).
+fn out_usage(out: Option<&OwnedFd>) -> (u64, bool) {
+    const FULL_BELOW: u64 = 64 << 10;
+    let Some(fd) = out else { return (0, false) };
+    match rustix::fs::fstatvfs(fd) {
+        Ok(vfs) => {
+            let used = vfs
+                .f_blocks
+                .saturating_sub(vfs.f_bfree)
+                .saturating_mul(vfs.f_frsize);
+            let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+            (used, free < FULL_BELOW)
+        }
+        Err(_) => (0, false),
+    }
+}
+
+/// Cleanup threads (cgroup removal) still running; [`wait_for_cleanup`] waits for them.
+static CLEANUPS: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits (at most `patience`) until every job cgroup dropped in the background is removed,
+/// so a process about to exit leaves none behind. Returns whether all were.
+pub fn wait_for_cleanup(patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    while CLEANUPS.load(Ordering::SeqCst) > 0 {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+    true
 }
 
 impl Started {
@@ -628,8 +716,8 @@ impl Started {
             stdout,
             stderr,
             flood,
-            out_dir,
-            limits,
+            out_dir: _,
+            out,
             memory,
             pids,
             cpu,
@@ -682,12 +770,20 @@ impl Started {
         // Every process is gone (checked above); removing the cgroup directories can take
         // the kernel tens of milliseconds, which the caller need not wait for.
         if let Some(cg) = cg {
-            let _ = std::thread::Builder::new()
+            CLEANUPS.fetch_add(1, Ordering::SeqCst);
+            let spawned = std::thread::Builder::new()
                 .name("dataref-cgroup-rmdir".to_owned())
-                .spawn(move || drop(cg));
+                .spawn(move || {
+                    drop(cg);
+                    CLEANUPS.fetch_sub(1, Ordering::SeqCst);
+                });
+            if spawned.is_err() {
+                // The closure (and the cgroup with it) was dropped here.
+                CLEANUPS.fetch_sub(1, Ordering::SeqCst);
+            }
         }
 
-        let out_bytes = tree_size(&out_dir);
+        let (out_bytes, out_full) = out_usage(out.as_deref());
         let status = match ended {
             Ended::Killed(status) => status,
             Ended::Exited(_) if oom => JobStatus::MemoryLimit,
@@ -709,9 +805,7 @@ impl Started {
             },
         };
         let status = match status {
-            JobStatus::Exited(_) | JobStatus::Signaled(_) if out_bytes > limits.out_bytes => {
-                JobStatus::OutLimit
-            }
+            JobStatus::Exited(_) | JobStatus::Signaled(_) if out_full => JobStatus::OutLimit,
             other => other,
         };
         Ok(JobOutcome {
@@ -720,6 +814,7 @@ impl Started {
             stderr,
             duration,
             out_bytes,
+            out,
             memory,
             pids,
             cpu,
@@ -887,13 +982,20 @@ fn bwrap_args(spec: &JobSpec, seccomp_fd: i32, block_fd: i32, status_fd: i32) ->
             bind.sandbox.clone().into(),
         ]);
     }
+    let out = Path::new(SANDBOX_WORK_DIR).join("out");
     a.extend([
         "--ro-bind".into(),
         spec.work_dir.clone().into(),
         SANDBOX_WORK_DIR.into(),
-        "--bind".into(),
-        spec.work_dir.join("out").into(),
-        Path::new(SANDBOX_WORK_DIR).join("out").into(),
+        // `work_dir/out` on the host is only the mount point.
+        "--size".into(),
+        limits.out_bytes.max(4096).to_string().into(),
+        "--tmpfs".into(),
+        out.clone().into(),
+        "--dir".into(),
+        out.join("outputs").into(),
+        "--dir".into(),
+        out.join("files").into(),
         "--remount-ro".into(),
         "/".into(),
         "--chdir".into(),
@@ -1006,26 +1108,4 @@ fn reachable(path: &Path, uid: u32, gid: u32) -> Result<(), JailError> {
         }
     }
     Ok(())
-}
-
-/// Bytes in regular files under `dir`, not following links.
-fn tree_size(dir: &Path) -> u64 {
-    let mut total = 0u64;
-    let mut stack = vec![dir.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.path().symlink_metadata() else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else if meta.is_file() {
-                total = total.saturating_add(meta.len());
-            }
-        }
-    }
-    total
 }

@@ -11,6 +11,13 @@
 //!
 //! The thread that starts sandboxes lives as long as the [`PythonSandbox`]: bubblewrap's
 //! `--die-with-parent` ties each sandbox to the thread that spawned it.
+//!
+//! At most [`SandboxSettings::max_concurrent`] jobs run at once; later calls wait in line
+//! (hearing "waiting for a free sandbox, N ahead" and honouring cancellation). A server
+//! about to exit calls [`PythonSandbox::shutdown`], which stops running jobs and removes
+//! every warm sandbox with its cgroup and job directory; whatever a `kill -9` left is
+//! removed by the next start, which sweeps job cgroups and job directories whose owner
+//! process is gone (each name carries its owner's pid and start time).
 
 use std::collections::VecDeque;
 use std::fs::{self, File};
@@ -19,9 +26,10 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
+use std::time::{Duration, Instant};
 
 use rustix::net::{
     AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
@@ -30,7 +38,7 @@ use rustix::net::{
 
 use crate::jail::{
     self, Captured, CgroupPolicy, JAIL_GID, JAIL_UID, JailError, JobSpec, JobStatus, Limits,
-    RoBind, SANDBOX_WORK_DIR, Started,
+    RoBind, SANDBOX_WORK_DIR, Started, owner,
 };
 use crate::runtime::exchange::{self, ExchangeCaps, ExchangeError, JobLayout, JobResult};
 use crate::runtime::{Runtime, RuntimeError, RuntimeSpec, RuntimeStatus};
@@ -58,6 +66,8 @@ pub struct SandboxSettings {
     pub pool_size: usize,
     /// Per-job limits; `wall_clock` is replaced by each job's timeout.
     pub limits: Limits,
+    /// Jobs running at once; more wait in line for a free sandbox. At least 1.
+    pub max_concurrent: usize,
     pub caps: ExchangeCaps,
     pub cgroups: CgroupPolicy,
 }
@@ -109,6 +119,9 @@ pub enum SandboxError {
     TooManyInputs(usize),
     #[error("the sandbox pool has shut down")]
     ShutDown,
+    /// Cancelled while waiting for a free sandbox (nothing ran).
+    #[error("the run was cancelled while it waited for a free sandbox")]
+    Cancelled,
     #[error("the Python runner did not start ({reason}); it printed:\n{stderr}")]
     NotReady { reason: String, stderr: String },
 }
@@ -170,17 +183,140 @@ struct Warm {
 enum Request {
     Refill,
     Cold(mpsc::SyncSender<Result<Warm, SandboxError>>),
+    /// Drop every warm sandbox (on this thread, their parent), then stop.
+    Shutdown(mpsc::SyncSender<()>),
 }
 
 struct Shared {
     settings: SandboxSettings,
     runtime: Mutex<Option<Runtime>>,
     pool: Mutex<VecDeque<Warm>>,
+    /// Set by [`PythonSandbox::shutdown`]: no new job starts, running ones are cancelled.
+    closing: AtomicBool,
+    gate: Gate,
 }
 
-/// Job directories are `<home>/jobs/<pid>-<n>`; `n` counts over every [`PythonSandbox`] of the
-/// process, so that two of them never take (and clear as stale) each other's directory.
+/// Job directories are `<home>/jobs/<owner>-<n>` (the owner as in [`owner::tag`]); `n`
+/// counts over every [`PythonSandbox`] of the process, so that two of them never take (and
+/// clear as stale) each other's directory.
 static NEXT_JOB_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Admission of jobs: at most `max` run at once, the rest wait in arrival order.
+struct Gate {
+    max: usize,
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    running: usize,
+    /// Tickets of the waiting calls, first in line first.
+    waiting: VecDeque<u64>,
+    next_ticket: u64,
+    closed: bool,
+}
+
+/// A running job's place; dropping it lets the next one in.
+struct Permit<'a>(&'a Gate);
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.running -= 1;
+        drop(state);
+        self.0.changed.notify_all();
+    }
+}
+
+impl Gate {
+    fn new(max: usize) -> Self {
+        Gate {
+            max: max.max(1),
+            state: Mutex::new(GateState::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Waits for a free place (in line), telling `progress` whenever the line moves.
+    fn enter(
+        &self,
+        progress: &dyn Fn(&str),
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Permit<'_>, SandboxError> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.waiting.push_back(ticket);
+        let mut told: Option<usize> = None;
+        loop {
+            let ahead = state.waiting.iter().position(|t| *t == ticket).unwrap_or(0);
+            let leave = if state.closed {
+                Some(SandboxError::ShutDown)
+            } else if cancel() {
+                Some(SandboxError::Cancelled)
+            } else {
+                None
+            };
+            if let Some(e) = leave {
+                state.waiting.retain(|t| *t != ticket);
+                drop(state);
+                self.changed.notify_all();
+                return Err(e);
+            }
+            if ahead == 0 && state.running < self.max {
+                state.waiting.pop_front();
+                state.running += 1;
+                drop(state);
+                self.changed.notify_all();
+                return Ok(Permit(self));
+            }
+            if told != Some(ahead) {
+                told = Some(ahead);
+                let running = state.running;
+                drop(state);
+                progress(&format!(
+                    "waiting for a free sandbox ({running} of {} running, {ahead} ahead)",
+                    self.max
+                ));
+                state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            // Woken when the line moves; the timeout is for `cancel`, which cannot wake us.
+            state = self
+                .changed
+                .wait_timeout(state, Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    fn close(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .closed = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until no job runs, at most `patience`.
+    fn wait_idle(&self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while state.running > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+}
 
 /// `run_python`'s sandbox: lazily provisioned runtime, warm pool, cold path.
 pub struct PythonSandbox {
@@ -199,10 +335,13 @@ impl std::fmt::Debug for PythonSandbox {
 impl PythonSandbox {
     /// Nothing is started or installed until [`PythonSandbox::prewarm`] or the first job.
     pub fn new(settings: SandboxSettings) -> Self {
+        let gate = Gate::new(settings.max_concurrent);
         let shared = Arc::new(Shared {
             settings,
             runtime: Mutex::new(None),
             pool: Mutex::new(VecDeque::new()),
+            closing: AtomicBool::new(false),
+            gate,
         });
         let (tx, rx) = mpsc::channel();
         let thread_shared = Arc::clone(&shared);
@@ -263,7 +402,8 @@ impl PythonSandbox {
             .len()
     }
 
-    /// Runs one job to its end: blocks, so call it from a blocking thread. `cancel` is
+    /// Runs one job to its end: blocks, so call it from a blocking thread. Waits in line
+    /// while [`SandboxSettings::max_concurrent`] jobs run (telling `progress`). `cancel` is
     /// polled every few milliseconds and kills the job.
     pub fn run(
         &self,
@@ -274,6 +414,12 @@ impl PythonSandbox {
         if job.inputs.len() > MAX_INPUTS {
             return Err(SandboxError::TooManyInputs(job.inputs.len()));
         }
+        let closing = || self.shared.closing.load(Ordering::SeqCst);
+        let cancel = &|| cancel() || closing();
+        if closing() {
+            return Err(SandboxError::ShutDown);
+        }
+        let _permit = self.shared.gate.enter(progress, cancel)?;
         self.runtime(progress)?;
         let (warm, was_warm) = match self.take_warm() {
             Some(w) => (w, true),
@@ -300,9 +446,12 @@ impl PythonSandbox {
         let _ = send_go(&socket, &fds);
         drop(socket);
         let outcome = started.wait(job.timeout, cancel)?;
-        let result = match outcome.status {
-            JobStatus::Exited(_) | JobStatus::Signaled(_) => {
-                Some(exchange::collect(dir.0.root(), &settings.caps))
+        let result = match (outcome.status, &outcome.out) {
+            (JobStatus::Exited(_) | JobStatus::Signaled(_), Some(out)) => {
+                Some(exchange::collect_at(out, dir.0.root(), &settings.caps))
+            }
+            (JobStatus::Exited(_) | JobStatus::Signaled(_), None) => {
+                Some(Err(ExchangeError::NoResult))
             }
             _ => None,
         };
@@ -338,6 +487,45 @@ impl PythonSandbox {
         rx.recv().map_err(|_| SandboxError::ShutDown)?
     }
 
+    /// Jobs running now.
+    pub fn running(&self) -> usize {
+        self.shared
+            .gate
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .running
+    }
+
+    /// Stops for good, for a server about to exit: refuses new jobs and cancels waiting and
+    /// running ones (waiting up to `patience` for them to clean up), then kills every warm
+    /// sandbox and removes its cgroup and job directory. Without this, an exiting process
+    /// takes its sandboxes down (`--die-with-parent`) but leaves their cgroups and job
+    /// directories for the next start's sweep. Idempotent; dropping the sandbox does the same.
+    pub fn shutdown(&self, patience: Duration) {
+        if self.shared.closing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.shared.gate.close();
+        if !self.shared.gate.wait_idle(patience) {
+            tracing::warn!("run_python jobs were still running at shutdown");
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.send(Request::Shutdown(tx));
+        // The spawner may be starting a sandbox (importing pandas takes a few seconds).
+        if rx.recv_timeout(patience.max(READY_TIMEOUT / 4)).is_err() {
+            // Not on the spawner thread: still kills them and removes what they used.
+            self.shared
+                .pool
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+        }
+        if !jail::wait_for_cleanup(patience) {
+            tracing::warn!("job cgroups were still being removed at shutdown");
+        }
+    }
+
     fn send(&self, request: Request) {
         let _ = self
             .spawner
@@ -347,36 +535,63 @@ impl PythonSandbox {
     }
 }
 
-/// Job directories of dataref processes that are gone (killed with jobs running or warm
-/// sandboxes waiting); a live process's are left alone.
-fn remove_stale_job_dirs(home: &Path) {
-    let jobs = home.join("jobs");
-    let Ok(entries) = fs::read_dir(&jobs) else {
-        return;
-    };
-    let own = std::process::id();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != own
-            && !Path::new("/proc").join(pid.to_string()).exists()
-            && let Err(e) = fs::remove_dir_all(entry.path())
-        {
-            tracing::warn!(error = %e, path = %entry.path().display(), "could not remove a stale job directory");
-        }
+impl Drop for PythonSandbox {
+    fn drop(&mut self) {
+        self.shutdown(Duration::from_secs(10));
     }
 }
 
+/// Job directories of dataref processes that are gone (killed with jobs running or warm
+/// sandboxes waiting); a live process's are left alone. Returns how many were removed.
+pub fn remove_stale_job_dirs(home: &Path) -> usize {
+    let jobs = home.join("jobs");
+    let Ok(entries) = fs::read_dir(&jobs) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((pid, start)) = name
+            .to_str()
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(owner, _)| owner::parse(owner))
+        else {
+            continue;
+        };
+        if owner::alive(pid, start) {
+            continue;
+        }
+        match fs::remove_dir_all(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                tracing::warn!(error = %e, path = %entry.path().display(), "could not remove a stale job directory");
+            }
+        }
+    }
+    removed
+}
+
 fn spawner(shared: &Shared, rx: &mpsc::Receiver<Request>) {
-    remove_stale_job_dirs(&shared.settings.home);
+    let dirs = remove_stale_job_dirs(&shared.settings.home);
+    let cgroups = jail::sweep_stale_cgroups();
+    if dirs + cgroups > 0 {
+        tracing::info!(
+            job_dirs = dirs,
+            cgroups,
+            "removed what dead dataref processes left behind"
+        );
+    }
     while let Ok(request) = rx.recv() {
         match request {
+            Request::Shutdown(done) => {
+                shared
+                    .pool
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
+                let _ = done.send(());
+                return;
+            }
             Request::Cold(reply) => {
                 let _ = reply.send(spawn(shared));
             }
@@ -386,7 +601,7 @@ fn spawner(shared: &Shared, rx: &mpsc::Receiver<Request>) {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .len();
-                if have >= shared.settings.pool_size {
+                if have >= shared.settings.pool_size || shared.closing.load(Ordering::SeqCst) {
                     break;
                 }
                 match spawn(shared) {
@@ -422,7 +637,7 @@ fn spawn(shared: &Shared) -> Result<Warm, SandboxError> {
     let jobs = settings.home.join("jobs");
     fs::create_dir_all(&jobs).map_err(io_error("creating", &jobs))?;
     let id = NEXT_JOB_ID.fetch_add(1, Ordering::Relaxed);
-    let path = jobs.join(format!("{}-{id}", std::process::id()));
+    let path = jobs.join(format!("{}-{id}", owner::tag()));
     if path.exists() {
         fs::remove_dir_all(&path).map_err(io_error("removing the stale", &path))?;
     }

@@ -30,12 +30,14 @@ mod clock;
 mod error;
 mod local;
 mod stats;
+mod untrusted;
 mod value;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
 pub use local::{LocalStore, StoreLimits, SweepReport};
 pub use stats::{SampleOptions, describe, describe_data};
+pub use untrusted::{MalformedIpc, UntrustedBatches, UntrustedIpc};
 pub use value::{
     cell_to_json, closest, did_you_mean, format_date, format_timestamp_micros, timestamp_micros,
     type_name,

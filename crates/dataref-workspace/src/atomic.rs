@@ -10,6 +10,7 @@ use rustix::io::Errno;
 use crate::beneath::io_error;
 use crate::error::{WorkspacePathError, shown};
 use crate::path::{normalize, split_last};
+use crate::quota::Budget;
 use crate::{EntryKind, Workspace, WorkspacePath};
 
 /// Whether a write may replace an existing file.
@@ -45,6 +46,8 @@ pub struct AtomicFile {
     overwrite: Overwrite,
     /// The temporary name no longer exists (renamed into place).
     committed: bool,
+    /// This file's share of the workspace quota, if there is one.
+    budget: Option<Budget>,
 }
 
 impl AtomicFile {
@@ -93,7 +96,12 @@ impl AtomicFile {
             }
         };
         match moved {
-            Ok(()) => self.committed = true,
+            Ok(()) => {
+                self.committed = true;
+                if let Some(budget) = self.budget.take() {
+                    budget.committed();
+                }
+            }
             Err(Errno::EXIST | Errno::NOTEMPTY) if self.overwrite == Overwrite::Refuse => {
                 return Err(WorkspacePathError::AlreadyExists { path: shown });
             }
@@ -113,12 +121,27 @@ impl AtomicFile {
 }
 
 impl Write for AtomicFile {
+    /// Refused (with a [`QuotaRefusal`](crate::QuotaRefusal) inside the error) when the
+    /// bytes would take the workspace over its quota; nothing of `buf` is written then.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.file.write(buf)
+        let Some(budget) = &mut self.budget else {
+            return self.file.write(buf);
+        };
+        budget.take(buf.len())?;
+        let written = self.file.write(buf);
+        budget.give_back(buf.len() - written.as_ref().map_or(0, |n| *n));
+        written
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.file.write_vectored(bufs)
+        let Some(budget) = &mut self.budget else {
+            return self.file.write_vectored(bufs);
+        };
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        budget.take(len)?;
+        let written = self.file.write_vectored(bufs);
+        budget.give_back(len - written.as_ref().map_or(0, |n| *n));
+        written
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -172,6 +195,7 @@ impl Workspace {
         let (parent, name) = split_last(&rel);
         let dir = self.make_dirs(parent, &shown)?;
         // Early answers, so a large write is not made only to be refused; the rename decides.
+        let mut replaced = 0;
         match fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {
                 return Err(WorkspacePathError::NotAFile {
@@ -182,7 +206,12 @@ impl Workspace {
             Ok(_) if overwrite == Overwrite::Refuse => {
                 return Err(WorkspacePathError::AlreadyExists { path: shown });
             }
-            Ok(_) | Err(Errno::NOENT) => {}
+            Ok(stat) => {
+                if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile {
+                    replaced = u64::try_from(stat.st_size).unwrap_or(0);
+                }
+            }
+            Err(Errno::NOENT) => {}
             Err(e) => return Err(io_error("inspect", &shown, e)),
         }
         let (file, temp_name) = create_temp(&dir, &shown)?;
@@ -194,6 +223,7 @@ impl Workspace {
             path: WorkspacePath::from_normalized(rel.clone()),
             overwrite,
             committed: false,
+            budget: self.quota().map(|q| q.budget(self.root_fd(), replaced)),
         })
     }
 

@@ -315,9 +315,18 @@ pub(crate) fn io_error(
     shown: &str,
     e: impl Into<io::Error>,
 ) -> WorkspacePathError {
+    let source = e.into();
+    if let Some(refusal) = crate::quota::QuotaRefusal::of(&source) {
+        return WorkspacePathError::QuotaExceeded {
+            path: shown.to_owned(),
+            limit: refusal.limit,
+            used: refusal.used,
+            largest: refusal.largest.clone(),
+        };
+    }
     WorkspacePathError::Io {
         op,
         path: shown.to_owned(),
-        source: e.into(),
+        source,
     }
 }

@@ -116,6 +116,21 @@ pub enum WorkspacePathError {
     LinkInWritePath { path: String, link: String },
     #[error("`{path}` already exists")]
     AlreadyExists { path: String },
+    /// The write would take the workspace over its byte quota; nothing past the quota was
+    /// written, and the file was not created.
+    #[error(
+        "writing `{path}` would take your workspace over its quota of {} ({} in use)",
+        crate::quota::human_bytes(*limit),
+        crate::quota::human_bytes(*used)
+    )]
+    QuotaExceeded {
+        path: String,
+        limit: u64,
+        used: u64,
+        /// The largest top-level entries, `(name, bytes)`, largest first (`dir/` for a
+        /// directory with everything beneath it).
+        largest: Vec<(String, u64)>,
+    },
     #[error("cannot {op} `{path}`: {source}")]
     Io {
         op: &'static str,
@@ -125,6 +140,13 @@ pub enum WorkspacePathError {
 }
 
 impl WorkspacePathError {
+    /// A failed write or copy into `path`: a quota refusal (see
+    /// [`Workspace::with_quota`](crate::Workspace::with_quota)) becomes
+    /// [`WorkspacePathError::QuotaExceeded`], anything else [`WorkspacePathError::Io`].
+    pub fn write_failed(path: &str, e: io::Error) -> Self {
+        crate::beneath::io_error("write", path, e)
+    }
+
     /// What the model (or person) should do next.
     pub fn hint(&self) -> Option<String> {
         let hint = match self {
@@ -175,6 +197,24 @@ impl WorkspacePathError {
             Self::AlreadyExists { .. } => {
                 "choose another name, or ask for the existing file to be overwritten"
             }
+            Self::QuotaExceeded { largest, .. } => {
+                let named: Vec<String> = largest
+                    .iter()
+                    .map(|(name, bytes)| {
+                        format!("`{name}` ({})", crate::quota::human_bytes(*bytes))
+                    })
+                    .collect();
+                let largest = if named.is_empty() {
+                    String::new()
+                } else {
+                    format!("; the largest are {}", named.join(", "))
+                };
+                return Some(format!(
+                    "free space first{largest}: ask the person to delete what is no longer \
+                     needed from the workspace, or replace a large file by a smaller one under \
+                     the same name (`list_files` shows sizes); or write something smaller"
+                ));
+            }
             Self::Io { .. } => return None,
         };
         Some(hint.into())
@@ -196,7 +236,8 @@ impl WorkspacePathError {
             | Self::SymlinkLoop { .. }
             | Self::HardLinked { .. }
             | Self::LinkInWritePath { .. }
-            | Self::AlreadyExists { .. } => true,
+            | Self::AlreadyExists { .. }
+            | Self::QuotaExceeded { .. } => true,
             Self::Io { .. } => false,
         }
     }

@@ -63,6 +63,7 @@ mod error;
 mod glob;
 mod list;
 mod path;
+mod quota;
 mod sweep;
 mod workspace;
 
@@ -74,5 +75,6 @@ pub use error::{
 };
 pub use glob::{Glob, GlobError, MAX_GLOB_BYTES};
 pub use path::WorkspacePath;
+pub use quota::{QuotaRefusal, human_bytes};
 pub use sweep::Swept;
 pub use workspace::{OpenMethod, Workspace};

@@ -10,6 +10,7 @@ use rustix::io::Errno;
 use crate::beneath::{self, Want, io_error, kind_of, open_error};
 use crate::error::{WorkspaceError, WorkspacePathError, shown};
 use crate::path::normalize;
+use crate::quota::Quota;
 use crate::{EntryKind, Metadata, WorkspacePath};
 
 /// How paths are opened beneath the root. Both ways give the same answers; the choice only
@@ -40,6 +41,9 @@ pub struct Workspace {
     host_path: PathBuf,
     method: OpenMethod,
     openat2_missing: AtomicBool,
+    /// Bytes the workspace may hold; every write through [`AtomicFile`](crate::AtomicFile)
+    /// is counted against it. `None`: unbounded.
+    quota: Option<Quota>,
 }
 
 impl Workspace {
@@ -109,7 +113,31 @@ impl Workspace {
             host_path,
             method: OpenMethod::default(),
             openat2_missing: AtomicBool::new(false),
+            quota: None,
         }
+    }
+
+    /// Bounds the bytes of files the workspace holds: a write that would go past `bytes`
+    /// fails with [`WorkspacePathError::QuotaExceeded`] before any of it reaches the disk
+    /// (see the `quota` module). Every `Workspace` of the same directory in this process
+    /// shares one count. Fails only if the root cannot be `fstat`ed.
+    pub fn with_quota(mut self, bytes: u64) -> Result<Self, WorkspaceError> {
+        let quota =
+            Quota::new(self.root.as_fd(), bytes).map_err(|source| WorkspaceError::Open {
+                path: self.host_path.clone(),
+                source,
+            })?;
+        self.quota = Some(quota);
+        Ok(self)
+    }
+
+    /// The quota set with [`Workspace::with_quota`].
+    pub fn quota_bytes(&self) -> Option<u64> {
+        self.quota.as_ref().map(Quota::limit)
+    }
+
+    pub(crate) fn quota(&self) -> Option<&Quota> {
+        self.quota.as_ref()
     }
 
     /// Chooses how paths are opened (tests use this to run both ways).

@@ -30,8 +30,9 @@ pub fn run(
         store,
         upstreams,
         registry,
+        python,
     } = start(&config)?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         spawn_sweeper(store.clone(), config.store.sweep_interval);
         if config.spill.enabled {
             dataref_tools::spawn_spill_sweeper(
@@ -53,7 +54,11 @@ pub fn run(
         let served = DatarefServer::new(registry, ctx).serve_stdio().await;
         upstreams.shutdown().await;
         served
-    })?;
+    });
+    // The client closed stdin: stop the jobs and take the warm sandboxes down with their
+    // cgroups and job directories, which an exiting process would leave behind.
+    shutdown_python(python.as_deref());
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -72,8 +77,9 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         store,
         upstreams,
         registry,
+        python,
     } = start(&config)?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         spawn_sweeper(store.clone(), config.store.sweep_interval);
         let clock: Arc<dyn dataref_store::Clock> = Arc::new(SystemClock);
         if config.spill.enabled {
@@ -133,7 +139,9 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         upstreams.shutdown().await;
         settings::progress_line("stopped");
         served.map_err(|e| anyhow::anyhow!("{e}\nhint: {}", e.hint()))
-    })?;
+    });
+    shutdown_python(python.as_deref());
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -156,6 +164,13 @@ fn raise_open_files_limit() {
             "this process may open only {n} files; under load, connections beyond that are refused \
              (hint: raise the limit, e.g. `ulimit -n {WANTED}` or `LimitNOFILE={WANTED}` in a systemd unit)"
         );
+    }
+}
+
+/// Stops `run_python`'s jobs and removes its warm sandboxes, cgroups and job directories.
+fn shutdown_python(python: Option<&dataref_sandbox::pool::PythonSandbox>) {
+    if let Some(python) = python {
+        python.shutdown(Duration::from_secs(10));
     }
 }
 
@@ -217,6 +232,8 @@ struct Started {
     store: Arc<dyn ArtifactStore>,
     upstreams: Upstreams,
     registry: Arc<dataref_tools::ToolRegistry>,
+    /// Kept to shut it down before exiting (the registry holds it too).
+    python: Option<Arc<dataref_sandbox::pool::PythonSandbox>>,
 }
 
 /// The sample, the store, the runtime, the upstream servers and the tool registry.
@@ -229,7 +246,7 @@ fn start(config: &Config) -> Result<Started> {
         .build()
         .context("starting the async runtime")?;
     let upstreams = runtime.block_on(connect_upstreams(config))?;
-    let mut builder = builtin_registry_builder(config, python);
+    let mut builder = builtin_registry_builder(config, python.clone());
     for tool in upstreams.tools() {
         builder.register(tool);
     }
@@ -246,6 +263,7 @@ fn start(config: &Config) -> Result<Started> {
         store,
         upstreams,
         registry,
+        python,
     })
 }
 

@@ -202,7 +202,9 @@ pub fn workspace(
     let ws = match flag {
         Some(dir) => dataref_workspace::Workspace::open(dir)
             .with_context(|| format!("opening the workspace `{}`", dir.display()))?,
+        // The principal's own workspace is bounded; a directory the operator names is theirs.
         None => dataref_workspace::Workspace::for_principal(&config.home, principal)
+            .and_then(|w| w.with_quota(config.limits.workspace_quota_bytes))
             .with_context(|| format!("creating the workspace of `{principal}`"))?,
     };
     Ok(Arc::new(ws))

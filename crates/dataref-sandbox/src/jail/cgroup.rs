@@ -15,6 +15,8 @@ use super::{JailError, Limits};
 const ROOT: &str = "/sys/fs/cgroup";
 const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 const CPU_PERIOD_US: u64 = 100_000;
+/// Job cgroups are `dataref-job-<owner>-<n>` (see [`super::owner`]).
+const PREFIX: &str = "dataref-job-";
 
 /// Which cgroup hierarchy the host mounts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +100,8 @@ impl JobCgroup {
     /// left `None`; the caller decides whether that is acceptable.
     pub(crate) fn create(limits: &Limits) -> Result<Self, JailError> {
         let name = format!(
-            "dataref-job-{}-{}",
-            std::process::id(),
+            "{PREFIX}{}-{}",
+            super::owner::tag(),
             NEXT_JOB.fetch_add(1, Ordering::Relaxed)
         );
         let version = version().ok_or_else(|| JailError::Cgroup {
@@ -319,6 +321,85 @@ impl Drop for JobCgroup {
             }
         }
     }
+}
+
+/// Removes the job cgroups of dataref processes that are gone (killed with `kill -9`, or
+/// exited before they could clean up), beneath the cgroup(s) this process runs in; a live
+/// process's are never touched. Processes still inside a dead owner's cgroup are jobs
+/// nobody waits for: they are killed by pid (only those this pid namespace can see).
+/// Returns how many cgroups were removed.
+pub fn sweep_stale() -> usize {
+    let parents: Vec<PathBuf> = match version() {
+        None => Vec::new(),
+        Some(CgroupVersion::V2) => own_cgroups()
+            .into_iter()
+            .filter(|(names, _)| names.is_empty())
+            .map(|(_, rel)| Path::new(ROOT).join(rel.trim_start_matches('/')))
+            .collect(),
+        Some(CgroupVersion::V1) => {
+            let own = own_cgroups();
+            V1_CONTROLLERS
+                .iter()
+                .filter_map(|controller| {
+                    own.iter().find_map(|(names, rel)| {
+                        names.split(',').any(|n| n == *controller).then(|| {
+                            Path::new(ROOT)
+                                .join(controller)
+                                .join(rel.trim_start_matches('/'))
+                        })
+                    })
+                })
+                .collect()
+        }
+    };
+    let mut removed = 0;
+    for parent in parents {
+        let Ok(entries) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(owner) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(PREFIX))
+                .and_then(|rest| rest.split_once('-'))
+                .and_then(|(owner, _)| super::owner::parse(owner))
+            else {
+                continue;
+            };
+            if super::owner::alive(owner.0, owner.1) {
+                continue;
+            }
+            if remove_dead(&entry.path()) {
+                removed += 1;
+            } else {
+                tracing::warn!(cgroup = %entry.path().display(), "could not remove the cgroup of a dead dataref process");
+            }
+        }
+    }
+    removed
+}
+
+/// Kills what is left in a dead owner's job cgroup and removes it.
+fn remove_dead(dir: &Path) -> bool {
+    for _ in 0..50 {
+        let pids: Vec<u32> = std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        for pid in &pids {
+            if let Some(pid) = i32::try_from(*pid).ok().and_then(Pid::from_raw) {
+                let _ = kill_process(pid, Signal::KILL);
+            }
+        }
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    false
 }
 
 /// `(controllers, path)` pairs from `/proc/self/cgroup`; the v2 entry has no controllers.

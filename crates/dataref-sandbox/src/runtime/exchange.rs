@@ -18,11 +18,10 @@
 
 use std::ffi::CStr;
 use std::fs::{self, File};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use arrow_ipc::reader::FileReader;
 use arrow_schema::SchemaRef;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
@@ -612,6 +611,24 @@ pub fn collect(dir: &Path, caps: &ExchangeCaps) -> Result<JobResult, ExchangeErr
     let layout = JobLayout::new(dir);
     let out_path = layout.out();
     let out = open_dir(None, &out_path).map_err(io_error("opening", &out_path))?;
+    collect_at(&out, dir, caps)
+}
+
+/// [`collect`] from the job's `out/` opened as `out` (the jail's tmpfs, which lives only as
+/// long as a descriptor of it); `dir` names the job in paths reported back.
+pub fn collect_at(
+    out: &OwnedFd,
+    dir: &Path,
+    caps: &ExchangeCaps,
+) -> Result<JobResult, ExchangeError> {
+    let layout = JobLayout::new(dir);
+    let out = rustix::fs::openat(
+        out,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_error("opening", &layout.out())(e.into()))?;
 
     let raw = read_result(&out, caps)?;
     let mut job = JobResult {
@@ -807,8 +824,8 @@ fn collect_outputs(
                 continue;
             }
         };
-        match validate_arrow(&file) {
-            Ok((schema, rows)) => found.push(CollectedOutput {
+        match validate_arrow(file) {
+            Ok((schema, rows, file)) => found.push(CollectedOutput {
                 name: stem.to_owned(),
                 path: layout.outputs().join(name),
                 file,
@@ -832,22 +849,13 @@ fn valid_output_name(name: &str) -> bool {
 }
 
 /// Reads every batch, so a truncated or corrupt file is caught here and not when the store
-/// or a consumer reads it.
-fn validate_arrow(file: &File) -> Result<(SchemaRef, u64), SkipReason> {
-    let mut reader_file = file;
-    let reader = FileReader::try_new(&mut reader_file, None)
-        .map_err(|e| SkipReason::InvalidArrow(e.to_string()))?;
-    let schema = reader.schema();
-    let mut rows = 0u64;
-    for batch in reader {
-        let batch = batch.map_err(|e| SkipReason::InvalidArrow(e.to_string()))?;
-        rows += batch.num_rows() as u64;
-    }
-    let mut rewind = file;
-    rewind
-        .seek(SeekFrom::Start(0))
-        .map_err(|e| SkipReason::Unreadable(e.to_string()))?;
-    Ok((schema, rows))
+/// or a consumer reads it. The file was written by the model's code: it goes through the
+/// store's structural checks before the Arrow reader sees it, and a reader panic on what
+/// the checks miss is a malformed file too.
+fn validate_arrow(file: File) -> Result<(SchemaRef, u64, File), SkipReason> {
+    dataref_store::UntrustedIpc::open(file)
+        .and_then(dataref_store::UntrustedIpc::validate)
+        .map_err(|e| SkipReason::InvalidArrow(e.to_string()))
 }
 
 fn collect_files(

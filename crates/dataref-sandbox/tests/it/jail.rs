@@ -63,6 +63,14 @@ fn spec(job: &Job, program: &str, args: &[&str], limits: Limits) -> JobSpec {
     spec
 }
 
+/// A file the job left in its `out/` (a tmpfs that lives on through the outcome's
+/// descriptor, not a host directory).
+fn out_file(outcome: &JobOutcome, rel: &str) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    let fd = outcome.out.as_ref().unwrap();
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())).join(rel)
+}
+
 fn sh(script: &str, limits: Limits) -> (Job, JobOutcome) {
     let job = job();
     let outcome = jail::run(&spec(&job, SH, &["-c", script], limits), &|| false).unwrap();
@@ -204,9 +212,11 @@ head -c 2000000 /dev/zero > /tmp/big 2>/dev/null || echo "TMP FULL"
     assert!(text.contains("OUT OK") && text.contains("TMP OK"), "{text}");
     assert!(text.contains("TMP FULL"), "{text}");
     assert_eq!(
-        std::fs::read_to_string(job.work.join("out").join("result.txt")).unwrap(),
+        std::fs::read_to_string(out_file(&out, "result.txt")).unwrap(),
         "out\n"
     );
+    // Nothing of it is on the host's disk: the host directory is only the mount point.
+    assert_eq!(std::fs::read_dir(job.work.join("out")).unwrap().count(), 0);
     assert!(!job.work.join("y").exists() && !job.work.join("in").join("z").exists());
 }
 
@@ -424,13 +434,13 @@ fn output_flood_kills_the_job() {
 }
 
 #[test]
-fn file_size_and_out_total_are_capped() {
+fn file_size_and_out_total_are_capped_while_the_job_runs() {
     let limits = Limits {
         file_size: 1 << 20,
-        out_bytes: 1 << 20,
+        out_bytes: 2 << 20,
         ..limits()
     };
-    let (job, big) = sh(
+    let (_job, big) = sh(
         "head -c 2000000 /dev/zero > /job/out/big; echo rc=$?",
         limits.clone(),
     );
@@ -438,18 +448,24 @@ fn file_size_and_out_total_are_capped() {
     // The shell reports the writer killed by SIGXFSZ; the file stops at the limit.
     assert_eq!(stdout(&big).trim(), format!("rc={}", 128 + libc::SIGXFSZ));
     assert_eq!(
-        std::fs::metadata(job.work.join("out").join("big"))
-            .unwrap()
-            .len(),
+        std::fs::metadata(out_file(&big, "big")).unwrap().len(),
         1 << 20
     );
+    // The attacker's way around a per-file cap: many files under it, for as long as the
+    // clock allows. Each write past the total fails inside the sandbox while it runs.
     let (job, many) = sh(
-        "head -c 700000 /dev/zero > /job/out/a; head -c 700000 /dev/zero > /job/out/b",
+        "for i in 1 2 3 4 5 6 7 8; do head -c 900000 /dev/zero > /job/out/f$i || echo FULL; done",
         limits,
     );
     assert_eq!(many.status, JobStatus::OutLimit, "{many:?}");
-    assert_eq!(many.out_bytes, 1_400_000);
-    drop(job);
+    assert!(stdout(&many).contains("FULL"), "{}", stdout(&many));
+    assert!(many.out_bytes <= 2 << 20, "{}", many.out_bytes);
+    let total: u64 = (1..=8)
+        .filter_map(|i| std::fs::metadata(out_file(&many, &format!("f{i}"))).ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(total <= 2 << 20, "{total}");
+    assert_eq!(std::fs::read_dir(job.work.join("out")).unwrap().count(), 0);
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly on unexpected errors")]
 
+mod cleanup;
 mod escape;
 mod jail;
 mod pool;

@@ -192,11 +192,18 @@ impl TypedTool for ExportDataTool {
                 read_table_file(&workspace, &source)?
             };
             let mut file = create_free(&workspace, &stem, format)?;
+            let target = file.path().as_str().to_owned();
             let done =
                 dataref_export::export(format, &schema, &batches, &options, &mut file, &|| {
                     cancel.is_cancelled()
                 })
-                .map_err(export_error)?;
+                .map_err(|e| match e {
+                    // The workspace quota refused a write: the model can free space.
+                    ExportError::Io(io) if dataref_workspace::QuotaRefusal::of(&io).is_some() => {
+                        WorkspacePathError::write_failed(&target, io).into()
+                    }
+                    other => export_error(other),
+                })?;
             let path = file.commit()?;
             let bytes = workspace.metadata(&path)?.size;
             Ok(ExportResult {
@@ -374,9 +381,26 @@ fn read_table_file(
     };
     match layout {
         FileLayout::Arrow => {
-            let reader = arrow_ipc::reader::FileReader::try_new(file, None).map_err(unreadable)?;
-            let schema = reader.schema();
-            let batches = reader.collect::<Result<Vec<_>, _>>().map_err(unreadable)?;
+            // Anyone (the model's code, an upload) may have written this file: its structure
+            // is checked before the Arrow reader sees it, and every reader step runs under
+            // `catch_unwind`.
+            let malformed = |e: dataref_store::MalformedIpc| {
+                ToolError::respond(
+                    format!("your file `{path}` is malformed: {e}"),
+                    Some(
+                        "write it again with `pyarrow.ipc.new_file` (or `df.to_feather(path, \
+                         compression=\"uncompressed\")`), or pass a `dataRef`"
+                            .into(),
+                    ),
+                )
+            };
+            let table = dataref_store::UntrustedIpc::open(file).map_err(malformed)?;
+            let schema = table.schema();
+            let batches = table
+                .batches()
+                .map_err(malformed)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(malformed)?;
             Ok((schema, batches))
         }
         FileLayout::Delimited(delimiter) => {

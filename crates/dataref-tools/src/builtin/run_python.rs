@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use arrow_ipc::reader::FileReader;
 use async_trait::async_trait;
 use dataref_config::{Config, PythonConfig};
 use dataref_protocol::{DataRef, Description, ToolSpec};
@@ -21,9 +20,9 @@ use dataref_sandbox::jail::{CgroupPolicy, CpuLimit, JobStatus, Limits};
 use dataref_sandbox::pool::{PythonJob, PythonRun, PythonSandbox, SandboxError, SandboxSettings};
 use dataref_sandbox::runtime::RuntimeSpec;
 use dataref_sandbox::runtime::exchange::{
-    CollectedFile, CollectedOutput, ExchangeCaps, ExchangeError, InputName, PythonError,
+    CollectedFile, CollectedOutput, ExchangeCaps, ExchangeError, InputName, PythonError, SkipReason,
 };
-use dataref_store::{ArtifactStore, Lineage, SampleOptions, describe};
+use dataref_store::{ArtifactStore, Lineage, SampleOptions, UntrustedIpc, describe};
 use dataref_workspace::{Overwrite, Workspace};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -167,8 +166,10 @@ pub fn sandbox_settings(config: &Config) -> SandboxSettings {
             wall_clock: p.timeout,
             stdout_bytes: STREAM_CAP_BYTES,
             stderr_bytes: STREAM_CAP_BYTES,
+            out_bytes: p.out_bytes,
             ..Limits::default()
         },
+        max_concurrent: p.max_concurrent,
         caps: ExchangeCaps {
             result_bytes: p.result_bytes,
             ..ExchangeCaps::default()
@@ -331,9 +332,13 @@ fn run_blocking(
         progress.report(n as f64, None, Some(step.to_owned()));
     };
     let cancel = ctx.cancel.clone();
-    let run = sandbox
-        .run(job, &report, &|| cancel.is_cancelled())
-        .map_err(sandbox_error)?;
+    let run = match sandbox.run(job, &report, &|| cancel.is_cancelled()) {
+        Ok(run) => run,
+        Err(SandboxError::Cancelled) => {
+            return Err(ToolError::respond("the run was cancelled", None));
+        }
+        Err(e) => return Err(sandbox_error(e)),
+    };
     if run.status == JobStatus::Cancelled {
         return Err(ToolError::respond("the run was cancelled", None));
     }
@@ -343,7 +348,8 @@ fn run_blocking(
         recipe["code_file"] = json!(path);
     }
     let lineage = Lineage::new("run_python", recipe);
-    let result = finish(run, ctx, lineage, timeout)?;
+    let out_cap = sandbox.settings().limits.out_bytes;
+    let result = finish(run, ctx, lineage, timeout, out_cap)?;
     output(result)
 }
 
@@ -423,6 +429,7 @@ fn finish(
     ctx: &RunContext,
     lineage: Lineage,
     timeout: Duration,
+    out_cap: u64,
 ) -> Result<RunPythonResult, ToolError> {
     let run_id = run_id(ctx);
     let stdout = stream(
@@ -488,8 +495,14 @@ fn finish(
         (JobStatus::OutLimit, _) => {
             out.error = Some(limit(
                 "OutputLimit",
-                "the files written under out/ are larger than a run may write".into(),
-                "write fewer or smaller files",
+                format!(
+                    "the run filled out/ up to its cap of {} MiB (outputs and files together; \
+                     writes past it failed with \"No space left on device\"), so nothing it \
+                     wrote was kept",
+                    out_cap >> 20
+                ),
+                "write fewer or smaller files, or store tables in `outputs` with fewer rows \
+                 or columns",
             ));
             return Ok(out);
         }
@@ -541,6 +554,28 @@ fn finish(
         });
         return Ok(out);
     }
+    // A declared output the checks refused: the run did not deliver what it said it would.
+    let malformed = job.skipped.iter().find_map(|s| match &s.reason {
+        SkipReason::InvalidArrow(reason) => Some((s.path.clone(), reason.clone())),
+        _ => None,
+    });
+    if let Some((path, reason)) = malformed {
+        for file in job.files {
+            out.files.push(save_file(file, &ctx.workspace)?);
+        }
+        let name = path
+            .strip_prefix("outputs/")
+            .and_then(|p| p.strip_suffix(".arrow"))
+            .unwrap_or(&path);
+        let (message, hint) = malformed_text(name, &reason);
+        out.error = Some(PythonErrorOut {
+            kind: "OutputMalformed".into(),
+            message,
+            traceback: Vec::new(),
+            hint: Some(hint),
+        });
+        return Ok(out);
+    }
     for collected in job.outputs {
         let name = collected.name.clone();
         let description = store_output(collected, ctx, lineage.clone())?;
@@ -578,26 +613,17 @@ fn store_output(
     lineage: Lineage,
 ) -> Result<Description, ToolError> {
     let name = collected.name.clone();
-    let bad = |e: String| {
-        ToolError::respond(
-            format!("`outputs[\"{name}\"]` could not be stored: {e}"),
-            Some("store plain DataFrames (numbers, text, dates, booleans)".into()),
-        )
-    };
     let store: &dyn ArtifactStore = ctx.store.as_ref();
-    let ingest = || -> Result<dataref_store::ArtifactMeta, ToolError> {
-        let reader = FileReader::try_new(collected.file, None).map_err(|e| bad(e.to_string()))?;
-        let mut writer = store.create_table(&ctx.principal, reader.schema(), lineage)?;
-        for batch in reader {
-            let batch = batch.map_err(|e| bad(e.to_string()))?;
-            writer.write(&batch)?;
-        }
-        Ok(writer.finish()?)
-    };
-    // Arrow readers are not hardened against every hostile file: a panic is a bad output,
-    // not a dead server.
-    let meta = std::panic::catch_unwind(std::panic::AssertUnwindSafe(ingest))
-        .map_err(|_| bad("the Arrow file is malformed".into()))??;
+    let malformed = |e: dataref_store::MalformedIpc| malformed_output(&name, e.reason());
+    // The structure is checked before the reader sees it, and every reader step runs
+    // under `catch_unwind` (`UntrustedIpc`): a hostile file is the model's to fix.
+    let table = UntrustedIpc::open(collected.file).map_err(malformed)?;
+    let mut writer = store.create_table(&ctx.principal, table.schema(), lineage)?;
+    for batch in table.batches().map_err(malformed)? {
+        let batch = batch.map_err(malformed)?;
+        writer.write(&batch)?;
+    }
+    let meta = writer.finish()?;
     let table = store.open_table(&ctx.principal, &meta.data_ref)?;
     Ok(describe(
         &table,
@@ -608,6 +634,23 @@ fn store_output(
     ))
 }
 
+/// An output Arrow file that is not one: the model's code wrote it (or rewrote what the
+/// runner wrote), so the model can fix it.
+fn malformed_output(name: &str, reason: &str) -> ToolError {
+    let (message, hint) = malformed_text(name, reason);
+    ToolError::respond(message, Some(hint))
+}
+
+fn malformed_text(name: &str, reason: &str) -> (String, String) {
+    (
+        format!("your output `{name}` is malformed: {reason}"),
+        format!(
+            "assign a pandas DataFrame with `outputs[\"{name}\"] = df` and let the runner \
+             write it; do not write files under `out/outputs/` yourself"
+        ),
+    )
+}
+
 fn save_file(file: CollectedFile, workspace: &Workspace) -> Result<FileOut, ToolError> {
     let replaced = workspace
         .resolve(&file.rel)
@@ -616,8 +659,14 @@ fn save_file(file: CollectedFile, workspace: &Workspace) -> Result<FileOut, Tool
         .is_some();
     let mut target = workspace.create_atomic(&file.rel, Overwrite::Replace)?;
     let mut source = file.file;
-    std::io::copy(&mut source, &mut target)
-        .map_err(|e| ToolError::Fatal(format!("saving `{}`: {e}", file.rel)))?;
+    std::io::copy(&mut source, &mut target).map_err(|e| {
+        match dataref_workspace::WorkspacePathError::write_failed(&file.rel, e) {
+            quota @ dataref_workspace::WorkspacePathError::QuotaExceeded { .. } => {
+                ToolError::from(quota)
+            }
+            other => ToolError::Fatal(format!("saving `{}`: {other}", file.rel)),
+        }
+    })?;
     let path = target.commit()?;
     Ok(FileOut {
         path: path.as_str().to_owned(),

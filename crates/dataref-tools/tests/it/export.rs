@@ -714,3 +714,75 @@ async fn what_the_model_reads_when_an_export_is_wrong() {
     }
     insta::assert_snapshot!("export_refusals", all);
 }
+
+/// A valid Arrow IPC file of `batch`, then its footer's first record-batch block given a
+/// negative body length: the Arrow reader panics on it if it is read unchecked.
+pub(crate) fn negative_block_arrow(batch: &RecordBatch) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    {
+        let mut w = arrow_ipc::writer::FileWriter::try_new(&mut bytes, &batch.schema()).unwrap();
+        w.write(batch).unwrap();
+        w.finish().unwrap();
+    }
+    let n = bytes.len();
+    let footer_len = i32::from_le_bytes(bytes[n - 10..n - 6].try_into().unwrap()) as usize;
+    let footer = &bytes[n - 10 - footer_len..n - 10];
+    let block = *arrow_ipc::root_as_footer(footer)
+        .unwrap()
+        .recordBatches()
+        .unwrap()
+        .get(0);
+    // The Block struct as it sits in the footer: offset, metadata length, padding, body.
+    let mut needle = block.offset().to_le_bytes().to_vec();
+    needle.extend_from_slice(&block.metaDataLength().to_le_bytes());
+    needle.extend_from_slice(&[0; 4]);
+    needle.extend_from_slice(&block.bodyLength().to_le_bytes());
+    let at = bytes
+        .windows(needle.len())
+        .rposition(|w| w == needle.as_slice())
+        .unwrap();
+    bytes[at + 16..at + 24].copy_from_slice(&(-1i64).to_le_bytes());
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_arrow_file_in_the_workspace_is_the_models_to_fix() {
+    let f = fixture();
+    let bytes = negative_block_arrow(&awkward());
+    f.ctx
+        .workspace
+        .write_atomic(
+            "in/evil.arrow",
+            &bytes,
+            dataref_workspace::Overwrite::Refuse,
+        )
+        .unwrap();
+    let o = call(&f, json!({"source": "in/evil.arrow", "format": "csv"})).await;
+    let text = error_text(&o);
+    assert!(
+        text.contains("your file `in/evil.arrow` is malformed")
+            && text.contains("negative body length (-1)")
+            && text.contains("hint:"),
+        "{text}"
+    );
+    // Nothing was lost and the next call works.
+    let (data_ref, _) = sales(&f).await;
+    ok(&call(&f, json!({"source": data_ref, "format": "csv"})).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_export_over_the_workspace_quota_is_refused_and_names_what_to_delete() {
+    let f = fixture_with(|limits| limits.workspace_quota_bytes = 1 << 20);
+    put(&f, "old/notes.txt", &"x".repeat(1020 << 10));
+    let (data_ref, _) = sales(&f).await;
+    let text = error_text(&call(&f, json!({"source": data_ref, "format": "json"})).await);
+    assert!(
+        text.contains("would take your workspace over its quota of 1.0 MiB")
+            && text.contains("`old/` (1020 KiB)"),
+        "{text}"
+    );
+    // The refused export left nothing behind.
+    assert!(f.ctx.workspace.resolve("exports").map_or(true, |p| {
+        f.ctx.workspace.list_dir(&p, 10).unwrap().entries.is_empty()
+    }));
+}

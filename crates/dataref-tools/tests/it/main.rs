@@ -111,8 +111,12 @@ fn fixture_full(
     builder.register(Arc::new(Unruly::new()));
     let registry = builder.build().unwrap();
     let principal = Principal::new("alice").unwrap();
-    let workspace =
-        Arc::new(dataref_workspace::Workspace::for_principal(home.path(), &principal).unwrap());
+    let workspace = Arc::new(
+        dataref_workspace::Workspace::for_principal(home.path(), &principal)
+            .unwrap()
+            .with_quota(config.limits.workspace_quota_bytes)
+            .unwrap(),
+    );
     let ctx = RunContext {
         principal,
         store: Arc::new(store),

@@ -704,3 +704,80 @@ async fn a_code_file_runs_from_the_workspace_with_its_own_line_numbers() {
         "{out}"
     );
 }
+
+/// Model code that writes its own output file and `result.json` (it shares a process with
+/// the runner), the file a valid Arrow file whose footer's first block has a negative body
+/// length.
+const HOSTILE_OUTPUT: &str = r#"
+import json, os, struct
+import pyarrow as pa
+t = pa.table({'n': [1, 2, 3]})
+with pa.OSFile('out/outputs/evil.arrow', 'wb') as sink:
+    with pa.ipc.new_file(sink, t.schema) as w:
+        w.write_table(t)
+b = bytearray(open('out/outputs/evil.arrow', 'rb').read())
+flen = int.from_bytes(b[-10:-6], 'little')
+fstart = len(b) - 10 - flen
+# The first record batch follows the schema message: 8 bytes of magic, then the schema's
+# continuation marker, length and flatbuffer.
+slen = int.from_bytes(b[12:16], 'little')
+off = 8 + 8 + slen
+at = b.index(struct.pack('<q', off), fstart)
+b[at + 16:at + 24] = struct.pack('<q', -1)
+open('out/outputs/evil.arrow', 'wb').write(bytes(b))
+open('out/result.json', 'w').write(json.dumps({'ok': True, 'result': 1, 'outputs': ['evil']}))
+os._exit(0)
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_output_file_is_malformed_output_not_a_server_fault() {
+    let f = fixture();
+    let out = python(&f, json!({"code": HOSTILE_OUTPUT})).await;
+    assert_eq!(out["ok"], json!(false), "{out}");
+    assert_eq!(out["error"]["type"], json!("OutputMalformed"), "{out}");
+    let message = out["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("your output `evil` is malformed:")
+            && message.contains("negative body length (-1)"),
+        "{message}"
+    );
+    assert!(hint(&out).contains("outputs[\"evil\"] = df"), "{out}");
+    // Nothing was stored, and the server goes on.
+    assert_eq!(out["outputs"], json!({}), "{out}");
+    let again = python(&f, json!({"code": "result = 2"})).await;
+    assert_eq!(again["result"], json!(2), "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn files_over_the_workspace_quota_are_refused_with_what_to_delete() {
+    let f = fixture_full(
+        |limits| {
+            limits.tool_timeout = Duration::from_secs(120);
+            limits.workspace_quota_bytes = 2 << 20;
+        },
+        Some(sandbox()),
+    );
+    f.ctx
+        .workspace
+        .write_atomic(
+            "keep/big.bin",
+            &vec![0; 1536 << 10],
+            dataref_workspace::Overwrite::Refuse,
+        )
+        .unwrap();
+    let o = run(
+        &f,
+        ToolCall::new(
+            "run_python",
+            json!({"code": "open('out/files/new.bin', 'wb').write(b'x' * (1 << 20))\nresult = 1"}),
+        ),
+    )
+    .await;
+    let text = error_text(&o);
+    assert!(
+        text.contains("writing `new.bin` would take your workspace over its quota of 2.0 MiB")
+            && text.contains("`keep/` (1.5 MiB)"),
+        "{text}"
+    );
+    assert!(!workspace_has(&f, "new.bin"));
+}

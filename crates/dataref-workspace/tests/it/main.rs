@@ -13,6 +13,7 @@
 
 mod list;
 mod prop;
+mod quota;
 mod race;
 mod resolve;
 mod write;

@@ -9,6 +9,7 @@
     reason = "fixtures build files and hostile trees directly, outside the code under test"
 )]
 
+mod cleanup;
 mod http;
 mod ops;
 mod http_edges;

@@ -79,7 +79,11 @@ impl TypedTool for CopyFileTool {
                 .create_atomic(&a.dst, overwrite)
                 .map_err(dst_error)?;
             let bytes = io::copy(&mut from, &mut to).map_err(|e| {
-                ToolError::Fatal(format!("copying `{src}` to `{}`: {e}", to.path()))
+                let to = to.path().as_str().to_owned();
+                match WorkspacePathError::write_failed(&to, e) {
+                    quota @ WorkspacePathError::QuotaExceeded { .. } => ToolError::from(quota),
+                    other => ToolError::Fatal(format!("copying `{src}` to `{to}`: {other}")),
+                }
             })?;
             let path = to.commit().map_err(dst_error)?;
             Ok(CopyResult {
