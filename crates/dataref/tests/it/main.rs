@@ -12,6 +12,7 @@
 mod http;
 mod ops;
 mod postgres;
+mod transcript;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
