@@ -291,3 +291,55 @@ async fn the_seeds_transcript_works_as_written_and_every_payload_is_snapshotted(
     client.cancel().await.ok();
     insta::assert_snapshot!("seed_transcript_48210", doc);
 }
+
+/// What a model following the seed writes when it gets a shape slightly wrong: refused,
+/// with the exact fix in the hint, and the fixed call works.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_but_obvious_argument_gets_the_exact_fix() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dataref-runtime-home");
+    let client = connect(&home, "transcript-fixes", &["--rows", "48210"]).await;
+    let r = call(&client, "fetch_sales", json!({"since": "2025-01-01"})).await;
+    let sales = r.structured_content.as_ref().unwrap()["dataRef"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (tool, wrong, fix, fixed) in [
+        (
+            "export_data",
+            json!({"dataRef": sales, "format": "csv"}),
+            "write `source` instead of `dataRef`",
+            json!({"source": sales, "format": "csv"}),
+        ),
+        (
+            "describe_data",
+            json!({"data_ref": sales}),
+            "write `dataRef` instead of `data_ref`",
+            json!({"dataRef": sales}),
+        ),
+        (
+            "export_data",
+            json!({"source": sales, "format": "CSV"}),
+            "write `format: \"csv\"`",
+            json!({"source": sales, "format": "csv"}),
+        ),
+        (
+            "render_chart",
+            json!({"dataRef": sales, "x": "region", "y": "revenue", "kind": "Bar"}),
+            "write `kind: \"bar\"`",
+            json!({"dataRef": sales, "x": "region", "y": "revenue", "kind": "bar"}),
+        ),
+        (
+            "render_chart",
+            json!({"dataRef": sales, "x": "region", "y": 3, "kind": "bar"}),
+            "`y` (string or array)",
+            json!({"dataRef": sales, "x": "region", "y": ["revenue"], "kind": "bar"}),
+        ),
+    ] {
+        let r = call(&client, tool, wrong.clone()).await;
+        assert_eq!(r.is_error, Some(true), "{tool} {wrong}: {}", text(&r));
+        assert!(text(&r).contains(fix), "{tool} {wrong}: {}", text(&r));
+        let r = call(&client, tool, fixed.clone()).await;
+        assert_ne!(r.is_error, Some(true), "{tool} {fixed}: {}", text(&r));
+    }
+    client.cancel().await.ok();
+}
