@@ -364,10 +364,12 @@ fn validate(
     if problems.is_empty() {
         return None;
     }
-    let hint = format!(
+    let mut hint = fixes(&entry.spec.input_schema, args);
+    hint.push(format!(
         "`{tool}` takes {}",
         describe_params(&entry.spec.input_schema)
-    );
+    ));
+    let hint = hint.join("; ");
     let source = match from_file {
         Some(f) => format!(" (from `{f}` with `overrides` merged on top)"),
         None => String::new(),
@@ -379,6 +381,110 @@ fn validate(
         ),
         Some(&hint),
     ))
+}
+
+/// The exact fix for the obvious mistakes, first in the hint: a parameter under a near name
+/// (`data_ref` for `dataRef`) or, when one parameter is unknown and one required parameter
+/// missing, under another name (`dataRef` for `export_data`'s `source`); a choice in the
+/// wrong case (`"CSV"` for `"csv"`).
+fn fixes(schema: &Value, args: &Map<String, Value>) -> Vec<String> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let names: Vec<String> = props.keys().cloned().collect();
+    let missing: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .filter(|r| !args.contains_key(*r))
+                .collect()
+        })
+        .unwrap_or_default();
+    let unknown: Vec<&String> = args.keys().filter(|k| !props.contains_key(*k)).collect();
+    let squash = |s: &str| s.replace(['_', '-'], "").to_lowercase();
+    let mut out = Vec::new();
+    for u in &unknown {
+        let near = names
+            .iter()
+            .find(|n| squash(n) == squash(u))
+            .map(String::as_str)
+            .or_else(|| dataref_store::closest(u, &names).first().copied());
+        let instead = match (near, missing.as_slice(), unknown.len()) {
+            (Some(n), _, _) if !args.contains_key(n) => Some(n),
+            (_, [only], 1) => Some(*only),
+            _ => None,
+        };
+        if let Some(n) = instead {
+            out.push(format!("write `{n}` instead of `{u}`"));
+        }
+    }
+    for (k, v) in args {
+        let (Some(p), Value::String(given)) = (props.get(k), v) else {
+            continue;
+        };
+        let allowed = choices(p);
+        if allowed.iter().any(|a| a == given) {
+            continue;
+        }
+        if let Some(a) = allowed.iter().find(|a| a.eq_ignore_ascii_case(given)) {
+            out.push(format!("write `{k}: \"{a}\"`"));
+        }
+    }
+    out
+}
+
+/// The string values a property schema allows (`enum`, `const`, within `anyOf`/`oneOf`).
+fn choices(p: &Value) -> Vec<String> {
+    let mut out: Vec<String> = p
+        .get("enum")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(c) = p.get("const").and_then(Value::as_str) {
+        out.push(c.to_owned());
+    }
+    for key in ["anyOf", "oneOf"] {
+        for item in p.get(key).and_then(Value::as_array).into_iter().flatten() {
+            out.extend(choices(item));
+        }
+    }
+    out
+}
+
+/// The JSON types a property schema allows, `null` left out: `string`, `string|null`, or
+/// the types of its `anyOf`/`oneOf` branches (`string or array`).
+fn types(p: &Value) -> Vec<String> {
+    match p.get("type") {
+        Some(Value::String(t)) if t != "null" => return vec![t.clone()],
+        Some(Value::Array(ts)) => {
+            return vec![
+                ts.iter()
+                    .filter_map(Value::as_str)
+                    .filter(|t| *t != "null")
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            ];
+        }
+        _ => {}
+    }
+    let mut out: Vec<String> = Vec::new();
+    for key in ["anyOf", "oneOf"] {
+        for item in p.get(key).and_then(Value::as_array).into_iter().flatten() {
+            for t in types(item) {
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// "`since` (string, date, required), `limit` (integer)" from an object schema.
@@ -398,17 +504,9 @@ fn describe_params(schema: &Value) -> String {
         .iter()
         .map(|(name, p)| {
             let mut parts = Vec::new();
-            match p.get("type") {
-                Some(Value::String(t)) => parts.push(t.clone()),
-                Some(Value::Array(ts)) => {
-                    let ts: Vec<&str> = ts
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .filter(|t| *t != "null")
-                        .collect();
-                    parts.push(ts.join("|"));
-                }
-                _ => {}
+            let ts = types(p);
+            if !ts.is_empty() {
+                parts.push(ts.join(" or "));
             }
             if let Some(f) = p.get("format").and_then(Value::as_str) {
                 parts.push(f.to_owned());

@@ -5,6 +5,7 @@
 //! RSS is its own.
 
 mod chart;
+mod context;
 mod export;
 mod postgres;
 mod python;
@@ -30,6 +31,9 @@ use crate::settings;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// A section of its own instead of the speed and memory runs.
+    #[command(subcommand)]
+    section: Option<BenchSection>,
     /// Row counts to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
     rows: Vec<u64>,
@@ -72,6 +76,14 @@ pub struct BenchArgs {
     pivot_runs: usize,
     #[command(flatten)]
     export: export::ExportBenchArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchSection {
+    /// What the model reads: the seed's transcript (fetch_sales, describe_data, its
+    /// run_python, render_chart, a CSV export) replayed word for word over MCP at each
+    /// size, with bytes and o200k tokens per step, and of `tools/list`.
+    Context(context::ContextArgs),
 }
 
 #[derive(Debug, Args)]
@@ -289,6 +301,10 @@ fn mb(bytes: f64) -> String {
 }
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    if let Some(BenchSection::Context(a)) = &args.section {
+        context::run(a)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let common = crate::Common {
         home: None,
         config: None,

@@ -62,46 +62,80 @@ pub fn run(common: &Common) -> Result<ExitCode> {
     if common.config.is_some() {
         bail!("`dataref demo` runs on the built-in sample; drop `--config`");
     }
-    let mut config = dataref_config::Config::builtin_sample(
+    // A demo principal of its own, so the demo never lists a real user's artifacts.
+    let sample = Sample::prepare(
         settings::home(common)?,
         settings::sample_rows(common)?,
-    );
-    // A demo principal of its own, so the demo never lists a real user's artifacts.
-    config.principal = dataref_protocol::Principal::new("demo")?;
-    settings::ensure_sample(&config)?;
-    let store = settings::open_store(&config)?;
-    let python = settings::python_sandbox(&config);
-    if let Some(sandbox) = &python {
-        // The first run installs the runtime from PyPI: say so, step by step, on stderr.
-        sandbox
-            .runtime(&|step| settings::progress_line(&format!("python runtime: {step}")))
-            .context("preparing the Python runtime for `run_python`")?;
-        sandbox.prewarm();
-    }
-    let registry = Arc::new(builtin_registry_with(&config, python)?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let workspace = settings::workspace(None, &config, &config.principal)?;
-    let ctx = RunContext {
-        principal: config.principal.clone(),
-        store: store.clone(),
-        workspace,
-        limits: config.limits.clone(),
-        progress: Arc::new(NoProgress),
-        cancel: CancellationToken::new(),
-        clock: Arc::new(SystemClock),
-    };
-    let sample_rows = config.sample.as_ref().map_or(0, |s| s.rows);
-    runtime.block_on(play(registry, ctx, store, sample_rows))
+        "demo",
+    )?;
+    let Sample {
+        runtime,
+        registry,
+        ctx,
+        store,
+        rows,
+    } = sample;
+    runtime.block_on(play(registry, ctx, store, rows))
 }
 
-fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
+/// The built-in sample served as `serve` would serve it, to a principal of its own: what
+/// `demo` and `bench context` open an in-process MCP session on.
+pub(crate) struct Sample {
+    pub runtime: tokio::runtime::Runtime,
+    pub registry: Arc<dataref_tools::ToolRegistry>,
+    pub ctx: RunContext,
+    pub store: Arc<dataref_store::LocalStore>,
+    /// Rows of the sample database.
+    pub rows: u64,
+}
+
+impl Sample {
+    /// The `rows`-row sample under `home` (generated on first use), its store and the
+    /// Python runtime (installed on first use, progress on stderr).
+    pub(crate) fn prepare(home: std::path::PathBuf, rows: u64, principal: &str) -> Result<Self> {
+        let mut config = dataref_config::Config::builtin_sample(home, rows);
+        config.principal = dataref_protocol::Principal::new(principal)?;
+        settings::ensure_sample(&config)?;
+        let store = settings::open_store(&config)?;
+        let python = settings::python_sandbox(&config);
+        if let Some(sandbox) = &python {
+            // The first run installs the runtime from PyPI: say so, step by step, on stderr.
+            sandbox
+                .runtime(&|step| settings::progress_line(&format!("python runtime: {step}")))
+                .context("preparing the Python runtime for `run_python`")?;
+            sandbox.prewarm();
+        }
+        let registry = Arc::new(builtin_registry_with(&config, python)?);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let workspace = settings::workspace(None, &config, &config.principal)?;
+        let ctx = RunContext {
+            principal: config.principal.clone(),
+            store: store.clone(),
+            workspace,
+            limits: config.limits.clone(),
+            progress: Arc::new(NoProgress),
+            cancel: CancellationToken::new(),
+            clock: Arc::new(SystemClock),
+        };
+        let rows = config.sample.as_ref().map_or(0, |s| s.rows);
+        Ok(Self {
+            runtime,
+            registry,
+            ctx,
+            store,
+            rows,
+        })
+    }
+}
+
+pub(crate) fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
     tiktoken_rs::o200k_base().map_err(|e| anyhow::anyhow!("loading the o200k tokenizer: {e}"))
 }
 
-fn result_text(r: &CallToolResult) -> String {
+pub(crate) fn result_text(r: &CallToolResult) -> String {
     r.content
         .iter()
         .filter_map(|c| c.as_text().map(|t| t.text.clone()))

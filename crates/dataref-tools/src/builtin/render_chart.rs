@@ -70,8 +70,9 @@ pub(crate) struct ChartArgs {
     /// (line, area, scatter), or the values to bin (histogram).
     x: String,
     /// Numeric columns to draw, one series each; rows with the same `x` are summed. Leave
-    /// out to count rows. Not used by histograms.
-    #[serde(default)]
+    /// out to count rows. Not used by histograms. One column may be given as a string.
+    #[serde(default, deserialize_with = "one_or_many")]
+    #[schemars(with = "OneOrMany")]
     y: Vec<String>,
     /// bar, line, area, scatter, histogram or pie.
     kind: Kind,
@@ -97,6 +98,44 @@ pub(crate) struct ChartArgs {
     #[serde(default)]
     #[schemars(range(min = 200, max = 4000))]
     height: Option<u32>,
+}
+
+/// The schema of `y`: a column name or a list of them (`y="delta"` as much as
+/// `y=["delta"]`, since models write both).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[expect(dead_code, reason = "only its schema is used")]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `y` as a string or a list of strings, with an error that names both shapes.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a column name or a list of column names, e.g. \"revenue\" or [\"revenue\", \"cost\"]")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(vec![v.to_owned()])
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(c) = seq.next_element::<String>()? {
+                out.push(c);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(Visitor)
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

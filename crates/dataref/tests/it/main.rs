@@ -14,6 +14,7 @@ mod http;
 mod ops;
 mod http_edges;
 mod postgres;
+mod transcript;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
