@@ -368,7 +368,7 @@ async fn mcp(state: &State, mut request: Request<Incoming>) -> Response<Body> {
     }
     let method = request.method().clone();
     request.extensions_mut().insert(Caller(principal.clone()));
-    let response = state.mcp.handle(request).await;
+    let response = crate::jsonrpc::handle(&state.mcp, request).await;
     match (&session, method) {
         (None, _) => {
             if let Some(id) = response

@@ -13,6 +13,7 @@ mod charts;
 mod errors;
 mod files;
 mod http;
+mod jsonrpc;
 mod progress_cancel;
 mod resources;
 mod tools;

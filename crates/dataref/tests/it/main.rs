@@ -10,6 +10,7 @@
 )]
 
 mod http;
+mod jsonrpc;
 mod postgres;
 
 use std::path::{Path, PathBuf};
