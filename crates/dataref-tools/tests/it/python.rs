@@ -746,7 +746,7 @@ async fn ten_thousand_files_and_a_hundred_thousand_columns_stay_a_short_result()
     let wide = &out["outputs"]["wide"];
     assert_eq!(wide["columns"].as_object().unwrap().len(), 50, "{wide}");
     assert_eq!(wide["moreColumns"], json!(100_000 - 50), "{wide}");
-    assert_eq!(wide["columns"]["column_000000"], json!("int64"), "{wide}");
+    assert_eq!(wide["columns"]["column_000000"], json!("integer"), "{wide}");
     let data_ref = wide["dataRef"].as_str().unwrap();
 
     // The other tools on it stay short too.
