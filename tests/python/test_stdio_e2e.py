@@ -238,7 +238,7 @@ def test_huge_results_stay_structured_for_the_sdk(tmp_path):
     config = tmp_path / "dataref.toml"
     config.write_text("[limits]\nmax_result_chars = 400\n")
     params = server(PYTHON_HOME)
-    params.args += ["--config", str(config)]
+    params.args = ["serve", "--home", str(PYTHON_HOME), "--config", str(config)]
 
     async def cut():
         async with stdio_client(params) as (read, write):
