@@ -200,3 +200,55 @@ def test_run_python_computes_in_the_sandbox_and_stores_outputs():
             assert out["ok"] is False and out["error"]["type"] == "Timeout", out
 
     asyncio.run(go())
+
+
+@pytest.mark.timeout(600)
+def test_huge_results_stay_structured_for_the_sdk(tmp_path):
+    """10,000 files and a 100,000-column table come back as a short, schema-valid result;
+    and a result over `max_result_chars` still carries `structuredContent` (the SDK checks
+    it against the tool's output schema and would refuse the call otherwise)."""
+    PYTHON_HOME.mkdir(parents=True, exist_ok=True)
+    code = (
+        "import os\n"
+        "os.makedirs('out/files/many', exist_ok=True)\n"
+        "for i in range(10000):\n"
+        "    open(f'out/files/many/f{i:05}.txt', 'w').write('x')\n"
+        "outputs['wide'] = pd.DataFrame({f'c{i}': [i] for i in range(100000)})\n"
+        "result = 'done'\n"
+    )
+
+    async def go():
+        async with session(PYTHON_HOME) as s:
+            await s.initialize()
+            r = await s.call_tool("run_python", {"code": code})
+            assert not r.is_error, text_of(r)
+            out = r.structured_content
+            assert out is not None and out["ok"] is True, text_of(r)[:2000]
+            assert len(text_of(r)) <= 16000
+            assert json.loads(text_of(r)) == out
+            assert len(out["files"]) <= 50 and out.get("moreSkipped", 0) > 0, out
+            wide = out["outputs"]["wide"]
+            assert len(wide["columns"]) == 50 and wide["moreColumns"] == 100000 - 50
+            d = await s.call_tool("describe_data", {"dataRef": wide["dataRef"]})
+            assert not d.is_error and d.structured_content["totalColumns"] == 100000
+
+    asyncio.run(go())
+
+    # The last resort: a cap so small that the result must be cut.
+    config = tmp_path / "dataref.toml"
+    config.write_text("[limits]\nmax_result_chars = 400\n")
+    params = server(PYTHON_HOME)
+    params.args = ["serve", "--home", str(PYTHON_HOME), "--config", str(config)]
+
+    async def cut():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                r = await s.call_tool("run_python", {"code": "print('x' * 5000)\nresult = 1"})
+                assert not r.is_error, text_of(r)
+                t = r.structured_content
+                assert t is not None and t["truncated"] is True, text_of(r)
+                assert len(text_of(r)) <= 400 and json.loads(text_of(r)) == t
+                assert t["path"].startswith(".spill/"), t
+
+    asyncio.run(cut())

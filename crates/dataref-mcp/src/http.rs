@@ -483,7 +483,7 @@ async fn mcp(state: &State, request: Request<Incoming>, open: conn::OpenRequest)
     let (mut parts, body) = request.into_parts();
     parts.extensions.insert(Caller(principal.clone()));
     let (body, timed_out) = body::with_deadline(body, state.body_timeout);
-    let response = state.mcp.handle(Request::from_parts(parts, body)).await;
+    let response = crate::jsonrpc::handle(&state.mcp, Request::from_parts(parts, body)).await;
     if timed_out.happened() {
         return body_timed_out(state.body_timeout);
     }

@@ -42,6 +42,11 @@
 //! - [`http`]: `serve --http`, Streamable HTTP (both protocol revisions) for many
 //!   principals, with bearer tokens and JWTs, Host/Origin checks, per-principal limits and
 //!   workspace downloads.
+//! - Every message is answered: on stdio (and [`DatarefServer::serve_io`]) each line, over
+//!   HTTP each POST body, is checked before rmcp sees it, and one that is not JSON
+//!   (`-32700`: too deep, invalid UTF-8, a lone surrogate) or not a JSON-RPC message
+//!   (`-32600`) gets a JSON-RPC error with the request's `id` when it can be read (else
+//!   `null`); over HTTP with status 400.
 //! - Transports: [`DatarefServer::serve_stdio`], [`DatarefServer::serve_io`],
 //!   [`DatarefServer::serve_transport`], and [`connect_in_process`], which runs the server
 //!   on a [`tokio::io::duplex`] pipe and returns a connected rmcp client, so a program (the
@@ -89,6 +94,7 @@
 
 mod completion;
 pub mod http;
+mod jsonrpc;
 mod notify;
 mod progress;
 mod prompts;

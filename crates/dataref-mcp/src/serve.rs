@@ -44,19 +44,27 @@ impl From<ServerInitializeError> for McpServeError {
 
 impl DatarefServer {
     /// Serves MCP over this process's stdin and stdout until stdin closes. Stdout is the
-    /// protocol channel: everything else (logs included) must go to stderr.
+    /// protocol channel: everything else (logs included) must go to stderr. A line that is
+    /// not a JSON-RPC message is answered with a JSON-RPC error, never dropped.
     pub async fn serve_stdio(self) -> Result<(), McpServeError> {
-        self.serve_transport(rmcp::transport::stdio()).await
+        self.serve_transport(crate::jsonrpc::transport(
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+        ))
+        .await
     }
 
     /// Serves MCP over one bidirectional byte stream (newline-delimited JSON-RPC, as on
     /// stdio), such as one end of [`tokio::io::duplex`] or a socket, until it closes.
-    /// For separate read and write halves, pass the pair to [`Self::serve_transport`].
+    /// Every line is checked first: one that is not a JSON-RPC message is answered with a
+    /// JSON-RPC error (`-32700`, `-32600` or `-32602`), never dropped.
     pub async fn serve_io<S>(self, stream: S) -> Result<(), McpServeError>
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
-        self.serve_transport(stream).await
+        let (read, write) = tokio::io::split(stream);
+        self.serve_transport(crate::jsonrpc::transport(read, write))
+            .await
     }
 
     /// Serves MCP on any rmcp transport until it closes: a `(read, write)` pair of

@@ -8,6 +8,10 @@ use crate::{DataRef, Timestamp};
 ///
 /// For a 10-column table this stays under 1.5 KB (sample values are cut at a bounded
 /// length, and the cut is marked).
+/// At most this many columns are described (names, types, nulls, sample values): the
+/// description of a table of any width stays bounded.
+pub const DESCRIBED_COLUMNS: usize = 50;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Description {
@@ -15,8 +19,13 @@ pub struct Description {
     pub data_ref: DataRef,
     /// Number of rows stored.
     pub rows: u64,
-    /// Column name → type, in table order.
+    /// Column name → type, in table order: the first [`DESCRIBED_COLUMNS`] of a wider table
+    /// (`moreColumns` counts the rest).
     pub columns: Map<String, Value>,
+    /// Columns left out of `columns`, `nulls` and `sample` (the table is wider than
+    /// [`DESCRIBED_COLUMNS`]): `describe_data` with `columnOffset` pages through them all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_columns: u64,
     /// Column name → number of NULLs, only for columns that have any.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub nulls: Map<String, Value>,

@@ -23,6 +23,8 @@ mod time;
 mod tool;
 
 pub use data_ref::{DataRef, DataRefError, Principal, PrincipalError};
-pub use describe::{ColumnStats, DataStats, Description, NumericStats, TopValue};
+pub use describe::{
+    ColumnStats, DESCRIBED_COLUMNS, DataStats, Description, NumericStats, TopValue,
+};
 pub use time::{Timestamp, civil_from_days, days_from_civil};
 pub use tool::{ToolAnnotations, ToolSpec, object_schema};

@@ -7,7 +7,7 @@ use tracing::{error, info};
 
 use crate::delegate::{CALL_TOOL, CallToolArgs, merge, read_args_file};
 use crate::registry::Entry;
-use crate::{Attachment, RunContext, ToolError, ToolRegistry, spill};
+use crate::{Attachment, RunContext, ToolError, ToolRegistry, cap, spill};
 
 /// The arguments as they arrived: MCP sends a JSON object, a model's tool call sends text.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,11 +77,11 @@ pub async fn execute_tool_call(
     let name = call.name.clone();
     let ran = run(registry, call, ctx).await;
     let target = ran.target.as_deref().unwrap_or(&name);
-    let outcome = match ran
+    let spilled = ran
         .target
         .as_deref()
-        .and_then(|t| registry.spill_threshold(t))
-    {
+        .and_then(|t| registry.spill_threshold(t));
+    let outcome = match spilled {
         Some(threshold) => {
             spill::spill(
                 ran.outcome,
@@ -95,7 +95,17 @@ pub async fn execute_tool_call(
         }
         None => ran.outcome,
     };
-    let outcome = cap(outcome, ctx.limits.max_result_chars);
+    // After a spill the text is the synopsis' JSON.
+    let structured_text = ran.structured_text || spilled.is_some();
+    let outcome = cap::cap(
+        outcome,
+        target,
+        ctx.limits.max_result_chars,
+        structured_text,
+        ctx,
+        registry.spill_config(),
+    )
+    .await;
     info!(
         tool = %name,
         target = %target,
@@ -520,43 +530,9 @@ fn describe_params(schema: &Value) -> String {
         .join(", ")
 }
 
-/// Bounds what goes back to the model; a cut is always said, with the sizes.
-fn cap(mut outcome: CallOutcome, max_chars: usize) -> CallOutcome {
-    let total = outcome.text.chars().count();
-    if total <= max_chars {
-        return outcome;
-    }
-    let keep = max_chars.saturating_sub(200);
-    let mut text: String = outcome.text.chars().take(keep).collect();
-    text.push_str(&format!(
-        "\n[cut: this result has {total} characters and only the first {keep} are shown; \
-         ask for less (fewer columns, a smaller page) — data belongs in artifacts, not in results]"
-    ));
-    outcome.text = text;
-    // A cut JSON document is not JSON any more; the text says what happened.
-    outcome.structured = None;
-    outcome
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cap_says_what_was_cut() {
-        let o = CallOutcome {
-            is_error: false,
-            structured: Some(Value::Null),
-            text: "x".repeat(1000),
-            attachments: vec![],
-        };
-        let c = cap(o.clone(), 1000);
-        assert_eq!(c, o);
-        let c = cap(o, 500);
-        assert!(c.text.chars().count() <= 500, "{}", c.text.len());
-        assert!(c.text.contains("1000 characters"));
-        assert!(c.structured.is_none());
-    }
 
     #[test]
     fn params_summary() {

@@ -27,6 +27,7 @@
 //! ```
 
 mod builtin;
+mod cap;
 mod context;
 mod delegate;
 mod error;

@@ -4,12 +4,13 @@ use std::sync::Arc;
 use dataref_config::SpillConfig;
 use dataref_protocol::ToolSpec;
 
-use crate::{Tool, ToolsError, spill};
+use crate::{Tool, ToolsError, cap};
 
 pub(crate) struct Entry {
     pub tool: Arc<dyn Tool>,
-    /// The spec as listed: the tool's own, with the output schema widened to admit a spill
-    /// synopsis when the tool's results may be spilled.
+    /// The spec as listed: the tool's own, with the output schema widened to admit the
+    /// truncation object of the result cap, and a spill synopsis when the tool's results
+    /// may be spilled.
     pub spec: ToolSpec,
     pub validator: jsonschema::Validator,
     /// Results longer than this many characters are spilled; `None`: never.
@@ -53,10 +54,9 @@ impl ToolRegistryBuilder {
                 }
             })?;
             let spill_threshold = self.spill.threshold_for(&name, tool.result_is_synopsis());
-            if spill_threshold.is_some()
-                && let Some(output) = spec.output_schema.take()
-            {
-                spec.output_schema = Some(spill::widen_output_schema(output));
+            if let Some(output) = spec.output_schema.take() {
+                spec.output_schema =
+                    Some(cap::widen_output_schema(output, spill_threshold.is_some()));
             }
             let entry = Entry {
                 tool,

@@ -33,6 +33,12 @@ use crate::{CallOutcome, RunContext, records};
 
 /// The workspace directory spill files go to.
 pub const SPILL_DIR: &str = ".spill";
+/// Column names a synopsis lists, at most.
+pub const SPILL_COLUMNS_LISTED: usize = 50;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
 
 /// What the model gets instead of a spilled result (also its `structuredContent`).
 #[derive(Debug, Clone, Serialize)]
@@ -59,7 +65,11 @@ pub struct SpillSynopsis {
 #[serde(rename_all = "camelCase")]
 pub struct SpilledTable {
     pub rows: u64,
+    /// The first [`SPILL_COLUMNS_LISTED`] column names.
     pub columns: Vec<String>,
+    /// And this many more columns, in the CSV and the table but not listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub more_columns: u64,
     /// Workspace path of the same rows as CSV.
     pub csv: String,
     /// The rows as a table artifact, for `run_python`, `export_data`, `render_chart`.
@@ -67,15 +77,8 @@ pub struct SpilledTable {
     pub data_ref: Option<DataRef>,
 }
 
-/// The output schema a spilling tool lists: its own result or a spill synopsis.
-pub(crate) fn widen_output_schema(own: Value) -> Value {
-    json!({
-        "type": "object",
-        "anyOf": [own, synopsis_schema()],
-    })
-}
-
-fn synopsis_schema() -> Value {
+/// The schema of [`SpillSynopsis`], one alternative of a spilling tool's output schema.
+pub(crate) fn synopsis_schema() -> Value {
     json!({
         "type": "object",
         "description": "The result was longer than the spill threshold and was written to the caller's workspace.",
@@ -90,6 +93,7 @@ fn synopsis_schema() -> Value {
                 "properties": {
                     "rows": {"type": "integer"},
                     "columns": {"type": "array", "items": {"type": "string"}},
+                    "moreColumns": {"type": "integer"},
                     "csv": {"type": "string"},
                     "dataRef": {"type": "string"}
                 },
@@ -353,9 +357,13 @@ impl Job {
                 None
             }
         };
+        let mut columns = exported.columns;
+        let more_columns = columns.len().saturating_sub(SPILL_COLUMNS_LISTED) as u64;
+        columns.truncate(SPILL_COLUMNS_LISTED);
         Ok(SpilledTable {
             rows: exported.rows,
-            columns: exported.columns,
+            columns,
+            more_columns,
             csv,
             data_ref,
         })
@@ -612,7 +620,7 @@ mod tests {
     fn widened_schema_admits_both() {
         let own =
             json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
-        let wide = widen_output_schema(own);
+        let wide = crate::cap::widen_output_schema(own, true);
         let v = jsonschema::validator_for(&wide).unwrap();
         assert!(v.is_valid(&json!({"n": 1})));
         let synopsis = SpillSynopsis {

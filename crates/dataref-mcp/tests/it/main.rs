@@ -14,6 +14,7 @@ mod charts;
 mod errors;
 mod files;
 mod http;
+mod jsonrpc;
 mod notifications_http;
 mod progress_cancel;
 mod resources;

@@ -6,9 +6,10 @@
 //! If the first attempt is over, sample values are cut shorter (halving, down to
 //! [`MIN_CUT_CHARS`]), then sample rows are dropped from the end, and the note says so.
 //! The fixed part is never cut: a table whose names and types alone exceed the budget
-//! gets an empty sample (and a note), nothing more.
+//! gets an empty sample (and a note), nothing more. It is bounded all the same: only the
+//! first [`DESCRIBED_COLUMNS`] columns are described, `moreColumns` counts the rest.
 
-use dataref_protocol::Description;
+use dataref_protocol::{DESCRIBED_COLUMNS, Description};
 use serde_json::{Map, Value};
 
 use super::SampleOptions;
@@ -29,7 +30,9 @@ pub(super) fn budget(columns: usize) -> usize {
 
 pub(super) fn describe(table: &Table, opts: SampleOptions) -> Description {
     let meta = &table.meta;
-    let fields = meta.schema.fields();
+    // A wide table is described by its first columns and a count of the rest.
+    let all = meta.schema.fields();
+    let fields = &all[..all.len().min(DESCRIBED_COLUMNS)];
     let columns: Map<String, Value> = fields
         .iter()
         .map(|f| (f.name().clone(), Value::String(type_name(f.data_type()))))
@@ -44,6 +47,7 @@ pub(super) fn describe(table: &Table, opts: SampleOptions) -> Description {
         data_ref: meta.data_ref.clone(),
         rows: meta.rows,
         columns,
+        more_columns: (all.len() - fields.len()) as u64,
         nulls,
         sample: Vec::new(),
         sample_note: None,
@@ -116,7 +120,12 @@ impl Attempt {
                 }
                 let mut any_cut = false;
                 let mut obj = Map::new();
-                for (field, array) in schema.fields().iter().zip(batch.columns()) {
+                for (field, array) in schema
+                    .fields()
+                    .iter()
+                    .zip(batch.columns())
+                    .take(DESCRIBED_COLUMNS)
+                {
                     let (v, was_cut) = cell_to_json(array, row, Some(cut));
                     if let Value::String(s) = &v {
                         longest = longest.max(s.chars().count());

@@ -8,6 +8,13 @@ use serde::{Deserialize, Serialize};
 use crate::tool::{TypedTool, blocking, output, spec_for};
 use crate::{RunContext, ToolError, ToolOutput};
 
+/// Column names listed per artifact, at most: a list of wide tables stays short.
+const LISTED_COLUMNS: usize = 20;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Arguments of `list_artifacts`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -22,8 +29,11 @@ pub(crate) struct ListArgs {
 struct ArtifactSummary {
     data_ref: DataRef,
     rows: u64,
-    /// Column names, in order.
+    /// Column names, in order: the first [`LISTED_COLUMNS`] of a wider table.
     columns: Vec<String>,
+    /// And this many more columns (`describe_data` pages through them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    more_columns: u64,
     bytes: u64,
     /// The tool that made it.
     made_by: String,
@@ -78,7 +88,14 @@ impl TypedTool for ListArtifactsTool {
             .map(|m| ArtifactSummary {
                 data_ref: m.data_ref,
                 rows: m.rows,
-                columns: m.schema.fields().iter().map(|f| f.name().clone()).collect(),
+                columns: m
+                    .schema
+                    .fields()
+                    .iter()
+                    .take(LISTED_COLUMNS)
+                    .map(|f| f.name().clone())
+                    .collect(),
+                more_columns: m.schema.fields().len().saturating_sub(LISTED_COLUMNS) as u64,
                 bytes: m.bytes,
                 made_by: m.lineage.tool,
                 created_at: m.created_at,

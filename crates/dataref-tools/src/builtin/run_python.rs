@@ -133,10 +133,21 @@ pub(crate) struct RunPythonResult {
     pub error: Option<PythonErrorOut>,
     /// Output name → the stored table (a new dataRef).
     pub outputs: BTreeMap<String, Description>,
+    /// Outputs stored too but not described here, to keep the result short: name →
+    /// dataRef (`describe_data` describes one).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub more_outputs: BTreeMap<String, DataRef>,
+    /// The first files written (all of them are in the workspace).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<FileOut>,
+    /// And this many more files, saved to the workspace but not listed (`list_files`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_files: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedOut>,
+    /// And this many more things under `out/` not taken, not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_skipped: u64,
     pub duration_ms: u64,
 }
 
@@ -349,8 +360,59 @@ fn run_blocking(
     }
     let lineage = Lineage::new("run_python", recipe);
     let out_cap = sandbox.settings().limits.out_bytes;
-    let result = finish(run, ctx, lineage, timeout, out_cap)?;
+    let mut result = finish(run, ctx, lineage, timeout, out_cap)?;
+    bound_lists(&mut result, ctx.limits.max_result_chars);
     output(result)
+}
+
+/// Files and skipped entries listed in a result, at most.
+const LISTED: usize = 50;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Keeps the result's lists short whatever the code did (10,000 files, 16 outputs of
+/// 1,000 columns): at most [`LISTED`] files and skipped entries, each list within an
+/// eighth of `max_chars`, the rest counted; outputs described while their descriptions
+/// fit half of `max_chars` (the first always), the others listed by dataRef only.
+fn bound_lists(out: &mut RunPythonResult, max_chars: usize) {
+    let list_budget = max_chars / 8;
+    out.more_files += keep_within(&mut out.files, list_budget, json_chars);
+    out.more_skipped += keep_within(&mut out.skipped, list_budget, json_chars);
+    let mut used = 0usize;
+    let described = std::mem::take(&mut out.outputs);
+    for (name, description) in described {
+        let chars = json_chars(&description);
+        if out.outputs.is_empty() || used.saturating_add(chars) <= max_chars / 2 {
+            used += chars;
+            out.outputs.insert(name, description);
+        } else {
+            out.more_outputs.insert(name, description.data_ref);
+        }
+    }
+}
+
+/// Keeps the first entries of `list` (at most [`LISTED`], their JSON within `budget`
+/// characters); returns how many were dropped.
+fn keep_within<T>(list: &mut Vec<T>, budget: usize, chars: impl Fn(&T) -> usize) -> u64 {
+    let mut used = 0usize;
+    let mut keep = 0;
+    for item in list.iter().take(LISTED) {
+        used = used.saturating_add(chars(item) + 1);
+        if used > budget {
+            break;
+        }
+        keep += 1;
+    }
+    let dropped = list.len() - keep;
+    list.truncate(keep);
+    dropped as u64
+}
+
+/// Characters of a value's JSON.
+fn json_chars<T: Serialize>(value: &T) -> usize {
+    serde_json::to_string(value).map_or(usize::MAX / 4, |s| s.chars().count())
 }
 
 /// The source of a `code_file`: a regular file beneath the workspace root, UTF-8, at most
@@ -454,8 +516,11 @@ fn finish(
         stderr,
         error: None,
         outputs: BTreeMap::new(),
+        more_outputs: BTreeMap::new(),
         files: Vec::new(),
+        more_files: 0,
         skipped: Vec::new(),
+        more_skipped: 0,
         duration_ms,
     };
     let limit = |kind: &str, message: String, hint: &str| PythonErrorOut {

@@ -301,16 +301,29 @@ async fn an_oversized_result_is_cut_and_the_cut_is_said() {
     f.registry = b.build().unwrap();
     let o = run(&f, ToolCall::new("unruly", json!({"mode": "flood"}))).await;
     assert!(!o.is_error);
-    assert!(
-        o.structured.is_none(),
-        "a cut JSON document is not passed on as structured"
-    );
+    // Still JSON, still structured, and within the cap: the truncation object, which the
+    // listed output schema admits (a client checking it accepts the result).
     assert!(o.text.chars().count() <= 4_000, "{}", o.text.len());
+    let t = o.structured.clone().expect("structured content");
+    assert_eq!(serde_json::to_string(&t).unwrap(), o.text);
+    assert_eq!(t["truncated"], true, "{t}");
+    assert_eq!(t["characters"], 100_011, "{t}");
+    assert_eq!(t["maxCharacters"], 4_000, "{t}");
     assert!(
-        o.text.contains("[cut: this result has 100011 characters"),
-        "{}",
-        &o.text[3_700..]
+        t["preview"]
+            .as_str()
+            .unwrap()
+            .starts_with("{\"rows\":\"xxx"),
+        "{t}"
     );
+    let spec = f.registry.specs().find(|s| s.name == "unruly").unwrap();
+    let validator = jsonschema::validator_for(spec.output_schema.as_ref().unwrap()).unwrap();
+    assert!(validator.is_valid(&t), "{t}");
+    // The whole is in the workspace, where the hint points.
+    let path = t["path"].as_str().unwrap();
+    assert!(t["hint"].as_str().unwrap().contains(path), "{t}");
+    let whole = f.ctx.workspace.resolve(path).unwrap();
+    assert!(f.ctx.workspace.metadata(&whole).unwrap().size > 100_000);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -781,3 +781,69 @@ async fn files_over_the_workspace_quota_are_refused_with_what_to_delete() {
     );
     assert!(!workspace_has(&f, "new.bin"));
 }
+
+/// Lists and schemas in a result are bounded by the result's own shape, not by the cap: a
+/// run that writes 10,000 files and stores a 100,000-column table still gets a short,
+/// whole result (no truncation object) that fits the declared output schema.
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_thousand_files_and_a_hundred_thousand_columns_stay_a_short_result() {
+    let f = fixture();
+    let code = "import os\n\
+                os.makedirs('out/files/many', exist_ok=True)\n\
+                for i in range(10000):\n    open(f'out/files/many/f{i:05}.txt', 'w').write('x')\n\
+                outputs['wide'] = pd.DataFrame({f'column_{i:06}': [i] for i in range(100000)})\n\
+                result = 'done'";
+    let out = python(&f, json!({"code": code})).await;
+    let text = out.to_string();
+    assert_eq!(out["ok"], json!(true), "{text}");
+    assert!(
+        text.chars().count() <= f.ctx.limits.max_result_chars,
+        "{} characters",
+        text.len()
+    );
+    assert!(
+        out.get("truncated").is_none(),
+        "bounded by construction, not cut"
+    );
+
+    let listed = out["files"].as_array().unwrap().len() as u64;
+    let skipped = out["skipped"].as_array().map_or(0, |s| s.len() as u64);
+    assert!(
+        listed <= 50 && skipped <= 50,
+        "{listed} files, {skipped} skipped"
+    );
+    let more_files = out["moreFiles"].as_u64().unwrap_or(0);
+    let more_skipped = out["moreSkipped"].as_u64().unwrap_or(0);
+    // Past what a run may write, files are skipped with a reason; listed or counted, none
+    // is left unsaid.
+    assert!(listed + more_files >= 50, "{listed} + {more_files}");
+    assert!(more_skipped > 0, "{text}");
+    assert!(workspace_has(&f, "many/f00000.txt"));
+
+    let wide = &out["outputs"]["wide"];
+    assert_eq!(wide["columns"].as_object().unwrap().len(), 50, "{wide}");
+    assert_eq!(wide["moreColumns"], json!(100_000 - 50), "{wide}");
+    assert_eq!(wide["columns"]["column_000000"], json!("integer"), "{wide}");
+    let data_ref = wide["dataRef"].as_str().unwrap();
+
+    // The other tools on it stay short too.
+    for (tool, args) in [
+        ("describe_data", json!({"dataRef": data_ref})),
+        ("list_artifacts", json!({})),
+    ] {
+        let o = run(&f, ToolCall::new(tool, args)).await;
+        assert!(!o.is_error, "{tool}: {}", o.text);
+        assert!(
+            o.text.chars().count() <= f.ctx.limits.max_result_chars,
+            "{tool}: {} characters",
+            o.text.len()
+        );
+        let v = o.structured.unwrap();
+        assert!(v.get("truncated").is_none(), "{tool}: {v}");
+        if tool == "list_artifacts" {
+            let a = &v["artifacts"][0];
+            assert_eq!(a["columns"].as_array().unwrap().len(), 20, "{a}");
+            assert_eq!(a["moreColumns"], json!(100_000 - 20), "{a}");
+        }
+    }
+}

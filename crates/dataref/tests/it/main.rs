@@ -11,8 +11,9 @@
 
 mod cleanup;
 mod http;
-mod ops;
 mod http_edges;
+mod jsonrpc;
+mod ops;
 mod postgres;
 mod transcript;
 
