@@ -19,8 +19,12 @@
 //! - The index lock is held for SQL statements only, never across file I/O.
 //!
 //! A crash therefore leaves at most temp files and files without a row, which
-//! [`LocalStore::open`] removes. One `LocalStore` per home directory at a time: opening
-//! a second one reconciles away the first one's writes in progress.
+//! [`LocalStore::open`] removes — but only when no other `LocalStore` has the home open
+//! (in this process or another: two servers on one data dir are common, a stdio server per
+//! MCP host window), since their writes in progress look exactly like a crash's leftovers.
+//! Every open store holds a shared `flock` on `artifacts/.lock` for its lifetime;
+//! reconciling needs the exclusive lock, taken without waiting, so the kernel — not a pid
+//! file that can go stale — says whether anyone else is still writing.
 
 #![expect(
     clippy::disallowed_methods,
@@ -47,6 +51,8 @@ use crate::{ArtifactMeta, ArtifactStore, Clock, Lineage, StoreError, Table, Tabl
 const ARTIFACTS_DIR: &str = "artifacts";
 const TMP_DIR: &str = ".tmp";
 const INDEX_FILE: &str = "index.sqlite";
+/// Held shared by every open store, exclusively while one reconciles.
+const LOCK_FILE: &str = ".lock";
 const EXTENSION: &str = "arrow";
 
 /// Bounds of the store (from `[store]` in config).
@@ -90,6 +96,9 @@ struct Inner {
     index: Index,
     limits: StoreLimits,
     clock: Arc<dyn Clock>,
+    /// Holds the shared lock on `artifacts/.lock` while this store is open (see the module
+    /// docs); released when the last writer and the store are gone.
+    lock: File,
 }
 
 impl Inner {
@@ -124,6 +133,22 @@ impl LocalStore {
         let artifacts = home.join(ARTIFACTS_DIR);
         let tmp = artifacts.join(TMP_DIR);
         fs::create_dir_all(&tmp).map_err(|e| io_err("cannot create directory", &tmp, e))?;
+        let lock_path = artifacts.join(LOCK_FILE);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_err("cannot open the store's lock file", &lock_path, e))?;
+        // Alone: reconcile, then share. Not alone: another store is live and its writes in
+        // progress must not be taken for a crash's leftovers; it reconciled when it opened.
+        let alone = match lock.try_lock() {
+            Ok(()) => true,
+            Err(fs::TryLockError::WouldBlock) => false,
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(io_err("cannot lock the store", &lock_path, e));
+            }
+        };
         let index = Index::open(&home.join(INDEX_FILE))?;
         let store = Self {
             inner: Arc::new(Inner {
@@ -132,9 +157,26 @@ impl LocalStore {
                 index,
                 limits,
                 clock,
+                lock,
             }),
         };
-        let r = store.reconcile()?;
+        let r = if alone {
+            let r = store.reconcile();
+            // Downgrade to shared (flock converts the lock held by this descriptor).
+            store
+                .inner
+                .lock
+                .lock_shared()
+                .map_err(|e| io_err("cannot lock the store", &lock_path, e))?;
+            r?
+        } else {
+            store
+                .inner
+                .lock
+                .lock_shared()
+                .map_err(|e| io_err("cannot lock the store", &lock_path, e))?;
+            Reconciled::default()
+        };
         if r.temp_files + r.unindexed_files + r.missing_files > 0 {
             tracing::info!(
                 temp_files = r.temp_files,

@@ -54,7 +54,12 @@ impl Workspace {
     pub fn for_principal(home: &Path, principal: &Principal) -> Result<Self, WorkspaceError> {
         let parent_path = home.join("workspaces");
         let path = parent_path.join(principal.as_str());
-        create_dir_all(&parent_path).map_err(|e| WorkspaceError::Create {
+        // The data dir above is created as `mkdir -p` would (0755 less the umask): the
+        // sandbox's uid must be able to pass through it to its job directories. Privacy
+        // starts at `workspaces/`, which is 0700 like each principal's directory.
+        let made = create_dir_all(home, DATA_DIR_MODE)
+            .and_then(|()| create_dir_all(&parent_path, Mode::RWXU));
+        made.map_err(|e| WorkspaceError::Create {
             path: parent_path.clone(),
             source: e.into(),
         })?;
@@ -252,15 +257,18 @@ impl Workspace {
     }
 }
 
-/// `mkdir -p` with mode 0700 for what it creates; an existing directory is fine.
-fn create_dir_all(path: &Path) -> Result<(), Errno> {
-    match fs::mkdirat(fs::CWD, path, Mode::RWXU) {
+/// The mode the data directory (and any missing parent) is created with, before the umask.
+const DATA_DIR_MODE: Mode = Mode::from_raw_mode(0o755);
+
+/// `mkdir -p` with `mode` for what it creates; an existing directory is fine.
+fn create_dir_all(path: &Path, mode: Mode) -> Result<(), Errno> {
+    match fs::mkdirat(fs::CWD, path, mode) {
         Ok(()) | Err(Errno::EXIST) => Ok(()),
         Err(Errno::NOENT) => {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                create_dir_all(parent)?;
+                create_dir_all(parent, DATA_DIR_MODE)?;
             }
-            match fs::mkdirat(fs::CWD, path, Mode::RWXU) {
+            match fs::mkdirat(fs::CWD, path, mode) {
                 Ok(()) | Err(Errno::EXIST) => Ok(()),
                 Err(e) => Err(e),
             }

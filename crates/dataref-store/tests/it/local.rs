@@ -573,3 +573,25 @@ fn layout_on_disk_is_as_documented() {
     assert_eq!(nulls, "[0,4,2]");
     assert_eq!(tool, "fetch_sales");
 }
+
+#[test]
+fn a_second_store_on_the_same_home_leaves_the_first_ones_writes_alone() {
+    // Two servers on one data dir (a stdio server per MCP host window, or `serve` beside
+    // `bench`): the second to open must not take the first's write in progress for a
+    // crash's leftovers.
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let mut w = f.store.create_table(&alice, schema(), lineage()).unwrap();
+    w.write(&batch(0, 500)).unwrap();
+    let second = LocalStore::open(f.home(), f.limits.clone(), f.clock.clone()).unwrap();
+    assert_eq!(f.tmp_files().len(), 1, "the write in progress was removed");
+    let meta = w.finish().unwrap();
+    assert_eq!(second.open_table(&alice, &meta.data_ref).unwrap().meta.rows, 500);
+    drop(second);
+
+    // Once every store is closed, the next open reconciles as after a crash.
+    let mut f = f;
+    std::fs::write(f.tmp().join("data_half.arrow"), b"ARROW1\0\0partial").unwrap();
+    f.restart();
+    assert_eq!(f.tmp_files(), Vec::<String>::new());
+}

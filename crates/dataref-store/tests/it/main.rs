@@ -56,6 +56,13 @@ impl Fixture {
 
     /// Drops the store and opens a new one on the same home, as a restart would.
     pub fn restart(&mut self) {
+        // The old store goes first: a store still open elsewhere keeps the next from
+        // reconciling. A placeholder on another directory stands in meanwhile.
+        let placeholder = tempfile::tempdir().unwrap();
+        drop(std::mem::replace(
+            &mut self.store,
+            LocalStore::open(placeholder.path(), self.limits.clone(), self.clock.clone()).unwrap(),
+        ));
         self.store =
             LocalStore::open(self.home(), self.limits.clone(), self.clock.clone()).unwrap();
     }

@@ -485,3 +485,18 @@ fn nesting_deeper_than_the_bound_is_refused() {
     let err = ws.resolve(&deep).unwrap_err();
     assert!(matches!(err, E::TooDeep { .. }), "{err:?}");
 }
+
+#[test]
+fn a_missing_data_dir_is_made_passable_and_only_workspaces_private() {
+    // The data dir also holds the sandbox's job directories, which its uid must reach: a
+    // workspace opened first (a server's first session) must not make the data dir private.
+    let base = tempfile::tempdir().unwrap();
+    let home = base.path().join("data/dataref");
+    let alice = Principal::new("alice").unwrap();
+    Workspace::for_principal(&home, &alice).unwrap();
+    for dir in [base.path().join("data"), home.clone()] {
+        let mode = fs::metadata(&dir).unwrap().mode() & 0o777;
+        assert_eq!(mode & 0o011, 0o011, "{} has mode {mode:o}", dir.display());
+    }
+    assert_eq!(fs::metadata(home.join("workspaces")).unwrap().mode() & 0o777, 0o700);
+}
