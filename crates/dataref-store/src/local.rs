@@ -22,7 +22,8 @@
 //! [`LocalStore::open`] removes — but only when no other `LocalStore` has the home open
 //! (in this process or another: two servers on one data dir are common, a stdio server per
 //! MCP host window), since their writes in progress look exactly like a crash's leftovers.
-//! Every open store holds a shared `flock` on `artifacts/.lock` for its lifetime;
+//! Every open store holds a shared `flock` on `index.sqlite` for its lifetime (flock locks
+//! are apart from the POSIX locks SQLite takes on the same file);
 //! reconciling needs the exclusive lock, taken without waiting, so the kernel — not a pid
 //! file that can go stale — says whether anyone else is still writing.
 
@@ -51,8 +52,6 @@ use crate::{ArtifactMeta, ArtifactStore, Clock, Lineage, StoreError, Table, Tabl
 const ARTIFACTS_DIR: &str = "artifacts";
 const TMP_DIR: &str = ".tmp";
 const INDEX_FILE: &str = "index.sqlite";
-/// Held shared by every open store, exclusively while one reconciles.
-const LOCK_FILE: &str = ".lock";
 const EXTENSION: &str = "arrow";
 
 /// Bounds of the store (from `[store]` in config).
@@ -96,7 +95,7 @@ struct Inner {
     index: Index,
     limits: StoreLimits,
     clock: Arc<dyn Clock>,
-    /// Holds the shared lock on `artifacts/.lock` while this store is open (see the module
+    /// Holds the shared flock on `index.sqlite` while this store is open (see the module
     /// docs); released when the last writer and the store are gone.
     lock: File,
 }
@@ -132,14 +131,18 @@ impl LocalStore {
     ) -> Result<Self, StoreError> {
         let artifacts = home.join(ARTIFACTS_DIR);
         let tmp = artifacts.join(TMP_DIR);
-        fs::create_dir_all(&tmp).map_err(|e| io_err("cannot create directory", &tmp, e))?;
-        let lock_path = artifacts.join(LOCK_FILE);
+        // The artifact files are the principals' data: only this uid may list or read them
+        // (the sandbox gets them as descriptors, never by path).
+        std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&tmp)
+            .map_err(|e| io_err("cannot create directory", &tmp, e))?;
+        let lock_path = home.join(INDEX_FILE);
         let lock = File::options()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
-            .map_err(|e| io_err("cannot open the store's lock file", &lock_path, e))?;
+            .map_err(|e| io_err("cannot open the index to lock it", &lock_path, e))?;
         // Alone: reconcile, then share. Not alone: another store is live and its writes in
         // progress must not be taken for a crash's leftovers; it reconciled when it opened.
         let alone = match lock.try_lock() {
@@ -149,7 +152,7 @@ impl LocalStore {
                 return Err(io_err("cannot lock the store", &lock_path, e));
             }
         };
-        let index = Index::open(&home.join(INDEX_FILE))?;
+        let index = Index::open(&lock_path)?;
         let store = Self {
             inner: Arc::new(Inner {
                 artifacts,

@@ -54,10 +54,10 @@ impl Workspace {
     pub fn for_principal(home: &Path, principal: &Principal) -> Result<Self, WorkspaceError> {
         let parent_path = home.join("workspaces");
         let path = parent_path.join(principal.as_str());
-        // The data dir above is created as `mkdir -p` would (0755 less the umask): the
-        // sandbox's uid must be able to pass through it to its job directories. Privacy
-        // starts at `workspaces/`, which is 0700 like each principal's directory.
-        let made = create_dir_all(home, DATA_DIR_MODE)
+        // A missing data dir is made 0711: the sandbox's uid must be able to pass through
+        // it to its job directories, but nobody else may list it. Its parents are made as
+        // `mkdir -p` would. `workspaces/` is 0700 like each principal's directory.
+        let made = create_dir_all(home, Mode::from_raw_mode(0o711))
             .and_then(|()| create_dir_all(&parent_path, Mode::RWXU));
         made.map_err(|e| WorkspaceError::Create {
             path: parent_path.clone(),
@@ -257,7 +257,7 @@ impl Workspace {
     }
 }
 
-/// The mode the data directory (and any missing parent) is created with, before the umask.
+/// The mode a missing parent of the data directory is created with, before the umask.
 const DATA_DIR_MODE: Mode = Mode::from_raw_mode(0o755);
 
 /// `mkdir -p` with `mode` for what it creates; an existing directory is fine.

@@ -586,7 +586,10 @@ fn a_second_store_on_the_same_home_leaves_the_first_ones_writes_alone() {
     let second = LocalStore::open(f.home(), f.limits.clone(), f.clock.clone()).unwrap();
     assert_eq!(f.tmp_files().len(), 1, "the write in progress was removed");
     let meta = w.finish().unwrap();
-    assert_eq!(second.open_table(&alice, &meta.data_ref).unwrap().meta.rows, 500);
+    assert_eq!(
+        second.open_table(&alice, &meta.data_ref).unwrap().meta.rows,
+        500
+    );
     drop(second);
 
     // Once every store is closed, the next open reconciles as after a crash.
@@ -594,4 +597,14 @@ fn a_second_store_on_the_same_home_leaves_the_first_ones_writes_alone() {
     std::fs::write(f.tmp().join("data_half.arrow"), b"ARROW1\0\0partial").unwrap();
     f.restart();
     assert_eq!(f.tmp_files(), Vec::<String>::new());
+}
+
+#[test]
+fn artifact_files_are_private_to_the_server() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    for dir in [f.artifacts(), f.tmp()] {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{} has mode {mode:o}", dir.display());
+    }
 }

@@ -498,5 +498,13 @@ fn a_missing_data_dir_is_made_passable_and_only_workspaces_private() {
         let mode = fs::metadata(&dir).unwrap().mode() & 0o777;
         assert_eq!(mode & 0o011, 0o011, "{} has mode {mode:o}", dir.display());
     }
-    assert_eq!(fs::metadata(home.join("workspaces")).unwrap().mode() & 0o777, 0o700);
+    assert_eq!(
+        fs::metadata(&home).unwrap().mode() & 0o044,
+        0,
+        "others may not list it"
+    );
+    assert_eq!(
+        fs::metadata(home.join("workspaces")).unwrap().mode() & 0o777,
+        0o700
+    );
 }
