@@ -4,14 +4,15 @@ use serde_json::{Map, Value};
 
 use crate::{DataRef, Timestamp};
 
-/// What a producer returns instead of rows: the shape of the data, not its content.
-///
-/// For a 10-column table this stays under 1.5 KB (sample values are cut at a bounded
-/// length, and the cut is marked).
 /// At most this many columns are described (names, types, nulls, sample values): the
 /// description of a table of any width stays bounded.
 pub const DESCRIBED_COLUMNS: usize = 50;
 
+/// What a producer returns instead of rows: the shape of the data, not its content.
+///
+/// For a 10-column table this stays under 1.5 KB (sample values are cut at a bounded
+/// length, and the cut is marked). The field docs are the model's schema descriptions,
+/// so they name no Rust items.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Description {
@@ -19,11 +20,11 @@ pub struct Description {
     pub data_ref: DataRef,
     /// Number of rows stored.
     pub rows: u64,
-    /// Column name → type, in table order: the first [`DESCRIBED_COLUMNS`] of a wider table
-    /// (`moreColumns` counts the rest).
+    /// Column name → type, in table order: the first 50 of a wider table (`moreColumns`
+    /// counts the rest).
     pub columns: Map<String, Value>,
-    /// Columns left out of `columns`, `nulls` and `sample` (the table is wider than
-    /// [`DESCRIBED_COLUMNS`]): `describe_data` with `columnOffset` pages through them all.
+    /// Columns left out of `columns`, `nulls` and `sample` (the table is wider than 50):
+    /// `describe_data` with `columnOffset` pages through them all.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub more_columns: u64,
     /// Column name → number of NULLs, only for columns that have any.

@@ -48,12 +48,20 @@ pub struct AtomicFile {
     committed: bool,
     /// This file's share of the workspace quota, if there is one.
     budget: Option<Budget>,
+    /// The quota refused a write to this file: kept here so a caller whose writer (an
+    /// XLSX or Parquet encoder) wraps the I/O error into its own can still tell.
+    refused: Option<crate::QuotaRefusal>,
 }
 
 impl AtomicFile {
     /// Where the file will be once committed.
     pub fn path(&self) -> &WorkspacePath {
         &self.path
+    }
+
+    /// Why the workspace quota refused a write to this file, if it did.
+    pub fn quota_refusal(&self) -> Option<&crate::QuotaRefusal> {
+        self.refused.as_ref()
     }
 
     /// Flushes the data to disk, moves the file into place and syncs the directory, so
@@ -127,7 +135,9 @@ impl Write for AtomicFile {
         let Some(budget) = &mut self.budget else {
             return self.file.write(buf);
         };
-        budget.take(buf.len())?;
+        budget
+            .take(buf.len())
+            .inspect_err(|e| remember(&mut self.refused, e))?;
         let written = self.file.write(buf);
         budget.give_back(buf.len() - written.as_ref().map_or(0, |n| *n));
         written
@@ -138,7 +148,9 @@ impl Write for AtomicFile {
             return self.file.write_vectored(bufs);
         };
         let len: usize = bufs.iter().map(|b| b.len()).sum();
-        budget.take(len)?;
+        budget
+            .take(len)
+            .inspect_err(|e| remember(&mut self.refused, e))?;
         let written = self.file.write_vectored(bufs);
         budget.give_back(len - written.as_ref().map_or(0, |n| *n));
         written
@@ -146,6 +158,13 @@ impl Write for AtomicFile {
 
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
+    }
+}
+
+/// Keeps the first quota refusal inside `e`.
+fn remember(refused: &mut Option<crate::QuotaRefusal>, e: &io::Error) {
+    if refused.is_none() {
+        *refused = crate::QuotaRefusal::of(e).cloned();
     }
 }
 
@@ -224,6 +243,7 @@ impl Workspace {
             overwrite,
             committed: false,
             budget: self.quota().map(|q| q.budget(self.root_fd(), replaced)),
+            refused: None,
         })
     }
 

@@ -197,12 +197,15 @@ impl TypedTool for ExportDataTool {
                 dataref_export::export(format, &schema, &batches, &options, &mut file, &|| {
                     cancel.is_cancelled()
                 })
-                .map_err(|e| match e {
-                    // The workspace quota refused a write: the model can free space.
-                    ExportError::Io(io) if dataref_workspace::QuotaRefusal::of(&io).is_some() => {
-                        WorkspacePathError::write_failed(&target, io).into()
-                    }
-                    other => export_error(other),
+                .map_err(|e| match file.quota_refusal() {
+                    // The workspace quota refused a write: the model can free space. Asked
+                    // of the file, since the XLSX and Parquet encoders wrap the I/O error.
+                    Some(refusal) => WorkspacePathError::write_failed(
+                        &target,
+                        std::io::Error::other(refusal.clone()),
+                    )
+                    .into(),
+                    None => export_error(e),
                 })?;
             let path = file.commit()?;
             let bytes = workspace.metadata(&path)?.size;

@@ -29,7 +29,7 @@ pub(crate) struct ListArgs {
 struct ArtifactSummary {
     data_ref: DataRef,
     rows: u64,
-    /// Column names, in order: the first [`LISTED_COLUMNS`] of a wider table.
+    /// Column names, in order: the first 20 of a wider table.
     columns: Vec<String>,
     /// And this many more columns (`describe_data` pages through them).
     #[serde(default, skip_serializing_if = "is_zero")]

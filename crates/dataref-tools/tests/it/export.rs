@@ -775,12 +775,15 @@ async fn an_export_over_the_workspace_quota_is_refused_and_names_what_to_delete(
     let f = fixture_with(|limits| limits.workspace_quota_bytes = 1 << 20);
     put(&f, "old/notes.txt", &"x".repeat(1020 << 10));
     let (data_ref, _) = sales(&f).await;
-    let text = error_text(&call(&f, json!({"source": data_ref, "format": "json"})).await);
-    assert!(
-        text.contains("would take your workspace over its quota of 1.0 MiB")
-            && text.contains("`old/` (1020 KiB)"),
-        "{text}"
-    );
+    // Every format, those whose encoders wrap the I/O error (XLSX, Parquet) included.
+    for format in ["json", "ndjson", "csv", "xlsx", "parquet"] {
+        let text = error_text(&call(&f, json!({"source": data_ref, "format": format})).await);
+        assert!(
+            text.contains("would take your workspace over its quota of 1.0 MiB")
+                && text.contains("`old/` (1020 KiB)"),
+            "{format}: {text}"
+        );
+    }
     // The refused export left nothing behind.
     assert!(f.ctx.workspace.resolve("exports").map_or(true, |p| {
         f.ctx.workspace.list_dir(&p, 10).unwrap().entries.is_empty()

@@ -128,7 +128,14 @@ impl Server {
             let left = left_by(self.child.id());
             let cgroups = left.iter().filter(|p| p.starts_with("/sys")).count();
             if cgroups > 0 && left.len() > cgroups {
-                return left;
+                // The sandbox a finished run used is removed by the server itself, a moment
+                // after its result: wait until nothing changes for a while, so what is
+                // returned is only the warm pool.
+                std::thread::sleep(Duration::from_secs(2));
+                if left_by(self.child.id()) == left {
+                    return left;
+                }
+                continue;
             }
             assert!(Instant::now() < until, "the pool never filled: {left:?}");
             std::thread::sleep(Duration::from_millis(50));

@@ -547,20 +547,18 @@ async fn http_sigterm_lets_an_open_call_finish() {
     std::fs::write(&config, principal_lines()).expect("write config");
     let config_text = std::fs::read_to_string(&config).expect("read");
     let mut server = start(&home, &config_text);
-    // The job writes a marker into its own directory, `<home>/jobs/<server pid>-<n>/out`.
-    let pid = server.child.id();
-    let jobs = home.join("jobs");
-    let marker = move || {
-        std::fs::read_dir(&jobs)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("{pid}-"))
-                    && e.path().join("out/started.txt").exists()
-            })
+    // The job writes a marker into its `out/`, a tmpfs inside the sandbox that the host
+    // sees only through the jailed process's root (`/proc/<pid>/root/job/out`).
+    let name = format!("started-{}.txt", std::process::id());
+    let marker = {
+        let name = name.clone();
+        move || {
+            std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.path().join("root/job/out").join(&name).exists())
+        }
     };
     let c = client();
     let url = server.mcp();
@@ -570,7 +568,7 @@ async fn http_sigterm_lets_an_open_call_finish() {
             &url,
             TOKEN,
             "run_python",
-            json!({"code": "import time\nopen('out/started.txt', 'w').write('x')\ntime.sleep(4)\nresult = {'slept': 4}"}),
+            json!({"code": format!("import time\nopen('out/{name}', 'w').write('x')\ntime.sleep(4)\nresult = {{'slept': 4}}")}),
         )
         .await
     });

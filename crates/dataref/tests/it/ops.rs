@@ -60,6 +60,9 @@ fn new_token(name: &str) -> (String, String) {
     (token, lines)
 }
 
+/// What every `[http.jwt]` must name (so the refusals below are about what they test).
+const JWT_CLAIMS: &str = "issuer = \"https://idp.example.com\"\naudience = \"dataref\"\n";
+
 /// Every config `serve --http` refuses at start is failed by `doctor --config` with the
 /// very message and hint the server stops with, and the server prints its error once.
 #[test]
@@ -70,7 +73,7 @@ fn doctor_fails_every_config_serve_http_refuses_with_the_same_message() {
         (
             "a JWKS file that does not exist",
             format!(
-                "{token_lines}\n[http.jwt]\nalgorithm = \"RS256\"\njwks_file = \"no-such-jwks.json\"\n"
+                "{token_lines}\n[http.jwt]\nalgorithm = \"RS256\"\njwks_file = \"no-such-jwks.json\"\n{JWT_CLAIMS}"
             ),
         ),
         (
@@ -80,11 +83,11 @@ fn doctor_fails_every_config_serve_http_refuses_with_the_same_message() {
         ),
         (
             "a short HS256 secret",
-            "[http.jwt]\nalgorithm = \"HS256\"\nsecret = \"too-short\"\n".into(),
+            format!("[http.jwt]\nalgorithm = \"HS256\"\nsecret = \"too-short\"\n{JWT_CLAIMS}"),
         ),
         (
             "an HS256 secret from an unset variable",
-            format!("[http.jwt]\nalgorithm = \"HS256\"\nsecret = \"${{{UNSET}}}\"\n"),
+            format!("[http.jwt]\nalgorithm = \"HS256\"\nsecret = \"${{{UNSET}}}\"\n{JWT_CLAIMS}"),
         ),
         (
             "auth off on every interface",
@@ -451,6 +454,15 @@ async fn no_tool_schema_has_a_bare_boolean_schema() {
         }
     }
     assert!(bare.is_empty(), "bare boolean schemas: {bare:#?}");
+
+    // Descriptions come from doc comments: a rustdoc link (`[`Item`]`) means nothing to a
+    // model and must not reach one.
+    let listed = serde_json::to_string(&tools).expect("serialise");
+    assert!(
+        !listed.contains("[`"),
+        "a rustdoc link in a model-facing description: {}",
+        &listed[listed.find("[`").unwrap_or(0)..][..120.min(listed.len())]
+    );
 }
 
 /// Keywords whose value is one schema, a list of schemas, or a map of schemas.
