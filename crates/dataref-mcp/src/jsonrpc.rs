@@ -80,7 +80,7 @@ pub(crate) fn check(bytes: &[u8]) -> Verdict {
             ErrorCode::INVALID_REQUEST,
             format!(
                 "Invalid Request: a JSON-RPC message is one object, not {}",
-                kind(&value)
+                dataref_protocol::json_kind(&value)
             ),
             "send one `{\"jsonrpc\": \"2.0\", \"id\": ..., \"method\": ...}` object per message (MCP has no batches)",
         ));
@@ -145,17 +145,6 @@ fn syntax_error(bytes: &[u8], e: &serde_json::Error) -> Value {
         format!("Parse error: the message is not valid JSON: {e}"),
         hint,
     )
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// A JSON-RPC error response. `id` is written as `null` when unknown, as JSON-RPC 2.0

@@ -28,3 +28,16 @@ pub use describe::{
 };
 pub use time::{Timestamp, civil_from_days, days_from_civil};
 pub use tool::{ToolAnnotations, ToolSpec, object_schema};
+
+/// What kind of JSON value `v` is, as a message says it: "an object", "a string", ….
+pub fn json_kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

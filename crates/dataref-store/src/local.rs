@@ -42,6 +42,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustix::fs::{FlockOperation, flock};
+
 use arrow_schema::SchemaRef;
 use dataref_protocol::{DataRef, Principal, Timestamp};
 
@@ -145,12 +147,10 @@ impl LocalStore {
             .map_err(|e| io_err("cannot open the index to lock it", &lock_path, e))?;
         // Alone: reconcile, then share. Not alone: another store is live and its writes in
         // progress must not be taken for a crash's leftovers; it reconciled when it opened.
-        let alone = match lock.try_lock() {
+        let alone = match flock(&lock, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => true,
-            Err(fs::TryLockError::WouldBlock) => false,
-            Err(fs::TryLockError::Error(e)) => {
-                return Err(io_err("cannot lock the store", &lock_path, e));
-            }
+            Err(rustix::io::Errno::WOULDBLOCK) => false,
+            Err(e) => return Err(io_err("cannot lock the store", &lock_path, e.into())),
         };
         let index = Index::open(&lock_path)?;
         let store = Self {
@@ -164,22 +164,15 @@ impl LocalStore {
             }),
         };
         let r = if alone {
-            let r = store.reconcile();
-            // Downgrade to shared (flock converts the lock held by this descriptor).
-            store
-                .inner
-                .lock
-                .lock_shared()
-                .map_err(|e| io_err("cannot lock the store", &lock_path, e))?;
-            r?
+            store.reconcile()
         } else {
-            store
-                .inner
-                .lock
-                .lock_shared()
-                .map_err(|e| io_err("cannot lock the store", &lock_path, e))?;
-            Reconciled::default()
+            Ok(Reconciled::default())
         };
+        // Alone, this converts the exclusive lock to a shared one; not alone, it waits only
+        // while another store reconciles.
+        flock(&store.inner.lock, FlockOperation::LockShared)
+            .map_err(|e| io_err("cannot lock the store", &lock_path, e.into()))?;
+        let r = r?;
         if r.temp_files + r.unindexed_files + r.missing_files > 0 {
             tracing::info!(
                 temp_files = r.temp_files,

@@ -331,20 +331,12 @@ fn parse_arguments(arguments: CallArguments) -> Result<Map<String, Value>, Box<C
         Value::Object(m) => Ok(m),
         Value::Null => Ok(Map::new()),
         other => Err(Box::new(CallOutcome::error(
-            &format!("the arguments must be a JSON object, not {}", kind(&other)),
+            &format!(
+                "the arguments must be a JSON object, not {}",
+                dataref_protocol::json_kind(&other)
+            ),
             Some("send one JSON object whose keys are the tool's parameters"),
         ))),
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

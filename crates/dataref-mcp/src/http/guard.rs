@@ -119,31 +119,19 @@ impl Refused {
     pub(crate) fn response(&self) -> Response<Body> {
         let (message, hint) = match self {
             Self::Repeated(name) => {
-                let message = format!("the request has more than one `{name}` header");
-                tracing::warn!(%message, "refused a request");
-                return json_response(
-                    StatusCode::BAD_REQUEST,
-                    json!({
-                        "error": "bad_request",
-                        "message": message,
-                        "hint": format!("send `{name}` once (a proxy in between may be adding a second one)"),
-                    }),
+                return bad_request(
+                    format!("the request has more than one `{name}` header"),
+                    &format!("send `{name}` once (a proxy in between may be adding a second one)"),
                 );
             }
             Self::TargetNotHost { target, host } => {
-                let message = format!(
-                    "the request target names the host `{}` but `Host` is `{}`",
-                    truncate(target),
-                    truncate(host)
-                );
-                tracing::warn!(%message, "refused a request");
-                return json_response(
-                    StatusCode::BAD_REQUEST,
-                    json!({
-                        "error": "bad_request",
-                        "message": message,
-                        "hint": "send the path only (`GET /mcp`), or name the same host in both",
-                    }),
+                return bad_request(
+                    format!(
+                        "the request target names the host `{}` but `Host` is `{}`",
+                        truncate(target),
+                        truncate(host)
+                    ),
+                    "send the path only (`GET /mcp`), or name the same host in both",
                 );
             }
             Self::Host(h) => (
@@ -161,6 +149,15 @@ impl Refused {
             json!({"error": "forbidden", "message": message, "hint": hint}),
         )
     }
+}
+
+/// A malformed request (not a rebinding attempt): `400` with the message and a hint.
+fn bad_request(message: String, hint: &str) -> Response<Body> {
+    tracing::warn!(%message, "refused a request");
+    json_response(
+        StatusCode::BAD_REQUEST,
+        json!({"error": "bad_request", "message": message, "hint": hint}),
+    )
 }
 
 fn matches(allowed: &Origin, origin: &Origin) -> bool {
