@@ -107,7 +107,10 @@ impl Prompts {
             let Some(query) = spec.name.strip_prefix("fetch_") else {
                 continue;
             };
-            if spec.output_schema != producer {
+            // A producer's own output schema (as listed, it is widened with the result
+            // cap's truncation object).
+            let own = registry.get(&spec.name).map(|t| &t.spec().output_schema);
+            if own != Some(&producer) {
                 continue;
             }
             let name = format!("{QUERY_PREFIX}{query}");
