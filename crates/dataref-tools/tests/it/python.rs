@@ -818,7 +818,12 @@ async fn ten_thousand_files_and_a_hundred_thousand_columns_stay_a_short_result()
     // is left unsaid.
     assert!(listed + more_files >= 50, "{listed} + {more_files}");
     assert!(more_skipped > 0, "{text}");
-    assert!(workspace_has(&f, "many/f00000.txt"));
+    // Which files a run saves past its limit depends on the directory's order (a tmpfs
+    // lists newest first): every one listed is in the workspace.
+    for file in out["files"].as_array().unwrap() {
+        let path = file["path"].as_str().unwrap();
+        assert!(workspace_has(&f, path), "{path} was listed but not saved");
+    }
 
     let wide = &out["outputs"]["wide"];
     assert_eq!(wide["columns"].as_object().unwrap().len(), 50, "{wide}");
