@@ -570,30 +570,32 @@ mod tests {
                 "{e}"
             );
         }
-        let e = rejected(br#"{"jsonrpc":"2.0","id":4,"method":5}"#);
-        assert_eq!(
-            (e["error"]["code"].as_i64(), &e["id"]),
-            (Some(-32600), &json!(4)),
-            "{e}"
-        );
-        let e = rejected(br#"{"jsonrpc":"1.0","id":4,"method":"ping"}"#);
-        assert_eq!(
-            (e["error"]["code"].as_i64(), &e["id"]),
-            (Some(-32600), &json!(4)),
-            "{e}"
-        );
-        let e = rejected(br#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#);
-        assert_eq!(
-            (e["error"]["code"].as_i64(), &e["id"]),
-            (Some(-32600), &Value::Null),
-            "{e}"
-        );
-        let e = rejected(br#"{"jsonrpc":"2.0","id":9,"method":"#);
-        assert_eq!(
-            (e["error"]["code"].as_i64(), &e["id"]),
-            (Some(-32700), &json!(9)),
-            "{e}"
-        );
+        // (line, code, the id answered)
+        for (line, code, id) in [
+            (
+                &br#"{"jsonrpc":"2.0","id":4,"method":5}"#[..],
+                -32600,
+                json!(4),
+            ),
+            (
+                br#"{"jsonrpc":"1.0","id":4,"method":"ping"}"#,
+                -32600,
+                json!(4),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+                -32600,
+                Value::Null,
+            ),
+            (br#"{"jsonrpc":"2.0","id":9,"method":"#, -32700, json!(9)),
+        ] {
+            let e = rejected(line);
+            assert_eq!(
+                (e["error"]["code"].as_i64(), &e["id"]),
+                (Some(code), &id),
+                "{e}"
+            );
+        }
         let e = rejected(br#"{"jsonrpc":"2.0","id":9}"#);
         assert_eq!(e["error"]["code"], -32600, "{e}");
     }
