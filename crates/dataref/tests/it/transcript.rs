@@ -47,9 +47,11 @@ impl Redactor {
             } else if let Some(len) = chart_hash_at(b, i) {
                 out.push_str("<hash>__");
                 i += len;
-            } else if let Some(rest) = ["durationMs\\\":", "durationMs\": "]
+            } else if let Some(rest) = ["durationMs\\\":", "durationMs\": ", "durationMs\":"]
                 .iter()
-                .find(|p| s[i..].starts_with(**p))
+                .find(|p| {
+                    s[i..].starts_with(**p) && b.get(i + p.len()).is_some_and(u8::is_ascii_digit)
+                })
             {
                 // A run's duration: always four characters, so sizes do not move with it.
                 out.push_str(rest);
