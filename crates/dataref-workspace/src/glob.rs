@@ -1,7 +1,12 @@
-//! A small glob matcher for listings: `*`, `?`, `**`, `[abc]`, `[a-z]`, `[!abc]`, `\x`.
+//! A small glob matcher for listings: `*`, `?`, `**`, `[abc]`, `[a-z]`, `[!abc]`, `{a,b}`,
+//! `\x`.
 //!
 //! Matching is by path segments and runs in polynomial time (dynamic programming, no
-//! backtracking), so a pattern like `**/**/**/x` cannot blow up on a deep tree.
+//! backtracking), so a pattern like `**/**/**/x` cannot blow up on a deep tree. Braces are
+//! expanded once, when the pattern is compiled, into a bounded number of alternatives.
+//!
+//! Why not `globset`: its regexes run with Unicode off, so `?` matches one byte rather than
+//! one character (`?.txt` would miss `я.txt`), and `x/**` does not match `x` itself.
 
 use std::fmt;
 
@@ -9,12 +14,19 @@ use std::fmt;
 /// length for every entry scanned, so the pattern is bounded like the scan is.
 pub const MAX_GLOB_BYTES: usize = 512;
 
+/// Most alternatives a pattern's braces may expand to (`{a,b}/{c,d}` is four).
+pub const MAX_GLOB_ALTERNATIVES: usize = 64;
+
 /// Why a glob pattern was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum GlobError {
     #[error("the glob pattern is {bytes} bytes long; the limit is {MAX_GLOB_BYTES} bytes")]
     TooLong { bytes: usize },
+    #[error(
+        "the glob pattern's braces expand to more than {MAX_GLOB_ALTERNATIVES} alternatives"
+    )]
+    TooManyAlternatives,
 }
 
 impl GlobError {
@@ -23,6 +35,11 @@ impl GlobError {
         match self {
             Self::TooLong { .. } => Some(
                 "use a shorter pattern, e.g. `**/*.csv`, and filter further by reading the list"
+                    .into(),
+            ),
+            Self::TooManyAlternatives => Some(
+                "use fewer `{a,b}` groups, e.g. `**/*.{csv,xlsx}`, or list a directory and \
+                 filter further by reading the list"
                     .into(),
             ),
         }
@@ -37,14 +54,18 @@ impl GlobError {
 ///   (`**/*.csv` matches `a.csv` and `x/y/a.csv`); elsewhere it is the same as `*`;
 /// - `[abc]`, `[a-z]`, `[!a-z]` (or `[^a-z]`) match one character of (not of) the set;
 ///   a `]` right after the opening `[` (or `[!`) is part of the set;
+/// - `{a,b}` matches either alternative (`*.{csv,xlsx}`, `{data,exports}/**`); braces nest,
+///   and expand to at most [`MAX_GLOB_ALTERNATIVES`] patterns;
 /// - `\` makes the next character literal.
 ///
-/// Any pattern up to [`MAX_GLOB_BYTES`] is valid: an unclosed `[` matches itself.
+/// Any pattern up to [`MAX_GLOB_BYTES`] is valid: an unclosed `[` matches itself, and so
+/// does a `{` without its `}` (or without a `,` inside).
 /// Matching is case-sensitive.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Glob {
     pattern: String,
-    segments: Vec<Segment>,
+    /// One list of segments per alternative the braces expand to (one without braces).
+    alternatives: Vec<Vec<Segment>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,20 +92,24 @@ impl Glob {
                 bytes: pattern.len(),
             });
         }
-        let segments = pattern
-            .split('/')
-            .filter(|s| !s.is_empty() && *s != ".")
-            .map(|s| {
-                if s == "**" {
-                    Segment::AnyDirs
-                } else {
-                    Segment::Name(tokens(s))
-                }
+        let alternatives = expand_braces(pattern)?
+            .iter()
+            .map(|p| {
+                p.split('/')
+                    .filter(|s| !s.is_empty() && *s != ".")
+                    .map(|s| {
+                        if s == "**" {
+                            Segment::AnyDirs
+                        } else {
+                            Segment::Name(tokens(s))
+                        }
+                    })
+                    .collect()
             })
             .collect();
         Ok(Self {
             pattern: pattern.to_owned(),
-            segments,
+            alternatives,
         })
     }
 
@@ -96,26 +121,32 @@ impl Glob {
     /// Whether `path` (relative, `/`-separated) matches the whole pattern.
     pub fn matches(&self, path: &str) -> bool {
         let names: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        let n = names.len();
-        // next[j]: segments[i + 1..] match names[j..]; row[j]: segments[i..] match names[j..].
-        let mut next = vec![false; n + 1];
-        next[n] = true;
-        for segment in self.segments.iter().rev() {
-            let mut row = vec![false; n + 1];
-            for j in (0..=n).rev() {
-                row[j] = match segment {
-                    Segment::AnyDirs => next[j] || (j < n && row[j + 1]),
-                    Segment::Name(tokens) => {
-                        j < n
-                            && next[j + 1]
-                            && names.get(j).is_some_and(|name| matches_name(tokens, name))
-                    }
-                };
-            }
-            next = row;
-        }
-        next[0]
+        self.alternatives
+            .iter()
+            .any(|segments| matches_segments(segments, &names))
     }
+}
+
+fn matches_segments(segments: &[Segment], names: &[&str]) -> bool {
+    let n = names.len();
+    // next[j]: segments[i + 1..] match names[j..]; row[j]: segments[i..] match names[j..].
+    let mut next = vec![false; n + 1];
+    next[n] = true;
+    for segment in segments.iter().rev() {
+        let mut row = vec![false; n + 1];
+        for j in (0..=n).rev() {
+            row[j] = match segment {
+                Segment::AnyDirs => next[j] || (j < n && row[j + 1]),
+                Segment::Name(tokens) => {
+                    j < n
+                        && next[j + 1]
+                        && names.get(j).is_some_and(|name| matches_name(tokens, name))
+                }
+            };
+        }
+        next = row;
+    }
+    next[0]
 }
 
 impl fmt::Debug for Glob {
@@ -128,6 +159,80 @@ impl fmt::Display for Glob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.pattern)
     }
+}
+
+/// The pattern with its braces expanded: one pattern per alternative, in order. Escapes and
+/// classes are copied as they are (a `{` inside `[…]` or after `\\` is no brace); a `{`
+/// without a matching `}` or without a `,` between them stays a literal `{`.
+fn expand_braces(pattern: &str) -> Result<Vec<String>, GlobError> {
+    let chars: Vec<char> = pattern.chars().collect();
+    expand(&chars)
+}
+
+fn expand(chars: &[char]) -> Result<Vec<String>, GlobError> {
+    let mut outs = vec![String::new()];
+    let push = |outs: &mut Vec<String>, text: &[char]| {
+        for o in outs.iter_mut() {
+            o.extend(text);
+        }
+    };
+    let mut i = 0;
+    while let Some(&c) = chars.get(i) {
+        let end = match c {
+            '\\' => (i + 2).min(chars.len()),
+            '[' => class(chars, i + 1).map_or(i + 1, |(_, end)| end),
+            '{' => match brace_end(chars, i) {
+                Some((close, commas)) => {
+                    let mut alternatives = Vec::new();
+                    let mut from = i + 1;
+                    for to in commas.into_iter().chain([close]) {
+                        alternatives.extend(expand(chars.get(from..to).unwrap_or_default())?);
+                        from = to + 1;
+                    }
+                    if outs.len() * alternatives.len() > MAX_GLOB_ALTERNATIVES {
+                        return Err(GlobError::TooManyAlternatives);
+                    }
+                    outs = outs
+                        .iter()
+                        .flat_map(|o| alternatives.iter().map(move |a| format!("{o}{a}")))
+                        .collect();
+                    i = close + 1;
+                    continue;
+                }
+                None => i + 1,
+            },
+            _ => i + 1,
+        };
+        push(&mut outs, chars.get(i..end).unwrap_or_default());
+        i = end;
+    }
+    Ok(outs)
+}
+
+/// For the `{` at `open`: the index of its `}` and of the `,`s at its own depth, if it is
+/// closed and has at least one `,`.
+fn brace_end(chars: &[char], open: usize) -> Option<(usize, Vec<usize>)> {
+    let mut depth = 0usize;
+    let mut commas = Vec::new();
+    let mut j = open + 1;
+    while let Some(&c) = chars.get(j) {
+        match c {
+            '\\' => j += 1,
+            '[' => {
+                if let Some((_, end)) = class(chars, j + 1) {
+                    j = end;
+                    continue;
+                }
+            }
+            '{' => depth += 1,
+            '}' if depth == 0 => return (!commas.is_empty()).then_some((j, commas)),
+            '}' => depth -= 1,
+            ',' if depth == 0 => commas.push(j),
+            _ => {}
+        }
+        j += 1;
+    }
+    None
 }
 
 fn tokens(segment: &str) -> Vec<Token> {
@@ -282,6 +387,45 @@ mod tests {
         assert_eq!(err, GlobError::TooLong { bytes: 513 });
         assert!(err.hint().is_some());
         assert!(Glob::new(&"*".repeat(512)).is_ok());
+    }
+
+    #[test]
+    fn braces_give_alternatives() {
+        assert!(m("*.{csv,xlsx}", "a.csv"));
+        assert!(m("*.{csv,xlsx}", "a.xlsx"));
+        assert!(!m("*.{csv,xlsx}", "a.json"));
+        assert!(m("**/*.{csv,xlsx}", "exports/q/a.xlsx"));
+        assert!(m("{data,exports}/**", "exports/a/b.csv"));
+        assert!(!m("{data,exports}/**", "charts/a.png"));
+        // Alternatives may hold `/`, classes and nested braces.
+        assert!(m("{a/b,c}.txt", "a/b.txt"));
+        assert!(m("{a/b,c}.txt", "c.txt"));
+        assert!(m("x{[0-9],y{1,2}}", "x7"));
+        assert!(m("x{[0-9],y{1,2}}", "xy2"));
+        assert!(!m("x{[0-9],y{1,2}}", "xy3"));
+        assert!(m("a{,.bak}", "a"));
+        assert!(m("a{,.bak}", "a.bak"));
+        // Not braces: literal.
+        assert!(m("{a", "{a"));
+        assert!(m("{a}", "{a}"));
+        assert!(m(r"\{a,b}", "{a,b}"));
+        assert!(m("[{]a,b}", "{a,b}"));
+    }
+
+    #[test]
+    fn brace_expansion_is_bounded() {
+        // 4 × 4 × 4 = 64 is allowed; one more group is refused with a hint.
+        let four = "{a,b,c,d}";
+        assert!(Glob::new(&four.repeat(3)).is_ok());
+        let err = Glob::new(&four.repeat(4)).unwrap_err();
+        assert_eq!(err, GlobError::TooManyAlternatives);
+        assert!(err.hint().is_some_and(|h| h.contains("{csv,xlsx}")));
+        // Nested groups count too.
+        assert!(Glob::new(&"{a,".repeat(40)).is_ok());
+        assert_eq!(
+            Glob::new(&format!("{}{}", "{a,{b,".repeat(40), "c}}".repeat(40))).unwrap_err(),
+            GlobError::TooManyAlternatives
+        );
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub use error::{
     Escape, InvalidBytes, MAX_DEPTH, MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspaceError,
     WorkspacePathError,
 };
-pub use glob::{Glob, GlobError, MAX_GLOB_BYTES};
+pub use glob::{Glob, GlobError, MAX_GLOB_ALTERNATIVES, MAX_GLOB_BYTES};
 pub use path::WorkspacePath;
 pub use quota::{QuotaRefusal, human_bytes};
 pub use sweep::Swept;

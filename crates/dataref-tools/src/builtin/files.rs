@@ -80,7 +80,6 @@ pub(crate) fn file_uri(path: &str) -> String {
 /// 40 characters, then `-` and 8 hex digits of `key`, so different requests get different
 /// files and the same request the same file.
 pub(crate) fn file_stem(title: &str, key: &str) -> String {
-    use std::hash::{Hash, Hasher};
     let mut slug = String::new();
     for c in title.chars().flat_map(char::to_lowercase) {
         if c.is_ascii_alphanumeric() {
@@ -94,10 +93,15 @@ pub(crate) fn file_stem(title: &str, key: &str) -> String {
     }
     let slug = slug.trim_end_matches('-');
     let slug = if slug.is_empty() { "untitled" } else { slug };
-    // SipHash with fixed keys: the same across runs.
-    let mut h = std::hash::DefaultHasher::new();
-    key.hash(&mut h);
-    format!("{slug}-{:08x}", h.finish() as u32)
+    format!("{slug}-{:08x}", fnv1a(key.as_bytes()) as u32)
+}
+
+/// 64-bit FNV-1a: a fixed, published function, so a file name made from a request stays the
+/// same across runs, machines and Rust releases (std's `DefaultHasher` promises none of that).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// `12,345` — numbers in prose (notes, messages); arguments to pass back stay plain.
@@ -134,6 +138,10 @@ mod tests {
         assert_ne!(a, file_stem("Revenue by Région (2024)", "k2"));
         assert_eq!(a, file_stem("Revenue by Région (2024)", "k1"));
         assert!(file_stem("!!!", "k").starts_with("untitled-"));
+        // Pinned: the same name on every machine and Rust release (FNV-1a's test vectors).
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(file_stem("Q", "k1"), "q-b56224c1");
         assert_eq!(
             file_uri("charts/a b.png"),
             "dataref://files/charts/a%20b.png"

@@ -260,6 +260,20 @@ async fn listings_are_bounded_and_hide_temporary_files() {
     );
     let o = call(&f, "list_files", json!({"path": "data", "glob": "*.csv"})).await;
     assert_eq!(paths(&o), ["data/a.csv", "data/b.csv"]);
+    // What models write: alternatives in braces.
+    let o = call(&f, "list_files", json!({"glob": "**/*.{md,csv}"})).await;
+    assert_eq!(
+        paths(&o),
+        [
+            "data/a.csv",
+            "data/b.csv",
+            "data/deep/c.csv",
+            "latest.csv",
+            "notes.md"
+        ]
+    );
+    let o = call(&f, "list_files", json!({"glob": "{notes,data/a}.*"})).await;
+    assert_eq!(paths(&o), ["data/a.csv", "notes.md"]);
     let o = call(&f, "list_files", json!({"path": "data"})).await;
     assert_eq!(paths(&o), ["data/a.csv", "data/b.csv", "data/deep"]);
     let o = call(
