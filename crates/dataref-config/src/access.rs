@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use dataref_protocol::Principal;
 
-use crate::ConfigError;
+use crate::error::{ConfigError, invalid};
 use crate::raw::{RawHttp, RawJwt, RawPrincipal};
-use crate::resolve::{duration, invalid};
+use crate::units::duration;
 
 /// One principal that may call over HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]

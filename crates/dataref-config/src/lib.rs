@@ -30,6 +30,7 @@
 
 mod access;
 pub mod env;
+mod error;
 mod raw;
 mod resolve;
 mod spill;
@@ -37,9 +38,10 @@ mod units;
 mod upstream;
 
 pub use access::{HttpConfig, JwtConfig, JwtKey, PrincipalConfig};
+pub use error::ConfigError;
 pub use resolve::{
-    ColumnType, Config, ConfigError, Limits, ParamConfig, ParamType, PythonConfig, QueryConfig,
-    SampleSpec, SourceConfig, SourceKind, StoreConfig,
+    ColumnType, Config, Limits, ParamConfig, ParamType, PythonConfig, QueryConfig, SampleSpec,
+    SourceConfig, SourceKind, StoreConfig,
 };
 pub use spill::{SpillConfig, ToolSpill};
 pub use units::{parse_bytes, parse_duration};

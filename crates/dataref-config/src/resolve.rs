@@ -1,5 +1,4 @@
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -7,9 +6,10 @@ use dataref_protocol::Principal;
 use serde_json::Value;
 
 use crate::access::{HttpConfig, PrincipalConfig, resolve_http, resolve_principals};
-use crate::raw::{RawConfig, RawDuration, RawParam, RawPython, RawQuery, RawSize, RawSource};
+use crate::error::{ConfigError, invalid, is_identifier};
+use crate::raw::{RawConfig, RawParam, RawPython, RawQuery, RawSource};
 use crate::spill::{SpillConfig, resolve_spill};
-use crate::units::{parse_bytes, parse_duration};
+use crate::units::{duration, size};
 use crate::upstream::{UpstreamConfig, resolve_upstreams};
 
 /// Everything dataref needs to run, resolved and checked.
@@ -304,78 +304,6 @@ impl ColumnType {
 pub struct SampleSpec {
     pub path: PathBuf,
     pub rows: u64,
-}
-
-/// What is wrong with the configuration, and what to do about it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    #[error(
-        "cannot read `{path}`: {source}\nhint: check the path given by `--config` or `DATAREF_CONFIG`"
-    )]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("`{path}` is not valid dataref.toml: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("{what}: {message}\nhint: {hint}")]
-    Invalid {
-        what: String,
-        message: String,
-        hint: String,
-    },
-}
-
-pub(crate) fn invalid(
-    what: impl fmt::Display,
-    message: impl Into<String>,
-    hint: impl Into<String>,
-) -> ConfigError {
-    ConfigError::Invalid {
-        what: what.to_string(),
-        message: message.into(),
-        hint: hint.into(),
-    }
-}
-
-pub(crate) fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        && s.len() <= 48
-}
-
-pub(crate) fn duration(
-    what: &str,
-    raw: &Option<RawDuration>,
-    default: Duration,
-) -> Result<Duration, ConfigError> {
-    match raw {
-        None => Ok(default),
-        Some(RawDuration::Seconds(n)) => Ok(Duration::from_secs(*n)),
-        Some(RawDuration::Text(t)) => parse_duration(t).ok_or_else(|| {
-            invalid(
-                what,
-                format!("`{t}` is not a duration"),
-                "write e.g. `30s`, `10m`, `24h` or `7d`",
-            )
-        }),
-    }
-}
-
-fn size(what: &str, raw: &Option<RawSize>, default: u64) -> Result<u64, ConfigError> {
-    match raw {
-        None => Ok(default),
-        Some(RawSize::Bytes(n)) => Ok(*n),
-        Some(RawSize::Text(t)) => parse_bytes(t).ok_or_else(|| {
-            invalid(
-                what,
-                format!("`{t}` is not a size"),
-                "write e.g. `500MB`, `1GiB` or a number of bytes",
-            )
-        }),
-    }
 }
 
 impl Config {

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::ConfigError;
+use crate::error::{ConfigError, invalid};
 use crate::raw::RawSpill;
-use crate::resolve::{duration, invalid};
+use crate::units::duration;
 
 /// When a tool result is written to `.spill/` in the caller's workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,8 @@
 use std::time::Duration;
 
+use crate::error::{ConfigError, invalid};
+use crate::raw::{RawDuration, RawSize};
+
 /// `"30s"`, `"10m"`, `"24h"`, `"7d"`, `"250ms"`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
@@ -36,6 +39,38 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(k)
+}
+
+pub(crate) fn duration(
+    what: &str,
+    raw: &Option<RawDuration>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match raw {
+        None => Ok(default),
+        Some(RawDuration::Seconds(n)) => Ok(Duration::from_secs(*n)),
+        Some(RawDuration::Text(t)) => parse_duration(t).ok_or_else(|| {
+            invalid(
+                what,
+                format!("`{t}` is not a duration"),
+                "write e.g. `30s`, `10m`, `24h` or `7d`",
+            )
+        }),
+    }
+}
+
+pub(crate) fn size(what: &str, raw: &Option<RawSize>, default: u64) -> Result<u64, ConfigError> {
+    match raw {
+        None => Ok(default),
+        Some(RawSize::Bytes(n)) => Ok(*n),
+        Some(RawSize::Text(t)) => parse_bytes(t).ok_or_else(|| {
+            invalid(
+                what,
+                format!("`{t}` is not a size"),
+                "write e.g. `500MB`, `1GiB` or a number of bytes",
+            )
+        }),
+    }
 }
 
 #[cfg(test)]

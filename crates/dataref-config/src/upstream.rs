@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::ConfigError;
+use crate::error::{ConfigError, invalid, is_identifier};
 use crate::raw::RawUpstream;
-use crate::resolve::{duration, invalid, is_identifier};
+use crate::units::duration;
 
 /// One upstream MCP server.
 #[derive(Debug, Clone, PartialEq, Eq)]
