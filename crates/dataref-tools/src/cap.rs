@@ -20,8 +20,16 @@ use crate::{CallOutcome, RunContext, spill};
 /// Room the cut note of a plain-text result takes.
 const NOTE_CHARS: usize = 200;
 
-/// The output schema a tool lists: its own result, the spill synopsis when its results
-/// may be spilled, and the truncation object.
+/// The output schema one of our tools lists: its own result, the spill synopsis when its
+/// results may be spilled and the truncation object, folded into one object schema
+/// ([`crate::listed`]).
+pub(crate) fn listed_output_schema(own: Value, spilled: bool) -> Value {
+    crate::listed::listed_output(own, spilled, truncation_schema(), spill::synopsis_schema())
+}
+
+/// The output schema an upstream server's tool lists: its own schema untouched, as one of
+/// the alternatives beside the spill synopsis (when its results may be spilled) and the
+/// truncation object.
 pub(crate) fn widen_output_schema(own: Value, spilled: bool) -> Value {
     let mut alternatives = vec![own];
     if spilled {

@@ -366,10 +366,10 @@ fn validate(
     if problems.is_empty() {
         return None;
     }
-    let mut hint = fixes(&entry.spec.input_schema, args);
+    let mut hint = fixes(&entry.own_input, args);
     hint.push(format!(
         "`{tool}` takes {}",
-        describe_params(&entry.spec.input_schema)
+        describe_params(&entry.own_input)
     ));
     let hint = hint.join("; ");
     let source = match from_file {
@@ -510,7 +510,12 @@ fn describe_params(schema: &Value) -> String {
             if !ts.is_empty() {
                 parts.push(ts.join(" or "));
             }
-            if let Some(f) = p.get("format").and_then(Value::as_str) {
+            // A date says how to write it; `uint32` and `double` are schemars' own words.
+            if let Some(f) = p.get("format").and_then(Value::as_str)
+                && !f.starts_with("int")
+                && !f.starts_with("uint")
+                && !matches!(f, "double" | "float")
+            {
                 parts.push(f.to_owned());
             }
             if required.contains(&name.as_str()) {
