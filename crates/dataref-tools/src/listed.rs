@@ -49,12 +49,38 @@ const OUTPUT_DEPTH: usize = 1;
 
 /// An input schema as it is listed: portable to every provider's function calling.
 pub(crate) fn portable_input(mut schema: Value) -> Value {
+    input_node(&mut schema);
     if let Some(o) = schema.as_object_mut() {
         // "Arguments of `x`.": the tool's description says what the arguments are for.
         o.remove("description");
+        // An argument's own words are enough: those of the types inside it (a dataRef's,
+        // an enum's) are not repeated.
+        for arg in o
+            .get_mut("properties")
+            .and_then(Value::as_object_mut)
+            .into_iter()
+            .flat_map(|p| p.values_mut())
+            .filter_map(Value::as_object_mut)
+        {
+            for (k, v) in arg.iter_mut() {
+                if k != "description" {
+                    strip_descriptions(v);
+                }
+            }
+        }
     }
-    input_node(&mut schema);
     schema
+}
+
+fn strip_descriptions(node: &mut Value) {
+    match node {
+        Value::Object(o) => {
+            o.remove("description");
+            o.values_mut().for_each(strip_descriptions);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_descriptions),
+        _ => {}
+    }
 }
 
 /// An output schema as it is listed: `own` (the tool's result), with the spill synopsis
