@@ -230,28 +230,22 @@ fn output_node(node: &mut Value, depth: usize) {
         o.remove(k);
     }
     if depth >= OUTPUT_DEPTH {
-        // Only what the value is; a nullable object is still either.
-        let t = o.get("type").cloned().or_else(|| {
-            let types: Vec<Value> = LIST
-                .iter()
-                .filter_map(|k| o.get(*k).and_then(Value::as_array))
-                .flatten()
-                .filter_map(|b| b.get("type").cloned())
-                .collect();
-            (!types.is_empty()).then(|| Value::Array(flatten_types(types)))
-        });
-        o.clear();
-        match t {
-            Some(t) => {
-                o.insert("type".into(), t);
+        // What the value is (its type, its choices, nullable or not), not what is inside it.
+        o.retain(|k, _| matches!(k.as_str(), "type" | "enum" | "const" | "anyOf" | "oneOf"));
+        for k in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(a)) = o.get_mut(k) {
+                for child in a.iter_mut() {
+                    output_node(child, depth);
+                }
+                a.dedup();
             }
-            // No type to keep (a `const`, an `enum`): any JSON value.
-            None => {
-                o.insert(
-                    "type".into(),
-                    json!(["object", "array", "string", "number", "boolean", "null"]),
-                );
-            }
+        }
+        if o.is_empty() {
+            // Nothing to say (a value of any kind): every JSON type.
+            o.insert(
+                "type".into(),
+                json!(["object", "array", "string", "number", "boolean", "null"]),
+            );
         }
     } else {
         for k in ONE {
@@ -433,5 +427,156 @@ fn children(o: &mut Map<String, Value>, f: fn(&mut Value)) {
         if let Some(Value::Array(a)) = o.get_mut(k) {
             a.iter_mut().for_each(f);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validator(schema: &Value) -> jsonschema::Validator {
+        jsonschema::validator_for(schema).unwrap()
+    }
+
+    #[test]
+    fn input_schemas_keep_only_the_portable_core() {
+        let own = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "Args",
+            "description": "Arguments of `x`.",
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "limit": {"type": ["integer", "null"], "format": "uint32", "minimum": 0, "default": null, "description": "At most this many."},
+                "top": {"type": ["integer", "null"], "format": "uint32", "minimum": 1, "maximum": 200},
+                "ratio": {"type": "number", "format": "double"},
+                "kind": {"oneOf": [
+                    {"const": "bar", "type": "string", "description": "Bars."},
+                    {"const": "line", "type": "string", "description": "Lines."}
+                ]},
+                "sort": {"anyOf": [{"type": "string", "enum": ["x", "y"]}, {"type": "null"}], "description": "Order."},
+                "format": {"type": "string", "enum": ["csv", "json", null]},
+                "data": {"type": "string", "description": "A column.", "default": null},
+                "ref": {"description": "The table.", "type": "string", "pattern": "^data_"},
+                "names": {"type": "object", "additionalProperties": {"type": "string", "description": "A dataRef."}},
+                "extra": {"type": ["object", "null"], "additionalProperties": true},
+                "either": {"type": ["string", "array"], "items": {"type": "string"}}
+            },
+            "required": ["data"]
+        });
+        let listed = portable_input(own.clone());
+        assert_eq!(
+            listed,
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "limit": {"type": "integer", "description": "At most this many."},
+                    "top": {"type": "integer", "minimum": 1, "maximum": 200},
+                    "ratio": {"type": "number"},
+                    "kind": {"type": "string", "enum": ["bar", "line"]},
+                    "sort": {"type": "string", "enum": ["x", "y"], "description": "Order."},
+                    "format": {"type": "string", "enum": ["csv", "json"]},
+                    "data": {"type": "string", "description": "A column."},
+                    "ref": {"description": "The table.", "type": "string", "pattern": "^data_"},
+                    "names": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "extra": {"type": "object"},
+                    "either": {"anyOf": [{"type": "string"}, {"type": "array"}], "items": {"type": "string"}}
+                },
+                "required": ["data"]
+            })
+        );
+        // What the model writes from the listed schema, the tool's own schema accepts.
+        let call = json!({"data": "d", "kind": "bar", "limit": 3, "sort": "x", "format": "csv"});
+        assert!(validator(&listed).is_valid(&call));
+        assert!(validator(&own).is_valid(&call));
+    }
+
+    fn truncation() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "truncated": {"const": true},
+                "characters": {"type": "integer"},
+                "path": {"type": "string"},
+                "preview": {"type": "string"}
+            },
+            "required": ["truncated", "characters", "preview"]
+        })
+    }
+
+    fn synopsis() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "spilled": {"const": true},
+                "path": {"type": "string"},
+                "format": {"type": "string", "enum": ["json", "text"]},
+                "table": {"type": "object", "properties": {"rows": {"type": "integer"}}, "required": ["rows"]}
+            },
+            "required": ["spilled", "path", "format"]
+        })
+    }
+
+    #[test]
+    fn output_schemas_fold_every_shape_into_one_object() {
+        let own = json!({
+            "type": "object",
+            "description": "A result.",
+            "properties": {
+                "rows": {"type": "integer", "format": "uint64", "minimum": 0, "description": "Rows."},
+                "note": {"type": ["string", "null"]},
+                "path": {"type": "string"},
+                "format": {"type": "string", "enum": ["csv", "xlsx"]},
+                "columns": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+                "result": true,
+                "stdout": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+            },
+            "required": ["rows", "path", "format", "columns", "stdout"]
+        });
+        let listed = listed_output(own, true, truncation(), synopsis());
+        assert_eq!(
+            listed,
+            json!({
+                "type": "object",
+                "properties": {
+                    "rows": {"type": "integer"},
+                    "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                    "path": {"type": "string"},
+                    "format": {"anyOf": [
+                        {"type": "string", "enum": ["csv", "xlsx"]},
+                        {"type": "string", "enum": ["json", "text"]}
+                    ]},
+                    "columns": {"type": "array"},
+                    "stdout": {"type": "object"},
+                    "spilled": {"const": true},
+                    "truncated": {"const": true}
+                }
+            })
+        );
+        let v = validator(&listed);
+        let own_result = json!({"rows": 3, "note": null, "path": "exports/a.csv", "format": "csv",
+            "columns": [{"name": "a"}], "result": [1, "x"], "stdout": {"text": ""}});
+        assert!(v.is_valid(&own_result));
+        assert!(v.is_valid(&json!({"truncated": true, "characters": 10, "preview": "{"})));
+        assert!(v.is_valid(&json!({"spilled": true, "path": ".spill/a.json", "format": "json"})));
+        // Still a check: a property of the wrong type is refused.
+        assert!(!v.is_valid(&json!({"rows": "three"})));
+        assert!(!v.is_valid(&json!({"truncated": false})));
+        assert!(!v.is_valid(&json!({"format": "pdf"})));
+    }
+
+    #[test]
+    fn a_result_that_is_not_a_plain_object_keeps_the_alternatives() {
+        let own = json!({"oneOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}
+        ]});
+        let listed = listed_output(own, false, truncation(), synopsis());
+        assert_eq!(listed["type"], "object");
+        let v = validator(&listed);
+        assert!(v.is_valid(&json!({"a": 1})));
+        assert!(v.is_valid(&json!({"truncated": true, "characters": 10, "preview": ""})));
+        assert!(!v.is_valid(&json!({"spilled": true, "path": "p", "format": "json"})));
     }
 }
