@@ -518,6 +518,12 @@ fn describe_params(schema: &Value) -> String {
             {
                 parts.push(f.to_owned());
             }
+            // The choices are listed without prose; the hint names them all.
+            let allowed = choices(p);
+            if !allowed.is_empty() {
+                let quoted: Vec<String> = allowed.iter().map(|c| format!("`{c}`")).collect();
+                parts.push(format!("one of {}", quoted.join(", ")));
+            }
             if required.contains(&name.as_str()) {
                 parts.push("required".into());
             }
