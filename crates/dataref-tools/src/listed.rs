@@ -7,8 +7,8 @@
 //! Schema: no `format` (`uint32`, `double` are schemars' own), no `type` arrays (an
 //! optional argument is one left out of `required`; a `null` it may still be sent is
 //! accepted by the validator, which keeps the tool's own schema), `enum` instead of a
-//! `oneOf` of `const`s, no `minimum: 0` that only says "unsigned", no `title`s, no bare
-//! `true` and no `$ref`s.
+//! `oneOf` of `const`s, no `minimum: 0` that only says "unsigned", no `title`s, no empty
+//! defaults, no bare `true` and no `$ref`s.
 //!
 //! Output schemas are read by clients, not models: no prose, nested objects only as deep
 //! as a client checks them in practice, and the other shapes a result may take (the spill
@@ -104,8 +104,14 @@ fn input_node(node: &mut Value) {
     for k in NOISE {
         o.remove(k);
     }
-    // Defaults worth knowing are said in the description; `null` and `[]` say nothing.
-    o.remove("default");
+    // A declared default is worth knowing (a named query's, completions offer it);
+    // schemars' `null`, `[]` and `{}` for an optional argument say nothing.
+    if o
+        .get("default")
+        .is_some_and(|d| d.is_null() || d == &json!([]) || d == &json!({}))
+    {
+        o.remove("default");
+    }
     o.remove("$defs");
     children(o, input_node);
     // `true` is the default of these; a bare `true` is not portable.
