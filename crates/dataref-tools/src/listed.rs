@@ -37,7 +37,12 @@ const ONE: [&str; 10] = [
 ];
 
 /// Keywords whose value maps names to subschemas.
-const MAP: [&str; 4] = ["properties", "patternProperties", "$defs", "dependentSchemas"];
+const MAP: [&str; 4] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "dependentSchemas",
+];
 
 /// Keywords whose value is a list of subschemas.
 const LIST: [&str; 4] = ["anyOf", "oneOf", "allOf", "prefixItems"];
@@ -85,7 +90,12 @@ fn strip_descriptions(node: &mut Value) {
 
 /// An output schema as it is listed: `own` (the tool's result), with the spill synopsis
 /// when `spilled` and the truncation object folded in, without prose.
-pub(crate) fn listed_output(own: Value, spilled: bool, truncation: Value, synopsis: Value) -> Value {
+pub(crate) fn listed_output(
+    own: Value,
+    spilled: bool,
+    truncation: Value,
+    synopsis: Value,
+) -> Value {
     let mut shapes = vec![own];
     if spilled {
         shapes.push(synopsis);
@@ -106,8 +116,7 @@ fn input_node(node: &mut Value) {
     }
     // A declared default is worth knowing (a named query's, completions offer it);
     // schemars' `null`, `[]` and `{}` for an optional argument say nothing.
-    if o
-        .get("default")
+    if o.get("default")
         .is_some_and(|d| d.is_null() || d == &json!([]) || d == &json!({}))
     {
         o.remove("default");
@@ -129,8 +138,7 @@ fn input_node(node: &mut Value) {
             }
             [] => {}
             _ => {
-                let alternatives: Vec<Value> =
-                    kept.iter().map(|t| json!({ "type": t })).collect();
+                let alternatives: Vec<Value> = kept.iter().map(|t| json!({ "type": t })).collect();
                 o.remove("type");
                 o.insert("anyOf".into(), Value::Array(alternatives));
             }
@@ -145,10 +153,10 @@ fn input_node(node: &mut Value) {
     if unsigned_only {
         o.remove("minimum");
     }
-    if o.contains_key("enum") && !o.contains_key("type") {
-        if let Some(t) = enum_type(o.get("enum")) {
-            o.insert("type".into(), Value::String(t.into()));
-        }
+    if !o.contains_key("type")
+        && let Some(t) = enum_type(o.get("enum"))
+    {
+        o.insert("type".into(), Value::String(t.into()));
     }
 }
 
@@ -188,7 +196,11 @@ fn consts_to_enum(o: &mut Map<String, Value>) {
                 let only_const = b
                     .keys()
                     .all(|k| matches!(k.as_str(), "const" | "type" | "description"));
-                if only_const { b.get("const").cloned() } else { None }
+                if only_const {
+                    b.get("const").cloned()
+                } else {
+                    None
+                }
             })
             .collect();
         let Some(values) = values else { continue };
@@ -323,7 +335,10 @@ fn split_type(node: &mut Value) {
     let branches: Vec<Value> = types.into_iter().map(|t| json!({ "type": t })).collect();
     if o.contains_key("anyOf") {
         let existing = o.remove("anyOf").unwrap_or(Value::Null);
-        o.insert("allOf".into(), json!([{ "anyOf": existing }, { "anyOf": branches }]));
+        o.insert(
+            "allOf".into(),
+            json!([{ "anyOf": existing }, { "anyOf": branches }]),
+        );
     } else {
         o.insert("anyOf".into(), Value::Array(branches));
     }
@@ -404,8 +419,10 @@ fn fold(shapes: Vec<Value>) -> Value {
 
 /// `general` admits every value `narrow` does: a `const` of `general`'s own type.
 fn admits(general: &Value, narrow: &Value) -> bool {
-    let (Some(t), Some(c)) = (general.get("type").and_then(Value::as_str), narrow.get("const"))
-    else {
+    let (Some(t), Some(c)) = (
+        general.get("type").and_then(Value::as_str),
+        narrow.get("const"),
+    ) else {
         return false;
     };
     general.as_object().is_some_and(|g| g.len() == 1)

@@ -82,7 +82,10 @@ async fn the_short_descriptions_still_teach_the_rules() {
     for producer in ["fetch_sales", "query"] {
         let d = description(producer);
         assert!(d.contains("dataRef"), "{producer}: {d}");
-        assert!(d.contains("not the rows") || d.contains("never ask for the rows"), "{producer}: {d}");
+        assert!(
+            d.contains("not the rows") || d.contains("never ask for the rows"),
+            "{producer}: {d}"
+        );
     }
     for consumer in ["render_chart", "render_table", "export_data"] {
         let d = description(consumer);
@@ -96,7 +99,10 @@ async fn the_short_descriptions_still_teach_the_rules() {
         assert!(d.contains(needle), "call_tool lacks {needle:?}: {d}");
     }
     for reader in ["read_file", "describe_data"] {
-        assert!(description(reader).contains("instead of reading rows"), "{reader}");
+        assert!(
+            description(reader).contains("instead of reading rows"),
+            "{reader}"
+        );
     }
 }
 
@@ -113,7 +119,12 @@ async fn every_listed_schema_is_portable() {
         walk(&input, &format!("{}.inputSchema", t.name), None, &mut found);
         if let Some(output) = &t.output_schema {
             let output = Value::Object((**output).clone());
-            walk(&output, &format!("{}.outputSchema", t.name), None, &mut found);
+            walk(
+                &output,
+                &format!("{}.outputSchema", t.name),
+                None,
+                &mut found,
+            );
             let noisy = serde_json::to_string(&output).expect("json");
             assert!(
                 !noisy.contains("\"description\""),
@@ -187,9 +198,10 @@ fn walk(node: &Value, path: &str, keyword: Option<&str>, found: &mut Vec<String>
         found.push(format!("{path}: a `type` array {}", o["type"]));
     }
     for key in ["oneOf", "anyOf"] {
-        let all_consts = o.get(key).and_then(Value::as_array).is_some_and(|a| {
-            !a.is_empty() && a.iter().all(|b| b.get("const").is_some())
-        });
+        let all_consts = o
+            .get(key)
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty() && a.iter().all(|b| b.get("const").is_some()));
         if all_consts {
             found.push(format!("{path}: a `{key}` of consts where `enum` does"));
         }
