@@ -47,7 +47,7 @@ impl FormatArg {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExportArgs {
-    /// A dataRef, or a table file in your workspace (`.arrow`, `.csv`, `.json`, `.ndjson`).
+    /// A dataRef, or a workspace table file (`.arrow`, `.csv`, `.json`, `.ndjson`).
     source: String,
     format: FormatArg,
     /// These columns, in order (default: all).

@@ -194,11 +194,10 @@ impl RunPythonTool {
     pub fn new(sandbox: Arc<PythonSandbox>, config: PythonConfig) -> Self {
         let description = format!(
             "Compute on stored tables with Python 3 (pandas {pandas}, numpy, pyarrow, \
-             matplotlib, openpyxl) in a sandbox without network; do the arithmetic here. \
-             `inputs` maps names to dataRefs, each a DataFrame of that name. Set `result` to a \
-             small JSON value (at most {cap} bytes); `outputs[\"name\"] = df` stores a table \
-             as a new dataRef. `out/files/` is saved to the workspace. Nothing persists \
-             between runs. Timeout {timeout} s.",
+             matplotlib) in a sandbox without network; do the arithmetic here. `inputs` maps \
+             names to dataRefs, each a DataFrame. Set `result` to small JSON (at most {cap} \
+             bytes); `outputs[\"name\"] = df` stores a new dataRef; `out/files/` goes to the \
+             workspace. Runs share nothing. Timeout {timeout} s.",
             pandas = dataref_sandbox::runtime::PINNED
                 .iter()
                 .find(|p| p.name == "pandas")

@@ -9,9 +9,9 @@ const VISIBLE_TOKENS: usize = 2_300;
 /// o200k tokens of the whole `tools/list` result, at most.
 const WHOLE_TOKENS: usize = 3_700;
 /// Characters of one tool's description, at most.
-const DESCRIPTION_CHARS: usize = 420;
+const DESCRIPTION_CHARS: usize = 350;
 /// Characters of one argument's description, at most.
-const ARGUMENT_CHARS: usize = 90;
+const ARGUMENT_CHARS: usize = 80;
 
 async fn listed() -> Vec<Tool> {
     let home = tempfile::tempdir().expect("tempdir");
