@@ -277,8 +277,9 @@ fn output_node(node: &mut Value, depth: usize) {
         }
         for k in MAP {
             if let Some(Value::Object(m)) = o.get_mut(k) {
-                // A value of any kind (`{}`) needs no listing: nothing forbids other keys.
-                m.retain(|_, child| child != &Value::Bool(true) && child != &json!({}));
+                // A value of any kind (`true`, `{}`, only a description) needs no listing:
+                // nothing forbids other keys.
+                m.retain(|_, child| constrains(child));
                 for child in m.values_mut() {
                     output_node(child, depth + 1);
                 }
@@ -297,6 +298,27 @@ fn output_node(node: &mut Value, depth: usize) {
         }
     }
     split_type(node);
+}
+
+/// The schema admits less than every value.
+fn constrains(schema: &Value) -> bool {
+    schema.as_object().is_some_and(|o| {
+        o.keys().any(|k| {
+            matches!(
+                k.as_str(),
+                "type"
+                    | "enum"
+                    | "const"
+                    | "anyOf"
+                    | "oneOf"
+                    | "allOf"
+                    | "not"
+                    | "properties"
+                    | "items"
+                    | "required"
+            )
+        })
+    })
 }
 
 fn flatten_types(types: Vec<Value>) -> Vec<Value> {
@@ -553,6 +575,7 @@ mod tests {
                 "format": {"type": "string", "enum": ["csv", "xlsx"]},
                 "columns": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
                 "result": true,
+                "anything": {"description": "Whatever the code set."},
                 "stdout": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
             },
             "required": ["rows", "path", "format", "columns", "stdout"]
