@@ -349,10 +349,8 @@ impl Config {
         let query = QueryConfig {
             name: "sales".into(),
             source: "sample".into(),
-            description: "Load sales (one row per order line: date, product line, region, \
-                channel, units, revenue, discount) on or after a date into a server-side \
-                artifact. Returns a dataRef with the schema, row count, null counts and a \
-                few sample rows, not the rows."
+            description: "Load sales (one row per order line: date, line, region, channel, \
+                units, revenue, discount) on or after a date."
                 .into(),
             sql: "SELECT date, line, region, channel, units, revenue, discount \
                   FROM sales WHERE date >= :since ORDER BY date, id"

@@ -541,6 +541,11 @@ impl Tool for UpstreamTool {
         &self.spec
     }
 
+    /// The upstream server's schemas, listed as it gives them.
+    fn schemas_are_ours(&self) -> bool {
+        false
+    }
+
     async fn call(
         &self,
         args: Map<String, Value>,

@@ -20,8 +20,16 @@ use crate::{CallOutcome, RunContext, spill};
 /// Room the cut note of a plain-text result takes.
 const NOTE_CHARS: usize = 200;
 
-/// The output schema a tool lists: its own result, the spill synopsis when its results
-/// may be spilled, and the truncation object.
+/// The output schema one of our tools lists: its own result, the spill synopsis when its
+/// results may be spilled and the truncation object, folded into one object schema
+/// ([`crate::listed`]).
+pub(crate) fn listed_output_schema(own: Value, spilled: bool) -> Value {
+    crate::listed::listed_output(own, spilled, truncation_schema(), spill::synopsis_schema())
+}
+
+/// The output schema an upstream server's tool lists: its own schema untouched, as one of
+/// the alternatives beside the spill synopsis (when its results may be spilled) and the
+/// truncation object.
 pub(crate) fn widen_output_schema(own: Value, spilled: bool) -> Value {
     let mut alternatives = vec![own];
     if spilled {
@@ -172,11 +180,10 @@ mod tests {
 
     #[test]
     fn the_truncation_object_is_json_within_the_cap_and_fits_the_schema() {
-        let validator = jsonschema::validator_for(&widen_output_schema(
-            json!({"type": "object", "properties": {"files": {"type": "array"}}, "required": ["files"], "additionalProperties": false}),
-            false,
-        ))
-        .unwrap();
+        let own = json!({"type": "object", "properties": {"files": {"type": "array"}}, "required": ["files"], "additionalProperties": false});
+        // Ours fold the truncation object in; an upstream tool's schema is one alternative.
+        let listed = jsonschema::validator_for(&listed_output_schema(own.clone(), true)).unwrap();
+        let validator = jsonschema::validator_for(&widen_output_schema(own, false)).unwrap();
         // Quotes and control characters grow when escaped.
         let text = format!("{{\"files\":[{}]}}", "\"\\u0001\\\"x\\\"\",".repeat(5_000));
         let total = text.chars().count();
@@ -196,6 +203,7 @@ mod tests {
                 assert_eq!(back["characters"], total);
                 assert_eq!(back.get("path").is_some(), path.is_some());
                 assert!(validator.is_valid(&back), "{back}");
+                assert!(listed.is_valid(&back), "{back}");
             }
         }
     }

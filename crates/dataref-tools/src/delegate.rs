@@ -25,25 +25,20 @@ pub const MAX_ARGS_FILE_BYTES: u64 = 1 << 20;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CallToolArgs {
-    /// The tool to call, by its listed name.
+    /// The tool to call.
     pub tool: String,
-    /// Workspace path of a JSON file holding one object: the tool's arguments (at most
-    /// 1 MiB). Write it with `run_python` (`out/files/…`) from a spill file or a table.
+    /// A workspace JSON file holding the tool's arguments as one object.
     pub args_file: String,
-    /// Arguments you write yourself (decisions, short values); merged over the file's, key
-    /// by key into nested objects, and they win. Arrays and other values replace.
+    /// Arguments you decide yourself; they win over the file's, key by key.
     #[serde(default)]
     pub overrides: Option<Map<String, Value>>,
 }
 
 const DESCRIPTION: &str = "\
-Call another tool with its arguments read from a JSON file in your workspace, so data the \
-server already holds reaches that tool without you writing it out again (slow, and copies \
-drift from the original). Typical use, in two steps: (1) `run_python` reads the spill file \
-or dataRef (`files`/`inputs`) and writes the target tool's arguments as one JSON object to \
-`out/files/args.json`; (2) `call_tool(tool, args_file=\"args.json\", overrides={...})` with \
-only the values you decided yourself in `overrides` (they win over the file's). The merged \
-arguments are checked against the target tool's schema; the result is the target's.";
+Call a tool with arguments read from a workspace JSON file, so data the server holds reaches \
+it without you copying it. Two steps: (1) `run_python` reads the spill file or dataRef and \
+writes the arguments to `out/files/args.json`; (2) `call_tool(tool, \"args.json\", \
+overrides)` with only your own decisions.";
 
 /// The spec of `call_tool`. Its calls never reach [`Tool::call`]: `execute_tool_call`
 /// expands and runs the target itself.

@@ -366,10 +366,10 @@ fn validate(
     if problems.is_empty() {
         return None;
     }
-    let mut hint = fixes(&entry.spec.input_schema, args);
+    let mut hint = fixes(&entry.own_input, args);
     hint.push(format!(
         "`{tool}` takes {}",
-        describe_params(&entry.spec.input_schema)
+        describe_params(&entry.own_input)
     ));
     let hint = hint.join("; ");
     let source = match from_file {
@@ -510,8 +510,19 @@ fn describe_params(schema: &Value) -> String {
             if !ts.is_empty() {
                 parts.push(ts.join(" or "));
             }
-            if let Some(f) = p.get("format").and_then(Value::as_str) {
+            // A date says how to write it; `uint32` and `double` are schemars' own words.
+            if let Some(f) = p.get("format").and_then(Value::as_str)
+                && !f.starts_with("int")
+                && !f.starts_with("uint")
+                && !matches!(f, "double" | "float")
+            {
                 parts.push(f.to_owned());
+            }
+            // The choices are listed without prose; the hint names them all.
+            let allowed = choices(p);
+            if !allowed.is_empty() {
+                let quoted: Vec<String> = allowed.iter().map(|c| format!("`{c}`")).collect();
+                parts.push(format!("one of {}", quoted.join(", ")));
             }
             if required.contains(&name.as_str()) {
                 parts.push("required".into());

@@ -33,6 +33,7 @@ mod delegate;
 mod error;
 mod execute;
 mod json_indent;
+mod listed;
 mod records;
 mod registry;
 mod spill;

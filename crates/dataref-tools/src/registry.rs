@@ -4,14 +4,19 @@ use std::sync::Arc;
 use dataref_config::SpillConfig;
 use dataref_protocol::ToolSpec;
 
-use crate::{Tool, ToolsError, cap};
+use crate::{Tool, ToolsError, cap, listed};
 
 pub(crate) struct Entry {
     pub tool: Arc<dyn Tool>,
-    /// The spec as listed: the tool's own, with the output schema widened to admit the
-    /// truncation object of the result cap, and a spill synopsis when the tool's results
-    /// may be spilled.
+    /// The spec as listed: for our tools, the schemas in their portable form, the output
+    /// schema folded with the truncation object of the result cap and the spill synopsis
+    /// when the tool's results may be spilled ([`crate::listed`]); an upstream tool's own
+    /// output schema is one alternative beside those.
     pub spec: ToolSpec,
+    /// The tool's own input schema, as the tool wrote it: arguments are checked against
+    /// it (so an explicit `null` for an optional argument still passes, and an unsigned
+    /// argument still refuses a negative number), and hints are made from it.
+    pub own_input: serde_json::Value,
     pub validator: jsonschema::Validator,
     /// Results longer than this many characters are spilled; `None`: never.
     pub spill_threshold: Option<usize>,
@@ -54,13 +59,22 @@ impl ToolRegistryBuilder {
                 }
             })?;
             let spill_threshold = self.spill.threshold_for(&name, tool.result_is_synopsis());
-            if let Some(output) = spec.output_schema.take() {
-                spec.output_schema =
-                    Some(cap::widen_output_schema(output, spill_threshold.is_some()));
+            let spilled = spill_threshold.is_some();
+            let own_input = spec.input_schema.clone();
+            if tool.schemas_are_ours() {
+                spec.input_schema = listed::portable_input(spec.input_schema);
+                spec.output_schema = spec
+                    .output_schema
+                    .map(|o| cap::listed_output_schema(o, spilled));
+            } else {
+                spec.output_schema = spec
+                    .output_schema
+                    .map(|o| cap::widen_output_schema(o, spilled));
             }
             let entry = Entry {
                 tool,
                 spec,
+                own_input,
                 validator,
                 spill_threshold,
             };

@@ -14,10 +14,10 @@ use crate::{RunContext, ToolError, ToolOutput};
 pub(crate) struct DescribeArgs {
     /// The table to describe.
     data_ref: DataRef,
-    /// Only these columns (default: all, a page at a time).
+    /// Only these columns (default: all).
     #[serde(default)]
     columns: Option<Vec<String>>,
-    /// Skip this many columns (from `nextColumnOffset` of the previous answer).
+    /// The previous answer's `nextColumnOffset`, for the next page.
     #[serde(default)]
     column_offset: Option<usize>,
 }
@@ -31,11 +31,9 @@ impl DescribeDataTool {
         Self {
             spec: spec_for::<DescribeArgs, DataStats>(
                 "describe_data",
-                "Summary statistics of a stored table, computed server-side: per column the \
-                 count, NULLs, distinct values, min/max, mean/std/quartiles for numbers, and the \
-                 most frequent values for text. Use it to check units, outliers, empty columns \
-                 and categories before writing code. Wide tables come a page of columns at a \
-                 time (`nextColumnOffset`).",
+                "Per-column statistics of a stored table, computed server-side: count, NULLs, \
+                 distinct, min/max, mean, quartiles, top values. Use it to check units, \
+                 outliers and categories before writing code, instead of reading rows.",
                 true,
                 false,
             ),

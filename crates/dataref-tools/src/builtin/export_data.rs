@@ -20,7 +20,7 @@ pub const EXPORTS_DIR: &str = "exports";
 /// Tries at a free name (`name.csv`, `name-2.csv`, …) before giving up.
 const NAME_TRIES: u32 = 100;
 
-/// File formats of `export_data`.
+// File formats of `export_data` (no doc comment: it would be listed as the argument's).
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 enum FormatArg {
@@ -47,39 +47,28 @@ impl FormatArg {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExportArgs {
-    /// What to export: a `dataRef` (`data_…`), or the workspace path of a tabular file:
-    /// `.arrow`, `.csv` or `.tsv` with a header row, `.json` (an array of flat objects, or
-    /// an object with one field holding such an array, e.g. `{"rows": [...]}`), or
-    /// `.ndjson` / `.jsonl` (one flat object per line).
+    /// A dataRef, or a workspace table file (`.arrow`, `.csv`, `.json`, `.ndjson`).
     source: String,
-    /// `csv` (RFC 4180, UTF-8), `xlsx` (Excel: typed cells, frozen header row), `parquet`
-    /// (Snappy), `json` (an array of objects) or `ndjson` (an object per line).
     format: FormatArg,
-    /// These columns, in this order (default: all).
+    /// These columns, in order (default: all).
     #[serde(default)]
     columns: Option<Vec<String>>,
-    /// Names a person reads, by column, e.g. `{"revenue": "Revenue (EUR)"}`; other
-    /// columns keep their names.
+    /// New names by column, e.g. `{"revenue": "Revenue (EUR)"}`.
     #[serde(default)]
     headers: Option<BTreeMap<String, String>>,
-    /// Sort the rows by this column (NULLs last; ties keep the table's order).
+    /// Sort rows by this column.
     #[serde(default)]
     sort_by: Option<String>,
-    /// Sort largest first (default false).
     #[serde(default)]
     descending: Option<bool>,
-    /// Skip this many rows (after sorting).
     #[serde(default)]
     offset: Option<u64>,
-    /// Write at most this many rows (default: all).
     #[serde(default)]
     limit: Option<u64>,
-    /// The file's name without directory, e.g. `q3-sales` (the extension is added). Default:
-    /// `export-<date>-<time>`. An existing file is never replaced: `-2`, `-3`, … is added.
+    /// A name without directory or extension, e.g. `q3-sales`.
     #[serde(default)]
     filename: Option<String>,
-    /// CSV only: start with a UTF-8 byte order mark, which Excel needs to show accents
-    /// right (default false).
+    /// CSV: a UTF-8 byte order mark, for Excel.
     #[serde(default)]
     bom: Option<bool>,
 }
@@ -109,17 +98,10 @@ impl ExportDataTool {
         Self {
             spec: spec_for::<ExportArgs, ExportResult>(
                 "export_data",
-                "Write a stored table to a file for the person, by reference: the rows go from \
-                 the store to `exports/` in your workspace, never through you. Formats: `csv` \
-                 (RFC 4180, UTF-8), `xlsx` (typed cells, frozen header; more than 1,048,575 \
-                 rows continue on further sheets), `parquet`, `json`, `ndjson`. Choose and \
-                 order `columns`, rename them with `headers`, sort (`sort_by`, `descending`) \
-                 and page (`offset`, `limit`). Filtering and aggregation are not export's job: \
-                 do them in SQL or `run_python` first and export the `dataRef` that returns. \
-                 Text a spreadsheet would run as a formula is neutralised. `source` may also \
-                 be a table file in your workspace (`.arrow`, `.csv`, `.tsv`, `.json` records, \
-                 `.ndjson`/`.jsonl`), e.g. a large result saved there. Returns the path, rows \
-                 and size; the person gets a link to the file.",
+                "Write a stored table to a file under `exports/` for the person, by reference: \
+                 the rows never pass through you, and the person gets a link. Choose, rename, \
+                 sort and page columns and rows here; filter or aggregate first (SQL or \
+                 `run_python`) and export the dataRef that returns.",
                 false,
                 false,
             ),

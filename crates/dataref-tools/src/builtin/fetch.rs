@@ -35,9 +35,20 @@ impl FetchTool {
                 ParamType::Date => json!({"type": "string", "format": "date"}),
                 ParamType::Timestamp => json!({"type": "string", "format": "date-time"}),
             };
+            let shape = match p.ty {
+                ParamType::Date => Some("YYYY-MM-DD"),
+                ParamType::Timestamp => Some("RFC 3339"),
+                _ => None,
+            };
+            let description = match (&p.description, shape) {
+                (Some(d), Some(shape)) if !d.contains(shape) => Some(format!("{d} ({shape})")),
+                (Some(d), _) => Some(d.clone()),
+                (None, Some(shape)) => Some(shape.to_owned()),
+                (None, None) => None,
+            };
             if let Some(o) = s.as_object_mut() {
-                if let Some(d) = &p.description {
-                    o.insert("description".into(), Value::String(d.clone()));
+                if let Some(d) = description {
+                    o.insert("description".into(), Value::String(d));
                 }
                 if let Some(d) = &p.default {
                     o.insert("default".into(), d.clone());
@@ -49,10 +60,8 @@ impl FetchTool {
             properties.insert(p.name.clone(), s);
         }
         let description = format!(
-            "{}\n\nThe rows are stored server-side; you get a `dataRef`, the schema, row count, \
-             null counts and a small sample. Never ask for the rows themselves: compute with \
-             `run_python` (inputs by dataRef), look closer with `describe_data`, show the person \
-             with `render_chart`/`render_table`/`export_data`.",
+            "{} The rows stay server-side: you get a dataRef, the schema, row count and a small \
+             sample. Pass the dataRef on; never ask for the rows.",
             query.description.trim()
         );
         let spec = ToolSpec {

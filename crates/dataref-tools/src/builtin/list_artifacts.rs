@@ -19,7 +19,7 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListArgs {
-    /// At most this many (default and maximum: the server's limit, usually 50).
+    /// At most this many (default: the server's limit, usually 50).
     #[serde(default)]
     limit: Option<usize>,
 }
@@ -58,9 +58,8 @@ impl ListArtifactsTool {
         Self {
             spec: spec_for::<ListArgs, ListResult>(
                 "list_artifacts",
-                "Your live stored tables, newest first: dataRef, rows, columns, size, which tool \
-                 made it and when it expires. Use it to find a dataRef from earlier in the \
-                 conversation instead of fetching again.",
+                "Your stored tables, newest first: dataRef, rows, columns, size, maker, expiry. \
+                 Use it to find an earlier dataRef instead of fetching again.",
                 true,
                 false,
             ),

@@ -20,10 +20,9 @@ use crate::{RunContext, Tool, ToolError, ToolOutput};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct QueryArgs {
-    /// Which source to run the SQL on.
+    /// The source to query.
     source: String,
-    /// One read-only SELECT (or WITH … SELECT) statement. Filter and aggregate here when
-    /// you can: the result is stored, not returned.
+    /// One read-only SELECT; filter and aggregate here.
     sql: String,
 }
 
@@ -56,24 +55,20 @@ impl QueryTool {
             .iter()
             .any(|s| !matches!(s.kind, SourceKind::Postgres { .. }))
         {
-            how.push("SQLite tables: `SELECT name, sql FROM sqlite_schema`");
+            how.push("`SELECT name, sql FROM sqlite_schema`");
         }
         if sources
             .iter()
             .any(|s| matches!(s.kind, SourceKind::Postgres { .. }))
         {
             how.push(
-                "PostgreSQL tables you may read: `SELECT table_schema, table_name FROM \
-                 information_schema.tables WHERE table_schema NOT IN ('pg_catalog', \
-                 'information_schema')`; it runs as your own database role, so grants and \
-                 row-level security decide what you see",
+                "`information_schema.tables` (PostgreSQL: runs as your own role, grants decide)",
             );
         }
         let description = format!(
-            "Run one read-only SQL statement in the source's own dialect and store the result \
-             server-side. Returns a `dataRef` with the schema, row count, null counts and a \
-             small sample, not the rows. Sources: {}. Results over the source's row limit are \
-             refused: filter or aggregate in SQL. To see tables: {}.",
+            "Run one read-only SQL statement and store the result server-side: you get a \
+             dataRef, the schema, row count and a small sample, not the rows. Sources: {}. \
+             Results over the row limit are refused. Tables: {}.",
             listed.join(", "),
             how.join("; ")
         );

@@ -66,35 +66,27 @@ impl From<Sort> for SortOrder {
 pub(crate) struct ChartArgs {
     /// The table to draw.
     data_ref: DataRef,
-    /// The column along the horizontal axis: categories (bar, pie), dates or numbers
-    /// (line, area, scatter), or the values to bin (histogram).
+    /// The column on the horizontal axis (for a histogram: the values to bin).
     x: String,
-    /// Numeric columns to draw, one series each; rows with the same `x` are summed. Leave
-    /// out to count rows. Not used by histograms. One column may be given as a string.
+    /// Numeric column(s), summed per `x`; leave out to count rows.
     #[serde(default, deserialize_with = "one_or_many")]
     #[schemars(with = "OneOrMany")]
     y: Vec<String>,
-    /// bar, line, area, scatter, histogram or pie.
     kind: Kind,
-    /// A column whose values split each `y` into one series per value (colour).
+    /// A column splitting each `y` into one series per value.
     #[serde(default)]
     group: Option<String>,
-    /// Default: made from the column names, e.g. "revenue by region".
     #[serde(default)]
     title: Option<String>,
-    /// Order of categories. Default: largest first for text, by `x` for dates and numbers.
     #[serde(default)]
     sort: Option<Sort>,
-    /// Keep this many categories (bar, pie) and groups; the rest are summed into `other`.
-    /// Default: 20 bars, 8 slices, 8 groups.
+    /// Categories kept; the rest are summed into `other`.
     #[serde(default)]
     #[schemars(range(min = 1, max = 200))]
     top: Option<u32>,
-    /// Width in pixels (default 1000).
     #[serde(default)]
     #[schemars(range(min = 200, max = 4000))]
     width: Option<u32>,
-    /// Height in pixels (default 600).
     #[serde(default)]
     #[schemars(range(min = 200, max = 4000))]
     height: Option<u32>,
@@ -161,14 +153,10 @@ impl RenderChartTool {
         Self {
             spec: spec_for::<ChartArgs, ChartResult>(
                 "render_chart",
-                "Draw a chart of a stored table for the person: bar, line, area, scatter, \
-                 histogram or pie. The rows never pass through you: the chart is written to \
-                 `charts/` in your workspace as PNG and SVG and shown to the person; you get \
-                 the paths and how many points were drawn. `y` takes one or more numeric \
-                 columns (summed per `x`; leave it out to count rows); `group` splits series \
-                 by a column. Many categories are folded into the top N plus `other`, long \
-                 series are downsampled, dates get a time axis. Aggregate or filter first with \
-                 SQL or `run_python` when the chart needs a different table.",
+                "Draw a chart of a stored table for the person (PNG and SVG under `charts/`). \
+                 The rows never pass through you: you get the paths and the point count. Many \
+                 categories fold into the top N plus `other`; long series are downsampled. For \
+                 a different table, aggregate first (SQL or `run_python`).",
                 false,
                 false,
             ),

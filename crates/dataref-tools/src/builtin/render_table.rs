@@ -32,16 +32,16 @@ const MAX_CELL_CHARS: usize = 200;
 pub(crate) struct TableArgs {
     /// The table to show.
     data_ref: DataRef,
-    /// These columns in this order (default: all, up to 40).
+    /// These columns, in order (default: the first 40).
     #[serde(default)]
     columns: Option<Vec<String>>,
     /// Order rows by this column (default: stored order).
     #[serde(default)]
     sort: Option<String>,
-    /// With `sort`: largest first (default false).
+    /// With `sort`: largest first.
     #[serde(default)]
     descending: Option<bool>,
-    /// Rows to show, at most 2000 (default 100).
+    /// Rows to show (default 100).
     #[serde(default)]
     #[schemars(range(min = 1, max = 2000))]
     limit: Option<u32>,
@@ -69,12 +69,10 @@ impl RenderTableTool {
         Self {
             spec: spec_for::<TableArgs, TableResult>(
                 "render_table",
-                "Show rows of a stored table to the person as a formatted table (Markdown, and \
-                 HTML saved under `tables/` in your workspace). The rows go to the person, not \
-                 to you: you get only how many were shown. Pick `columns`, `sort` (+ \
-                 `descending`) and `limit` (at most 2000). Use it when the person wants to \
-                 see the data; compute with SQL or `run_python` first when they want a \
-                 summary.",
+                "Show rows of a stored table to the person (Markdown, and HTML under `tables/`). \
+                 The rows reach the person, not you: you get how many were shown. Use it when \
+                 the person wants to see the data; for a summary compute it first (SQL or \
+                 `run_python`).",
                 false,
                 false,
             ),

@@ -46,25 +46,22 @@ const MAX_CODE_FILE_BYTES: u64 = 1 << 20;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RunPythonArgs {
-    /// Python 3 source (give this or `code_file`). Inputs are pandas DataFrames named by
-    /// `inputs`; `pd` and `np` are imported. Set `result` to a small JSON-able value (≤ 4 KB)
-    /// and put tables in `outputs["name"] = df`.
+    /// Python source (or `code_file`); `pd` and `np` are imported.
     #[serde(default)]
     #[schemars(length(min = 1, max = 200_000))]
     code: Option<String>,
-    /// Instead of `code`: the workspace path of a Python file to run (UTF-8, at most 1 MiB),
-    /// e.g. `scripts/report.py`. Tracebacks give its line numbers.
+    /// A workspace `.py` file to run instead of `code`: keep long scripts there.
     #[serde(default)]
     #[schemars(length(min = 1, max = 4096))]
     code_file: Option<String>,
-    /// Global name → dataRef, e.g. `{"sales": "data_…"}`. Each becomes a DataFrame.
+    /// Name → dataRef, e.g. `{"sales": "data_…"}`.
     #[serde(default)]
     inputs: BTreeMap<String, DataRef>,
-    /// Workspace files the code may read, at `in/files/<path>`.
+    /// Workspace files to read, at `in/files/<path>`.
     #[serde(default)]
     #[schemars(length(max = 64))]
     files: Vec<String>,
-    /// Seconds before the job is stopped (default 60).
+    /// Seconds before the job is stopped.
     #[serde(default)]
     #[schemars(range(min = 1, max = 3600))]
     timeout_s: Option<u64>,
@@ -196,20 +193,11 @@ pub fn sandbox_settings(config: &Config) -> SandboxSettings {
 impl RunPythonTool {
     pub fn new(sandbox: Arc<PythonSandbox>, config: PythonConfig) -> Self {
         let description = format!(
-            "Run Python 3 (pandas {pandas}, numpy, pyarrow, matplotlib, openpyxl, python-docx, \
-             python-pptx) on stored tables, in a sandbox with no network. `inputs` maps names \
-             to dataRefs; each is a pandas DataFrame global of that name. Set `result` to a \
-             small JSON value (at most {cap} bytes: numbers, short lists, a few rows) and store \
-             tables with `outputs[\"name\"] = df`: each becomes a new dataRef you can pass on \
-             (charts, exports, another run) without the rows passing through you. `files` \
-             (workspace paths) are readable at `in/files/<path>`; files the code writes under \
-             `out/files/` are saved to the workspace at the same path. Do the arithmetic here, \
-             not in your head. Each run starts fresh: nothing is kept between runs except what \
-             you store. Keep a long script in a workspace file and pass its path as \
-             `code_file` instead of `code`: write it once (a run can save it under \
-             `out/files/`), then change only what needs changing and run the file again, so \
-             the script does not drift as it would when rewritten in every call; tracebacks \
-             give the file's line numbers. Default timeout {timeout} s.",
+            "Compute on stored tables with Python 3 (pandas {pandas}, numpy, pyarrow, \
+             matplotlib) in a sandbox without network; do the arithmetic here. `inputs` maps \
+             names to dataRefs, each a DataFrame. Set `result` to small JSON (at most {cap} \
+             bytes); `outputs[\"name\"] = df` stores a new dataRef; `out/files/` goes to the \
+             workspace. Runs share nothing. Timeout {timeout} s.",
             pandas = dataref_sandbox::runtime::PINNED
                 .iter()
                 .find(|p| p.name == "pandas")

@@ -465,10 +465,7 @@ async fn file_tools_are_registered_with_their_annotations() {
     ] {
         let spec = f.registry.get(name).unwrap().spec().clone();
         assert_eq!(spec.annotations.read_only, read_only, "{name}");
-        assert!(
-            spec.description.contains("relative to your workspace"),
-            "{name}"
-        );
+        assert!(spec.description.contains("your workspace"), "{name}");
         assert_eq!(spec.input_schema["additionalProperties"], false, "{name}");
     }
 }

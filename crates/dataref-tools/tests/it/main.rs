@@ -340,3 +340,55 @@ async fn a_fetch_returns_a_small_description() {
     assert_eq!(serde_json::to_string(&d).unwrap(), o.text);
     assert!(o.text.len() < 1_500, "{} bytes", o.text.len());
 }
+
+/// A named query from config is listed by the same rules as the built-in tools: no
+/// `format` (a date or a timestamp says how to write it instead), its declared default
+/// kept; its arguments are still checked against its own schema.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_querys_parameters_are_listed_portably() {
+    use dataref_config::{ParamConfig, ParamType};
+    let mut f = fixture();
+    let home = tempfile::tempdir().unwrap();
+    let mut config = Config::builtin_sample(home.path().to_owned(), 2_000);
+    let mut query = config.queries.get("sales").unwrap().clone();
+    query.name = "by_day".into();
+    query.sql = "SELECT date, revenue FROM sales WHERE date >= :since AND id > :n".into();
+    let param = |name: &str, ty, default: Option<Value>, description: Option<&str>| ParamConfig {
+        name: name.into(),
+        ty,
+        required: false,
+        default,
+        description: description.map(str::to_owned),
+    };
+    query.params = vec![
+        param(
+            "since",
+            ParamType::Date,
+            Some(json!("2025-01-01")),
+            Some("First day"),
+        ),
+        param("at", ParamType::Timestamp, None, None),
+        param("n", ParamType::Integer, Some(json!(0)), None),
+    ];
+    config.queries.insert("by_day".into(), query);
+    f.registry = dataref_tools::builtin_registry(&config).unwrap();
+    let spec = f
+        .registry
+        .specs()
+        .find(|s| s.name == "fetch_by_day")
+        .unwrap();
+    assert_eq!(
+        spec.input_schema["properties"],
+        json!({
+            "since": {"type": "string", "description": "First day (YYYY-MM-DD)", "default": "2025-01-01"},
+            "at": {"type": "string", "description": "RFC 3339"},
+            "n": {"type": "integer", "default": 0}
+        }),
+        "{}",
+        spec.input_schema
+    );
+    // The tool's own schema still knows the formats; the hint says what a date is.
+    let o = run(&f, ToolCall::new("fetch_by_day", json!({"n": "one"}))).await;
+    assert!(o.is_error);
+    assert!(o.text.contains("`since` (string, date)"), "{}", o.text);
+}

@@ -15,6 +15,7 @@ mod http_edges;
 mod jsonrpc;
 mod ops;
 mod postgres;
+mod tools_list;
 mod transcript;
 
 use std::path::{Path, PathBuf};

@@ -17,10 +17,9 @@ use crate::{RunContext, ToolError, ToolOutput};
 pub(crate) struct CopyArgs {
     /// The file to copy, relative to your workspace.
     src: String,
-    /// The new file's path, relative to your workspace (e.g. `reports/q3-sales.csv`).
-    /// Missing directories are created.
+    /// The new path, e.g. `reports/q3-sales.csv`.
     dst: String,
-    /// Replace `dst` if it exists (default false: an existing `dst` is an error).
+    /// Replace an existing `dst`.
     #[serde(default)]
     overwrite: Option<bool>,
 }
@@ -44,10 +43,8 @@ impl CopyFileTool {
             spec: spec_for::<CopyArgs, CopyResult>(
                 "copy_file",
                 "Copy a file within your workspace, e.g. to keep a spilled result or an export \
-                 under a name the person chose. `src` and `dst` are paths relative to your \
-                 workspace; missing directories of `dst` are created. An existing `dst` is \
-                 refused unless you pass `overwrite: true`. The copy appears whole or not at \
-                 all. Returns the new path and its size.",
+                 under a name the person chose. Missing directories are created; an existing \
+                 `dst` is replaced only with `overwrite: true`.",
                 false,
                 false,
             ),

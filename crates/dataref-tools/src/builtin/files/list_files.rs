@@ -20,18 +20,16 @@ const HIDDEN_SLACK: usize = 32;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ListArgs {
-    /// The directory to list, relative to your workspace (default: its root, `.`).
+    /// A directory relative to your workspace (default: its root).
     #[serde(default)]
     path: Option<String>,
-    /// Keep only entries whose path relative to `path` matches: `*.csv` (this directory),
-    /// `**/*.csv` (any depth), `reports/*`. `*` and `?` stay within one name; `[a-z]`
-    /// sets work too. A glob lists the whole tree below `path`.
+    /// Only paths matching, e.g. `*.csv`, `**/*.csv` (any depth).
     #[serde(default)]
     glob: Option<String>,
-    /// List the whole tree below `path`, not only its direct entries (default false).
+    /// The whole tree below `path`.
     #[serde(default)]
     recursive: Option<bool>,
-    /// At most this many entries (default 200, at most 1,000).
+    /// At most this many entries (default 200).
     #[serde(default)]
     #[schemars(range(min = 1, max = 1000))]
     max_entries: Option<usize>,
@@ -93,13 +91,10 @@ impl ListFilesTool {
         Self {
             spec: spec_for::<ListArgs, ListResult>(
                 "list_files",
-                "List files in your workspace with their sizes (bytes) and modification times. \
-                 `path` is a directory relative to your workspace (default: its root). Only its \
-                 direct entries by default; `recursive: true`, or a `glob` such as `**/*.csv`, \
-                 lists the whole tree below it. At most `maxEntries` (default 200, at most \
-                 1,000); `truncated` and `note` say when entries were left out. Symbolic links \
-                 are shown as links, not followed. Paths in the answer can be passed to \
-                 `read_file` and `copy_file` as they are.",
+                "List files in your workspace with sizes and times: a directory's entries, or \
+                 the whole tree below it with `recursive` or a `glob`. `truncated` and `note` \
+                 say when entries were left out. The paths can be passed to `read_file` and \
+                 `copy_file` as they are.",
                 true,
                 false,
             ),

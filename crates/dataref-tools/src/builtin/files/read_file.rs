@@ -39,14 +39,13 @@ const READ_BUFFER: usize = 64 * 1024;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ReadArgs {
-    /// The file, relative to your workspace (e.g. `notes.md`, `reports/summary.txt`).
+    /// Relative to your workspace, e.g. `notes.md`.
     path: String,
-    /// The first line to show, counting from 1 (default 1). To go on after a window, pass
-    /// the `offset` that `note` names.
+    /// The first line, from 1; to go on, the `offset` that `note` names.
     #[serde(default)]
     #[schemars(range(min = 1))]
     offset: Option<u64>,
-    /// At most this many lines (default 200, at most 2,000).
+    /// Lines to show (default 200).
     #[serde(default)]
     #[schemars(range(min = 1, max = 2000))]
     limit: Option<u64>,
@@ -90,15 +89,9 @@ impl ReadFileTool {
         Self {
             spec: spec_for::<ReadArgs, ReadResult>(
                 "read_file",
-                "Read a text file in your workspace as numbered lines (like `cat -n`), one window \
-                 at a time: `offset` is the first line (from 1), `limit` the number of lines \
-                 (default 200, at most 2,000). The text is capped at about 12,000 characters and \
-                 lines over 2,000 characters are cut; `note` says what was left out and which \
-                 `offset` goes on. A binary file (image, PDF, Parquet, …) gives only its type and \
-                 size. Paths are relative to your workspace (`list_files` shows what is there). \
-                 This is for looking at text files such as notes, code, logs and spilled \
-                 results, not for data: tables belong in artifacts, so use `describe_data` and \
-                 `run_python` on a `dataRef` instead of reading rows.",
+                "Read a text file in your workspace (notes, code, logs, a spilled result) as \
+                 numbered lines, a window at a time; `note` says what was left out. Not for \
+                 data: use `describe_data` or `run_python` on a dataRef instead of reading rows.",
                 true,
                 false,
             ),
