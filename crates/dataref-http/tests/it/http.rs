@@ -11,7 +11,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use dataref_config::{HttpConfig, JwtConfig, JwtKey, PrincipalConfig};
-use dataref_mcp::http::{HttpError, HttpOptions, HttpServer};
+use dataref_http::{HttpError, HttpOptions, HttpServer};
 use dataref_mcp::rmcp::model::{
     CallToolRequestParams, CallToolResult, ProtocolVersion, ReadResourceRequestParams,
 };

@@ -25,10 +25,10 @@
 //! finish for up to [`DRAIN`], and only then ends the MCP sessions.
 //!
 //! ```no_run
-//! # async fn run(server: dataref_mcp::DatarefServer, options: dataref_mcp::http::HttpOptions)
-//! # -> Result<(), dataref_mcp::http::HttpError> {
+//! # async fn run(server: dataref_mcp::DatarefServer, options: dataref_http::HttpOptions)
+//! # -> Result<(), dataref_http::HttpError> {
 //! let shutdown = tokio_util::sync::CancellationToken::new();
-//! let http = dataref_mcp::http::HttpServer::bind(server, options).await?;
+//! let http = dataref_http::HttpServer::bind(server, options).await?;
 //! eprintln!("serving MCP at {}", http.mcp_url());
 //! http.serve(shutdown).await?;
 //! # Ok(()) }
@@ -55,13 +55,11 @@ use dataref_protocol::Principal;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Caller, DatarefServer};
+use dataref_mcp::{Caller, DatarefServer, StreamableHttp};
 
 pub use auth::{NewToken, new_token};
 pub(crate) use body::Body;
@@ -168,7 +166,7 @@ impl std::fmt::Debug for HttpServer {
 
 struct State {
     server: DatarefServer,
-    mcp: StreamableHttpService<DatarefServer, LocalSessionManager>,
+    mcp: StreamableHttp,
     sessions: sessions::Sessions,
     auth: auth::Authenticator,
     guard: guard::Guard,
@@ -214,23 +212,12 @@ impl HttpServer {
             ttl: http.download_ttl,
         }));
         let mcp_shutdown = CancellationToken::new();
-        let manager = Arc::new(LocalSessionManager::default());
         // Host and Origin are checked here for every route, before authentication.
-        let config = StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(true)
-            .disable_allowed_hosts()
-            .disable_allowed_origins()
-            .with_cancellation_token(mcp_shutdown.clone());
-        let factory_server = server.clone();
-        let mcp = StreamableHttpService::new(
-            move || Ok(factory_server.for_session()),
-            manager.clone(),
-            config,
-        );
+        let mcp = StreamableHttp::new(&server, mcp_shutdown.clone());
         let state = Arc::new(State {
             server,
             mcp,
-            sessions: sessions::Sessions::new(manager),
+            sessions: sessions::Sessions::default(),
             auth,
             guard,
             // Auth off is one local user on loopback: a rate limit would only throttle
@@ -444,7 +431,7 @@ async fn route(state: &State, request: Request<Incoming>) -> Response<Body> {
         StatusCode::NOT_FOUND,
         json!({
             "error": "not_found",
-            "message": format!("nothing is served at `{}`", truncate(&path)),
+            "message": format!("nothing is served at `{}`", dataref_protocol::truncate_echo(&path)),
             "hint": format!("the MCP endpoint is `{MCP_PATH}`"),
         }),
     )
@@ -483,7 +470,7 @@ async fn mcp(state: &State, request: Request<Incoming>, open: conn::OpenRequest)
     let (mut parts, body) = request.into_parts();
     parts.extensions.insert(Caller(principal.clone()));
     let (body, timed_out) = body::with_deadline(body, state.body_timeout);
-    let response = crate::jsonrpc::handle(&state.mcp, Request::from_parts(parts, body)).await;
+    let response = state.mcp.handle(Request::from_parts(parts, body)).await;
     if timed_out.happened() {
         return body_timed_out(state.body_timeout);
     }
@@ -577,18 +564,7 @@ pub(crate) fn json_response(status: StatusCode, value: Value) -> Response<Body> 
     r
 }
 
-/// Echoed request values are bounded.
-pub(crate) fn truncate(s: &str) -> String {
-    const MAX: usize = 100;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
-}
-
 /// Seconds since the Unix epoch.
 pub(crate) fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+    dataref_protocol::Timestamp::now().unix_seconds()
 }

@@ -25,9 +25,9 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Value, json};
 
-use super::conn::OpenRequest;
-use super::{Body, HttpError, State, body, json_response, now_secs};
-use crate::resources::files::{mime_type, percent_decode, percent_encode};
+use crate::conn::OpenRequest;
+use crate::{Body, HttpError, State, body, json_response, now_secs};
+use dataref_protocol::{mime_type, percent_decode, percent_encode};
 
 /// `POST /files/sign` bodies are one small JSON object.
 const MAX_SIGN_BODY: usize = 16 * 1024;
@@ -44,7 +44,7 @@ impl Signer {
     ) -> Result<Self, HttpError> {
         let bytes = match configured {
             Some(k) => {
-                let k = super::expand_setting("http.signing_key", k, lookup)?;
+                let k = crate::expand_setting("http.signing_key", k, lookup)?;
                 if k.len() < 32 {
                     return Err(HttpError::Setting {
                         key: "http.signing_key",
@@ -89,14 +89,14 @@ impl Signer {
     }
 }
 
-/// Signed links for the files tool results attach (see [`crate::DatarefServer`]).
+/// Signed links for the files tool results attach (see [`dataref_mcp::DatarefServer`]).
 pub(crate) struct Links {
     pub(crate) signer: Arc<Signer>,
     pub(crate) public_url: String,
     pub(crate) ttl: std::time::Duration,
 }
 
-impl crate::server::DownloadLinks for Links {
+impl dataref_mcp::DownloadLinks for Links {
     fn link(&self, principal: &Principal, path: &str) -> Option<(String, i64)> {
         let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
         let expires = now_secs().saturating_add(ttl);
@@ -137,7 +137,7 @@ pub(crate) async fn sign(state: &State, request: Request<Incoming>) -> Response<
         .await
     {
         Ok(b) => b.to_bytes(),
-        Err(_) if timed_out.happened() => return super::body_timed_out(state.body_timeout),
+        Err(_) if timed_out.happened() => return crate::body_timed_out(state.body_timeout),
         Err(_) => return bad_request("the body is not a JSON object of at most 16 KiB"),
     };
     let requested = match serde_json::from_slice::<Value>(&body)
