@@ -1,8 +1,17 @@
-//! `dataref serve --http`: MCP over Streamable HTTP for many principals in one process.
+//! dataref's HTTP server (`dataref serve --http`): MCP over Streamable HTTP for many
+//! principals in one process, and the workspace downloads.
 //!
-//! rmcp's [`StreamableHttpService`] speaks the protocol (2025-11-25 with sessions, and
-//! 2026-07-28, which it always serves statelessly); this module is everything around it,
-//! on hyper's HTTP/1.1 server:
+//! It owns HTTP serving and nothing of the protocol: the listener and its connections
+//! (hyper's HTTP/1.1 server, a header timeout, a send timeout on the socket, the drain at
+//! shutdown), the request pipeline as tower layers ([`tower_layer::Layer`] over
+//! [`tower_service::Service`], see `pipeline.rs`: the guard, then by path one stack per
+//! route, body deadline → auth → rate limit → slot → handler), routing (`routes.rs`: the
+//! MCP endpoint, the metadata, the downloads, and the place for the page to come), bearer tokens and JWTs, per-principal
+//! limits, Host/Origin checks and signed download links. The MCP protocol is
+//! `dataref-mcp`'s: [`dataref_mcp::StreamableHttp`] (rmcp's service with every POST body
+//! checked), [`dataref_mcp::Caller`] (the principal this crate authenticated, in the
+//! request's extensions) and [`dataref_mcp::DownloadLinks`] (implemented here). This
+//! crate depends on `dataref-mcp`, never the reverse, and imports nothing of rmcp.
 //!
 //! - every route: the `Host` and `Origin` checks against DNS rebinding (403; a repeated
 //!   `Host` or `Origin`, or a request target naming another host, 400); a request body
@@ -11,8 +20,8 @@
 //! - `/mcp`: a bearer token (hashed and looked up in `[principals]`) or a JWT names the
 //!   caller, else 401 with `WWW-Authenticate` pointing at the protected-resource metadata;
 //!   per-principal rate (token bucket) and concurrency limits (429 with `Retry-After`); the
-//!   caller goes into the request's extensions as a [`Caller`], where
-//!   [`DatarefServer::per_request`] finds it. A 2025-11-25 session is bound to the principal
+//!   caller goes into the request's extensions as a [`Caller`](dataref_mcp::Caller), where
+//!   `DatarefServer::per_request` finds it. A 2025-11-25 session is bound to the principal
 //!   that opened it: its `Mcp-Session-Id` used by anyone else is an unknown session (404);
 //! - `/.well-known/oauth-protected-resource` (and `…/mcp`): RFC 9728 metadata;
 //! - `GET /files/{path}`: the caller's workspace file, streamed; with a bearer token, or a
@@ -22,7 +31,10 @@
 //!   tool calls.
 //!
 //! At shutdown the server stops accepting, lets open requests (tool calls, downloads)
-//! finish for up to [`DRAIN`], and only then ends the MCP sessions.
+//! finish for up to 10 s, and only then ends the MCP sessions.
+//!
+//! [`validate`] is everything [`HttpServer::bind`] refuses at start (`dataref doctor`
+//! runs it); [`new_token`] makes a bearer token and its `token_sha256`.
 //!
 //! ```no_run
 //! # async fn run(server: dataref_mcp::DatarefServer, options: dataref_http::HttpOptions)
@@ -33,7 +45,6 @@
 //! http.serve(shutdown).await?;
 //! # Ok(()) }
 //! ```
-
 mod auth;
 mod body;
 mod conn;
@@ -41,10 +52,12 @@ mod files;
 mod guard;
 mod jwt;
 mod limits;
+mod pipeline;
+mod routes;
+mod server;
 mod sessions;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,25 +65,20 @@ use std::time::Duration;
 use bytes::Bytes;
 use dataref_config::{HttpConfig, PrincipalConfig};
 use dataref_protocol::Principal;
-use http::{Method, Request, Response, StatusCode, header};
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use http::{Response, StatusCode, header};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-
-use dataref_mcp::{Caller, DatarefServer, StreamableHttp};
 
 pub use auth::{NewToken, new_token};
 pub(crate) use body::Body;
+pub use server::HttpServer;
 
 /// The MCP endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
-const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 /// How long open connections may take to finish after a shutdown signal.
-const DRAIN: Duration = Duration::from_secs(10);
+pub(crate) const DRAIN: Duration = Duration::from_secs(10);
 /// A request's headers must arrive within this (slow clients hold a connection otherwise).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What `serve --http` needs from the config.
 #[derive(Debug, Clone)]
@@ -145,204 +153,6 @@ fn expand_setting(
     })
 }
 
-/// A bound, configured server; [`HttpServer::serve`] runs it.
-pub struct HttpServer {
-    listener: TcpListener,
-    /// The address bound (the port of `:0` filled in).
-    local: SocketAddr,
-    state: Arc<State>,
-    /// Cancels rmcp's sessions and streams at shutdown.
-    mcp_shutdown: CancellationToken,
-    send_timeout: Duration,
-}
-
-impl std::fmt::Debug for HttpServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpServer")
-            .field("public_url", &self.state.public_url)
-            .finish_non_exhaustive()
-    }
-}
-
-struct State {
-    server: DatarefServer,
-    mcp: StreamableHttp,
-    sessions: sessions::Sessions,
-    auth: auth::Authenticator,
-    guard: guard::Guard,
-    limits: limits::Limits,
-    signer: Arc<files::Signer>,
-    download_ttl: Duration,
-    body_timeout: Duration,
-    /// Requests being answered; a shutdown waits for them.
-    open: conn::Open,
-    /// Without a trailing `/`.
-    public_url: String,
-}
-
-impl HttpServer {
-    /// Checks the options ([`validate`]), binds `options.http.listen` and builds the
-    /// routes. Nothing is served until [`Self::serve`].
-    pub async fn bind(server: DatarefServer, options: HttpOptions) -> Result<Self, HttpError> {
-        check_listen(&options)?;
-        let http = &options.http;
-        let listener = TcpListener::bind(http.listen)
-            .await
-            .map_err(|source| HttpError::Bind {
-                addr: http.listen,
-                source,
-            })?;
-        let local = listener.local_addr().map_err(|source| HttpError::Bind {
-            addr: http.listen,
-            source,
-        })?;
-        let public_url = http
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{local}"));
-        let Checked {
-            auth,
-            guard,
-            signer,
-        } = check(&options, &public_url)?;
-        let http = options.http;
-        server.set_download_links(Arc::new(files::Links {
-            signer: signer.clone(),
-            public_url: public_url.clone(),
-            ttl: http.download_ttl,
-        }));
-        let mcp_shutdown = CancellationToken::new();
-        // Host and Origin are checked here for every route, before authentication.
-        let mcp = StreamableHttp::new(&server, mcp_shutdown.clone());
-        let state = Arc::new(State {
-            server,
-            mcp,
-            sessions: sessions::Sessions::default(),
-            auth,
-            guard,
-            // Auth off is one local user on loopback: a rate limit would only throttle
-            // them against themselves (a host's burst of requests, the conformance
-            // suite), there is no other principal to protect. Concurrency still applies.
-            limits: limits::Limits::new(
-                http.max_concurrent,
-                http.max_downloads,
-                if http.auth {
-                    http.rate_per_minute
-                } else {
-                    u32::MAX
-                },
-            ),
-            signer,
-            download_ttl: http.download_ttl,
-            body_timeout: http.body_timeout,
-            open: conn::Open::default(),
-            public_url,
-        });
-        Ok(Self {
-            listener,
-            local,
-            state,
-            mcp_shutdown,
-            send_timeout: http.send_timeout,
-        })
-    }
-
-    /// The address actually bound (the port of `:0` filled in).
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// The MCP endpoint at the address this server listens on: `http://<addr>/mcp`. It is
-    /// [`Self::mcp_url`] unless `[http] public_url` names another (a proxy in front).
-    pub fn listen_url(&self) -> String {
-        format!("http://{}{MCP_PATH}", self.local)
-    }
-
-    /// The MCP endpoint as clients should reach it: `<public_url>/mcp`.
-    pub fn mcp_url(&self) -> String {
-        format!("{}{MCP_PATH}", self.state.public_url)
-    }
-
-    /// Serves until `shutdown` is cancelled, then stops accepting, gives open requests
-    /// [`DRAIN`] to finish, and ends the MCP sessions (cancelling what is still running).
-    pub async fn serve(self, shutdown: CancellationToken) -> Result<(), HttpError> {
-        let Self {
-            listener,
-            state,
-            mcp_shutdown,
-            send_timeout,
-            ..
-        } = self;
-        let pruner = sessions::spawn_pruner(state.clone(), mcp_shutdown.clone());
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let stream = match accepted {
-                        Ok((stream, _)) => stream,
-                        Err(e) => {
-                            // Out of file descriptors and the like: wait, do not spin.
-                            tracing::warn!("accepting a connection failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
-                    let state = state.clone();
-                    let service = hyper::service::service_fn(move |request| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(route(&state, request).await) }
-                    });
-                    let connection = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(HEADER_TIMEOUT)
-                        .serve_connection(
-                            TokioIo::new(conn::SendTimeout::new(stream, send_timeout)),
-                            service,
-                        );
-                    let connection = graceful.watch(connection);
-                    tokio::spawn(async move {
-                        if let Err(e) = connection.await {
-                            tracing::debug!("connection ended with an error: {e}");
-                        }
-                    });
-                }
-                () = shutdown.cancelled() => break,
-            }
-        }
-        drop(listener);
-        let deadline = tokio::time::Instant::now() + DRAIN;
-        // Idle connections close now and busy ones after their current request; open
-        // requests run on, the sessions they belong to included.
-        let closed = graceful.shutdown();
-        tokio::pin!(closed);
-        let mut all_closed = false;
-        let open = state.open.clone();
-        tokio::select! {
-            () = &mut closed => all_closed = true,
-            () = open.none_left() => {}
-            () = tokio::time::sleep_until(deadline) => {
-                tracing::warn!(
-                    "{} request(s) still open after {DRAIN:?}; cancelling them",
-                    open.count()
-                );
-            }
-        }
-        // Ends the sessions and their notification streams (and cancels calls left over).
-        mcp_shutdown.cancel();
-        pruner.abort();
-        if !all_closed {
-            let grace = deadline.max(tokio::time::Instant::now() + Duration::from_secs(1));
-            tokio::select! {
-                () = &mut closed => tracing::info!("all connections closed"),
-                () = tokio::time::sleep_until(grace) => {
-                    tracing::warn!("connections still open at shutdown; stopping anyway");
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Everything `serve --http` refuses at start, short of binding the port: `auth = false`
 /// on an address that is not loopback, nobody with a token and no `[http.jwt]`, a JWT key
 /// that cannot be used (an unreadable JWKS file, a short or unset HS256 secret), a bad
@@ -359,14 +169,14 @@ pub fn validate(options: &HttpOptions) -> Result<(), HttpError> {
 }
 
 /// What [`check`] builds: the parts of the server that come from the config.
-struct Checked {
-    auth: auth::Authenticator,
-    guard: guard::Guard,
-    signer: Arc<files::Signer>,
+pub(crate) struct Checked {
+    pub(crate) auth: auth::Authenticator,
+    pub(crate) guard: guard::Guard,
+    pub(crate) signer: Arc<files::Signer>,
 }
 
 /// `auth = false` is for loopback only (checked before anything listens).
-fn check_listen(options: &HttpOptions) -> Result<(), HttpError> {
+pub(crate) fn check_listen(options: &HttpOptions) -> Result<(), HttpError> {
     let http = &options.http;
     if !http.auth && !http.listen.ip().is_loopback() {
         return Err(HttpError::AuthOffNotLoopback {
@@ -379,7 +189,7 @@ fn check_listen(options: &HttpOptions) -> Result<(), HttpError> {
 
 /// Builds the authenticator, the Host/Origin guard and the download signer from the
 /// options, `${NAME}` expanded from the environment: each refuses what it cannot use.
-fn check(options: &HttpOptions, public_url: &str) -> Result<Checked, HttpError> {
+pub(crate) fn check(options: &HttpOptions, public_url: &str) -> Result<Checked, HttpError> {
     check_listen(options)?;
     let HttpOptions {
         http,
@@ -395,105 +205,6 @@ fn check(options: &HttpOptions, public_url: &str) -> Result<Checked, HttpError> 
         guard,
         signer,
     })
-}
-
-/// One request, any route.
-async fn route(state: &State, request: Request<Incoming>) -> Response<Body> {
-    if let Err(refused) = state.guard.check(request.uri(), request.headers()) {
-        return refused.response();
-    }
-    let path = request.uri().path().to_owned();
-    if path == METADATA_PATH || path == format!("{METADATA_PATH}{MCP_PATH}") {
-        return match *request.method() {
-            Method::GET | Method::HEAD => metadata(state, &path),
-            _ => method_not_allowed("GET"),
-        };
-    }
-    // Counted from here until the response's last byte: a shutdown waits for it.
-    let open = state.open.start();
-    if path == MCP_PATH {
-        return mcp(state, request, open).await;
-    }
-    if path == "/files/sign" {
-        return match *request.method() {
-            Method::POST => files::sign(state, request).await,
-            _ => method_not_allowed("POST"),
-        };
-    }
-    if let Some(rest) = path.strip_prefix("/files/") {
-        let rest = rest.to_owned();
-        return match *request.method() {
-            Method::GET => files::download(state, request, &rest, open).await,
-            _ => method_not_allowed("GET"),
-        };
-    }
-    json_response(
-        StatusCode::NOT_FOUND,
-        json!({
-            "error": "not_found",
-            "message": format!("nothing is served at `{}`", dataref_protocol::truncate_echo(&path)),
-            "hint": format!("the MCP endpoint is `{MCP_PATH}`"),
-        }),
-    )
-}
-
-/// `/mcp`: authenticate, limit, bind sessions to principals, then rmcp.
-async fn mcp(state: &State, request: Request<Incoming>, open: conn::OpenRequest) -> Response<Body> {
-    let principal = match state.auth.authenticate(request.headers()) {
-        Ok(p) => p,
-        Err(failure) => return state.auth.challenge(&failure),
-    };
-    if let Err(refused) = state.limits.admit(&principal) {
-        return refused.response();
-    }
-    // Tool calls arrive as POSTs; a GET is the long-lived notification stream and a
-    // DELETE ends a session, neither of which should take a slot.
-    let permit = if request.method() == Method::POST {
-        match state.limits.slot(&principal) {
-            Ok(p) => Some(p),
-            Err(refused) => return refused.response(),
-        }
-    } else {
-        None
-    };
-    let session = request
-        .headers()
-        .get(sessions::HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if let Some(id) = &session
-        && !state.sessions.is_bound_to(id, &principal)
-    {
-        return sessions::unknown_session();
-    }
-    let method = request.method().clone();
-    let (mut parts, body) = request.into_parts();
-    parts.extensions.insert(Caller(principal.clone()));
-    let (body, timed_out) = body::with_deadline(body, state.body_timeout);
-    let response = state.mcp.handle(Request::from_parts(parts, body)).await;
-    if timed_out.happened() {
-        return body_timed_out(state.body_timeout);
-    }
-    match (&session, &method) {
-        (None, _) => {
-            if let Some(id) = response
-                .headers()
-                .get(sessions::HEADER)
-                .and_then(|v| v.to_str().ok())
-            {
-                state.sessions.bind(id, &principal);
-            }
-        }
-        (Some(id), &Method::DELETE) if response.status().is_success() => {
-            state.sessions.forget(id);
-        }
-        (Some(_), _) => {}
-    }
-    let (parts, body) = response.into_parts();
-    // A GET is the session's notification stream, open as long as the session: not a
-    // request a shutdown should wait for.
-    let open = (method != Method::GET).then_some(open);
-    Response::from_parts(parts, body::holding(body, (permit, open)))
 }
 
 /// 408 for a request body that did not arrive within `limit`; the connection is closed
@@ -512,38 +223,6 @@ pub(crate) fn body_timed_out(limit: Duration) -> Response<Body> {
         header::CONNECTION,
         header::HeaderValue::from_static("close"),
     );
-    r
-}
-
-/// RFC 9728 protected-resource metadata. `resource` is the URL this document describes:
-/// the server for the bare path, the MCP endpoint for the `/mcp`-suffixed one.
-fn metadata(state: &State, path: &str) -> Response<Body> {
-    let resource = if path.ends_with(MCP_PATH) {
-        format!("{}{MCP_PATH}", state.public_url)
-    } else {
-        state.public_url.clone()
-    };
-    let mut doc = json!({
-        "resource": resource,
-        "bearer_methods_supported": ["header"],
-        "resource_name": "dataref",
-    });
-    if let Some(issuer) = state.auth.issuer() {
-        doc["authorization_servers"] = json!([issuer]);
-    }
-    json_response(StatusCode::OK, doc)
-}
-
-fn method_not_allowed(allowed: &'static str) -> Response<Body> {
-    let mut r = json_response(
-        StatusCode::METHOD_NOT_ALLOWED,
-        json!({
-            "error": "method_not_allowed",
-            "message": format!("this path answers {allowed} only"),
-        }),
-    );
-    r.headers_mut()
-        .insert(header::ALLOW, header::HeaderValue::from_static(allowed));
     r
 }
 

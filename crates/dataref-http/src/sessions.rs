@@ -11,7 +11,8 @@ use dataref_protocol::Principal;
 use http::{Response, StatusCode};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Body, State, body};
+use crate::server::State;
+use crate::{Body, body};
 
 pub(crate) const HEADER: &str = dataref_mcp::SESSION_HEADER;
 /// How often bindings of sessions rmcp has closed (idle, deleted) are dropped.
