@@ -103,6 +103,10 @@ pub(crate) fn answer(response: Response<Body>) -> BoxFuture {
 pub(crate) trait Stage: Clone + Send + Sync + 'static {
     /// What `before` hands to `after`.
     type Carry: Send + 'static;
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response itself, made once per refused request"
+    )]
     fn before<B>(&self, request: &mut Request<B>) -> Result<Self::Carry, Response<Body>>;
     fn after(&self, carry: Self::Carry, response: Response<Body>) -> Response<Body>;
 }
@@ -295,6 +299,10 @@ impl Stage for Authenticate {
 }
 
 /// The caller [`Authenticate`] put into the request.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response itself, made once per refused request"
+)]
 fn caller<B>(request: &Request<B>) -> Result<Principal, Response<Body>> {
     match request.extensions().get::<Caller>() {
         Some(Caller(principal)) => Ok(principal.clone()),

@@ -137,7 +137,7 @@ impl HttpServer {
     }
 
     /// Serves until `shutdown` is cancelled, then stops accepting, gives open requests
-    /// [`DRAIN`] to finish, and ends the MCP sessions (cancelling what is still running).
+    /// 10 s (`DRAIN`) to finish, and ends the MCP sessions (cancelling what is still running).
     pub async fn serve(self, shutdown: CancellationToken) -> Result<(), HttpError> {
         let Self {
             listener,
