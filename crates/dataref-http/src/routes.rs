@@ -1,14 +1,13 @@
 //! Routing by path, then method, to the stacks [`crate::pipeline::build`] made; the MCP
 //! endpoint; the RFC 9728 metadata; 404 and 405.
 //!
-//! | path                                        | methods   | stack                  |
-//! |---------------------------------------------|-----------|------------------------|
-//! | `/.well-known/oauth-protected-resource[/mcp]` | GET, HEAD | none (no token)      |
-//! | `/mcp`                                      | any (rmcp answers) | [`mcp`]       |
-//! | `/files/sign`                               | POST      | [`crate::files::sign`] |
-//! | `/files/{path}`                             | GET       | [`crate::files::download`] |
+//! - `/.well-known/oauth-protected-resource` (and `…/mcp`): GET and HEAD, no token;
+//! - `/mcp`: every method (rmcp answers), through [`mcp`];
+//! - `/files/sign`: POST, through [`crate::files::sign`];
+//! - `/files/{path}`: GET, through [`crate::files::download`];
+//! - anything else: 404 naming the MCP endpoint.
 //!
-//! The page to come (a person's view of their workspace) is one more row: its own stack
+//! The page to come (a person's view of their workspace) is one more entry: its own stack
 //! in `pipeline::build`, its own arm in [`Routes::call`], authenticated like the
 //! downloads.
 
