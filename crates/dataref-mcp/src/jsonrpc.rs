@@ -11,7 +11,7 @@
 //! - stdio (and any byte stream): [`transport`] is an rmcp [`Transport`] whose reader task
 //!   checks every line and writes the error itself, through the same writer (one lock, one
 //!   whole line per write) that carries rmcp's messages, so lines never interleave;
-//! - HTTP: [`handle`] reads a POST body, answers a bad one with HTTP 400 and the
+//! - HTTP: [`check_post`] (through [`crate::StreamableHttp::handle`]) reads a POST body, answers a bad one with HTTP 400 and the
 //!   JSON-RPC error as an `application/json` body (the Streamable HTTP transport's answer
 //!   to input the server cannot accept), and hands a good one on to rmcp unchanged.
 
@@ -20,20 +20,16 @@ use std::sync::Arc;
 use std::convert::Infallible;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use rmcp::RoleServer;
 use rmcp::model::{ClientJsonRpcMessage, ErrorCode, RequestId};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use rmcp::transport::streamable_http_server::StreamableHttpService;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, mpsc};
-
-use crate::DatarefServer;
 
 /// The longest line (one message) read on a byte stream, as rmcp's own stdio transport.
 pub(crate) const MAX_LINE_BYTES: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
@@ -116,7 +112,7 @@ pub(crate) fn check(bytes: &[u8]) -> Verdict {
             ErrorCode::INVALID_PARAMS,
             format!(
                 "Invalid params for `{}`: {parse_error}",
-                crate::http::truncate(method)
+                dataref_protocol::truncate_echo(method)
             ),
             "check the request's `params` against the method's schema in the MCP specification",
         )),
@@ -433,29 +429,10 @@ async fn read_line<R: AsyncRead + Unpin>(
 // ---------------------------------------------------------------------------------------
 // HTTP.
 
-type RmcpResponse = Response<BoxBody<Bytes, Infallible>>;
-
-/// rmcp's [`StreamableHttpService::handle`], with every POST body checked on the way: a
-/// good body goes on unchanged, a bad one is answered here.
-pub(crate) async fn handle<B>(
-    mcp: &StreamableHttpService<DatarefServer, LocalSessionManager>,
-    request: Request<B>,
-) -> RmcpResponse
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    if request.method() != Method::POST {
-        return mcp.handle(request).await;
-    }
-    match check_post(request, mcp.config.max_request_body_bytes).await {
-        Ok(request) => mcp.handle(request).await,
-        Err(refused) => refused,
-    }
-}
+pub(crate) type RmcpResponse = Response<BoxBody<Bytes, Infallible>>;
 
 /// A POST body read (at most `max_bytes`, as rmcp would) and checked.
-async fn check_post<B>(
+pub(crate) async fn check_post<B>(
     request: Request<B>,
     max_bytes: usize,
 ) -> Result<Request<Full<Bytes>>, RmcpResponse>

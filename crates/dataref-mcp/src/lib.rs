@@ -39,9 +39,11 @@
 //!   a [`Tool`](dataref_tools::Tool) named `prefix + name`, registered next to the
 //!   built-in ones; calls are forwarded with cancellation and a timeout, results mapped to
 //!   text, structured content and attachments.
-//! - [`http`]: `serve --http`, Streamable HTTP (both protocol revisions) for many
-//!   principals, with bearer tokens and JWTs, Host/Origin checks, per-principal limits and
-//!   workspace downloads.
+//! - [`StreamableHttp`]: rmcp's Streamable HTTP service (both protocol revisions) for a
+//!   per-request server, with every POST body checked; [`Caller`] and [`DownloadLinks`]
+//!   are what the HTTP side hands in. Serving it (listener, auth, limits, Host/Origin,
+//!   downloads) is the `dataref-http` crate, which depends on this one, never the reverse:
+//!   nothing here knows hyper, tokens or routes.
 //! - Every message is answered: on stdio (and [`DatarefServer::serve_io`]) each line, over
 //!   HTTP each POST body, is checked before rmcp sees it, and one that is not JSON
 //!   (`-32700`: too deep, invalid UTF-8, a lone surrogate) or not a JSON-RPC message
@@ -93,7 +95,6 @@
 //! ```
 
 mod completion;
-pub mod http;
 mod jsonrpc;
 mod notify;
 mod progress;
@@ -101,9 +102,11 @@ mod prompts;
 mod resources;
 mod serve;
 mod server;
+mod streamable;
 mod tools;
 pub mod upstream;
 
 pub use rmcp;
 pub use serve::{InProcessSession, McpServeError, connect_in_process};
-pub use server::{Caller, DatarefServer, INSTRUCTIONS, SharedContext};
+pub use server::{Caller, DatarefServer, DownloadLinks, INSTRUCTIONS, SharedContext};
+pub use streamable::{SESSION_HEADER, StreamableHttp};

@@ -257,7 +257,7 @@ pub(crate) fn subscribable(uri: &str) -> Result<String, McpError> {
         };
     }
     if let Some(raw) = uri.strip_prefix(files::URI_PREFIX) {
-        let path = files::percent_decode(raw).and_then(|b| String::from_utf8(b).ok());
+        let path = dataref_protocol::percent_decode(raw).and_then(|b| String::from_utf8(b).ok());
         let inside = path.as_deref().is_some_and(|p| {
             !p.is_empty()
                 && !p.starts_with('/')

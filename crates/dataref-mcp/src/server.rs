@@ -119,13 +119,14 @@ struct PerPrincipal {
 }
 
 /// Makes a signed download URL (and its expiry, Unix seconds) for a principal's
-/// workspace file; `None` when it cannot.
-pub(crate) trait DownloadLinks: Send + Sync {
+/// workspace file; `None` when it cannot. The HTTP server (dataref-http) implements it
+/// and hands it over with [`DatarefServer::set_download_links`].
+pub trait DownloadLinks: Send + Sync {
     fn link(&self, principal: &Principal, path: &str) -> Option<(String, i64)>;
 }
 
 /// The authenticated principal of an HTTP request, put into the request's extensions by
-/// the authentication layer ([`crate::http`]) and read by [`DatarefServer::per_request`].
+/// the HTTP server's authentication layer (dataref-http) and read by [`DatarefServer::per_request`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller(pub Principal);
 
@@ -175,7 +176,7 @@ impl DatarefServer {
 
     /// From now on, results that link workspace files for the person also carry a signed
     /// download URL for each (the first call wins).
-    pub(crate) fn set_download_links(&self, links: Arc<dyn DownloadLinks>) {
+    pub fn set_download_links(&self, links: Arc<dyn DownloadLinks>) {
         let _ = self.inner.links.set(links);
     }
 
@@ -204,7 +205,7 @@ impl DatarefServer {
 
     /// Closes the cached workspaces no call is using (they are opened again on the
     /// principal's next request), so the cache holds only principals active lately.
-    pub(crate) fn forget_idle_workspaces(&self) {
+    pub fn forget_idle_workspaces(&self) {
         if let Contexts::PerRequest(p) = &self.inner.contexts {
             p.workspaces.forget_idle();
         }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use dataref_protocol::{Principal, ToolSpec};
+use dataref_protocol::{Principal, ToolSpec, percent_decode};
 use dataref_tools::{Attachment, CallOutcome};
 use rmcp::model::{
     Annotations, CallToolResult, ContentBlock, EmbeddedResource, ImageContent, JsonObject,
@@ -12,7 +12,6 @@ use rmcp::model::{
 };
 use serde_json::Value;
 
-use crate::resources::files::percent_decode;
 use crate::server::DownloadLinks;
 
 /// `tools/list` entry for one spec: schemas, title and hints.

@@ -9,6 +9,9 @@
 //! - [`Principal`]: who is calling. Every artifact belongs to exactly one.
 //! - [`Description`]: what a producer returns instead of rows.
 //! - [`ToolSpec`]: a tool's name, description, input and output schemas.
+//! - Small helpers both the MCP glue and the HTTP server use: [`percent_encode`] and
+//!   [`percent_decode`] (workspace paths in URIs), [`mime_type`] (by extension),
+//!   [`truncate_echo`] (bounded echoes of request values), [`Timestamp::now`].
 //!
 //! ```
 //! use dataref_protocol::DataRef;
@@ -19,6 +22,7 @@
 
 mod data_ref;
 mod describe;
+mod text;
 mod time;
 mod tool;
 
@@ -26,6 +30,7 @@ pub use data_ref::{DataRef, DataRefError, Principal, PrincipalError};
 pub use describe::{
     ColumnStats, DESCRIBED_COLUMNS, DataStats, Description, NumericStats, TopValue,
 };
+pub use text::{mime_type, percent_decode, percent_encode, truncate_echo};
 pub use time::{Timestamp, civil_from_days, days_from_civil};
 pub use tool::{ToolAnnotations, ToolSpec, object_schema};
 

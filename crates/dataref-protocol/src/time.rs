@@ -34,6 +34,15 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
 pub struct Timestamp(pub i64);
 
 impl Timestamp {
+    /// The system clock, now (the Unix epoch if the clock is before it). Code that must be
+    /// testable takes a `Clock` (dataref-store) instead; this is what the system one reads.
+    pub fn now() -> Self {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        Self(secs)
+    }
+
     pub fn unix_seconds(self) -> i64 {
         self.0
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use dataref_config::{Config, SourceKind};
-use dataref_mcp::http::HttpOptions;
+use dataref_http::HttpOptions;
 
 use crate::{Common, settings};
 
@@ -122,7 +122,7 @@ fn http(mut config: Config, addr: Option<&str>) -> Check {
         principals: config.principals.clone(),
         anonymous,
     };
-    if let Err(e) = dataref_mcp::http::validate(&options) {
+    if let Err(e) = dataref_http::validate(&options) {
         return check(Status::Fail, WHAT, e.to_string(), Some(&e.hint()));
     }
     let auth = if config.http.auth {

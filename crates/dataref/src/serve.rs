@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use dataref_config::{Config, UpstreamTransport};
-use dataref_mcp::http::HttpServer;
+use dataref_http::HttpServer;
 use dataref_mcp::upstream::{self, Upstreams};
 use dataref_mcp::{DatarefServer, SharedContext};
 use dataref_protocol::Principal;
@@ -203,7 +203,7 @@ pub fn new_token(name: &str) -> Result<ExitCode> {
             "invalid principal `{name}`: {e}\nhint: e.g. `dataref token new eu_analyst`"
         )
     })?;
-    let t = dataref_mcp::http::new_token()
+    let t = dataref_http::new_token()
         .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
     let table = if principal
         .as_str()

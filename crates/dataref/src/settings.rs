@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use dataref_config::{Config, env};
-use dataref_mcp::http::{HttpError, HttpOptions};
+use dataref_http::{HttpError, HttpOptions};
 use dataref_protocol::Principal;
 use dataref_sources::{SAMPLE_ROWS_DEFAULT, SAMPLE_ROWS_MAX};
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
@@ -135,14 +135,14 @@ pub fn http_listen(config: &mut Config, addr: &str) -> Result<()> {
 }
 
 /// What `serve --http` runs with, checked as it checks them at start
-/// ([`dataref_mcp::http::validate`]); the error is the one `serve --http` stops with.
+/// ([`dataref_http::validate`]); the error is the one `serve --http` stops with.
 pub fn http_options(config: &Config, anonymous: Principal) -> Result<HttpOptions> {
     let options = HttpOptions {
         http: config.http.clone(),
         principals: config.principals.clone(),
         anonymous,
     };
-    dataref_mcp::http::validate(&options).map_err(|e| http_error(&e))?;
+    dataref_http::validate(&options).map_err(|e| http_error(&e))?;
     Ok(options)
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dataref_config::{HttpConfig, PrincipalConfig};
-use dataref_mcp::http::{HttpError, HttpOptions, HttpServer};
+use dataref_http::{HttpError, HttpOptions, HttpServer};
 use dataref_mcp::rmcp::model::{
     CallToolRequestParams, LoggingLevel, ProtocolVersion, ServerNotification,
     SetLevelRequestParams, SubscriptionFilter,
@@ -26,8 +26,7 @@ use ring::digest;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::capabilities::{Seen, Watcher};
-use crate::support::Env;
+use crate::support::{Env, Seen, Watcher};
 
 const EU: &str = "eu-token-notify-0123456789abcdef0123456789";
 const US: &str = "us-token-notify-0123456789abcdef0123456789";

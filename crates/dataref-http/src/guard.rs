@@ -16,7 +16,9 @@ use dataref_config::HttpConfig;
 use http::{HeaderMap, Response, StatusCode, Uri, header};
 use serde_json::json;
 
-use super::{Body, json_response, truncate};
+use dataref_protocol::truncate_echo as truncate;
+
+use crate::{Body, json_response};
 
 pub(crate) struct Guard {
     hosts: Vec<(String, Option<u16>)>,

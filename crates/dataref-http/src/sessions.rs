@@ -9,29 +9,21 @@ use std::time::Duration;
 use bytes::Bytes;
 use dataref_protocol::Principal;
 use http::{Response, StatusCode};
-use rmcp::transport::streamable_http_server::session::SessionManager;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::CancellationToken;
 
-use super::{Body, State, body};
+use crate::server::State;
+use crate::{Body, body};
 
-pub(crate) const HEADER: &str = "mcp-session-id";
+pub(crate) const HEADER: &str = dataref_mcp::SESSION_HEADER;
 /// How often bindings of sessions rmcp has closed (idle, deleted) are dropped.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
+#[derive(Default)]
 pub(crate) struct Sessions {
     bound: Mutex<HashMap<String, Principal>>,
-    manager: Arc<LocalSessionManager>,
 }
 
 impl Sessions {
-    pub(crate) fn new(manager: Arc<LocalSessionManager>) -> Self {
-        Self {
-            bound: Mutex::new(HashMap::new()),
-            manager,
-        }
-    }
-
     pub(crate) fn is_bound_to(&self, id: &str, principal: &Principal) -> bool {
         self.lock().get(id) == Some(principal)
     }
@@ -48,15 +40,10 @@ impl Sessions {
         self.bound.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn prune(&self) {
+    async fn prune(&self, mcp: &dataref_mcp::StreamableHttp) {
         let ids: Vec<String> = self.lock().keys().cloned().collect();
         for id in ids {
-            let live = self
-                .manager
-                .has_session(&id.clone().into())
-                .await
-                .unwrap_or(true);
-            if !live {
+            if !mcp.has_session(&id).await {
                 self.forget(&id);
             }
         }
@@ -72,7 +59,7 @@ pub(crate) fn spawn_pruner(
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    state.sessions.prune().await;
+                    state.sessions.prune(&state.mcp).await;
                     state.limits.forget_idle();
                     state.server.forget_idle_workspaces();
                 }

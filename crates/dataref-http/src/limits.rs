@@ -13,7 +13,7 @@ use http::{Response, StatusCode, header};
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::{Body, json_response};
+use crate::{Body, json_response};
 
 pub(crate) struct Limits {
     max_concurrent: usize,

@@ -27,13 +27,9 @@ pub(crate) fn full(bytes: Bytes) -> Body {
         .boxed()
 }
 
-/// rmcp's body (an SSE stream for a tool call runs as long as the call), keeping `guard`
-/// until it ends or the client goes away.
-pub(crate) fn holding<G: Send + Sync + Unpin + 'static>(
-    inner: BoxBody<Bytes, Infallible>,
-    guard: G,
-) -> Body {
-    let inner = inner.map_err(|never: Infallible| match never {}).boxed();
+/// `inner` (rmcp's SSE stream for a tool call runs as long as the call; a file), keeping
+/// `guard` (a slot, the open-request count) until it ends or the client goes away.
+pub(crate) fn holding<G: Send + Sync + Unpin + 'static>(inner: Body, guard: G) -> Body {
     Holding {
         inner,
         guard: Some(guard),
@@ -74,29 +70,28 @@ impl<G: Unpin> http_body::Body for Holding<G> {
 const CHUNK: usize = 64 * 1024;
 
 /// `len` bytes of `file`, each chunk read on a blocking thread only when the connection
-/// asks for it: a client that stops reading holds the file and `guard`, never a thread.
-/// A file that ends early ends the response as broken, not short.
-pub(crate) fn file<G: Send + Sync + Unpin + 'static>(file: File, len: u64, guard: G) -> Body {
+/// asks for it: a client that stops reading holds the file (and what the layers around
+/// hold with it), never a thread. A file that ends early ends the response as broken, not
+/// short.
+pub(crate) fn file(file: File, len: u64) -> Body {
     FileBody {
         file: Some(file),
         reading: None,
         remaining: len,
         len,
-        _guard: guard,
     }
     .boxed()
 }
 
-struct FileBody<G> {
+struct FileBody {
     /// `None` while a read is in flight.
     file: Option<File>,
     reading: Option<JoinHandle<(File, std::io::Result<Vec<u8>>)>>,
     remaining: u64,
     len: u64,
-    _guard: G,
 }
 
-impl<G: Unpin> http_body::Body for FileBody<G> {
+impl http_body::Body for FileBody {
     type Data = Bytes;
     type Error = std::io::Error;
 

@@ -1,5 +1,5 @@
 //! Who is calling: `Authorization: Bearer <token>`, the token's SHA-256 looked up in
-//! `[principals]` (or a JWT, [`super::jwt`]), and the 401 that tells a client where to
+//! `[principals]` (or a JWT, [`crate::jwt`]), and the 401 that tells a client where to
 //! learn how to get one.
 //!
 //! Tokens are compared by their digests: a lookup in a map keyed by SHA-256 leaks nothing
@@ -16,7 +16,7 @@ use ring::digest;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::json;
 
-use super::{Body, HttpError, METADATA_PATH, json_response, jwt};
+use crate::{Body, HttpError, METADATA_PATH, json_response, jwt};
 
 pub(crate) struct Authenticator {
     mode: Mode,
@@ -92,7 +92,7 @@ impl Authenticator {
             && jwt::looks_like_jwt(token)
         {
             return verifier
-                .verify(token, super::now_secs())
+                .verify(token, crate::now_secs())
                 .map_err(Failure::Invalid);
         }
         by_digest

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use dataref_mcp::Caller;
 use dataref_protocol::Principal;
 use dataref_workspace::Workspace;
 use http::{HeaderValue, Request, Response, StatusCode, header};
@@ -25,9 +26,12 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Value, json};
 
-use super::conn::OpenRequest;
-use super::{Body, HttpError, State, body, json_response, now_secs};
-use crate::resources::files::{mime_type, percent_decode, percent_encode};
+use crate::body::{self, Body, Deadline};
+use crate::pipeline::BoxFuture;
+use crate::routes::FilePath;
+use crate::server::State;
+use crate::{HttpError, json_response, now_secs};
+use dataref_protocol::{mime_type, percent_decode, percent_encode};
 
 /// `POST /files/sign` bodies are one small JSON object.
 const MAX_SIGN_BODY: usize = 16 * 1024;
@@ -44,7 +48,7 @@ impl Signer {
     ) -> Result<Self, HttpError> {
         let bytes = match configured {
             Some(k) => {
-                let k = super::expand_setting("http.signing_key", k, lookup)?;
+                let k = crate::expand_setting("http.signing_key", k, lookup)?;
                 if k.len() < 32 {
                     return Err(HttpError::Setting {
                         key: "http.signing_key",
@@ -89,14 +93,14 @@ impl Signer {
     }
 }
 
-/// Signed links for the files tool results attach (see [`crate::DatarefServer`]).
+/// Signed links for the files tool results attach (see [`dataref_mcp::DatarefServer`]).
 pub(crate) struct Links {
     pub(crate) signer: Arc<Signer>,
     pub(crate) public_url: String,
     pub(crate) ttl: std::time::Duration,
 }
 
-impl crate::server::DownloadLinks for Links {
+impl dataref_mcp::DownloadLinks for Links {
     fn link(&self, principal: &Principal, path: &str) -> Option<(String, i64)> {
         let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
         let expires = now_secs().saturating_add(ttl);
@@ -122,134 +126,142 @@ fn signed_url(
     )
 }
 
-/// `POST /files/sign`.
-pub(crate) async fn sign(state: &State, request: Request<Incoming>) -> Response<Body> {
-    let principal = match state.auth.authenticate(request.headers()) {
-        Ok(p) => p,
-        Err(f) => return state.auth.challenge(&f),
-    };
-    if let Err(refused) = state.limits.admit(&principal) {
-        return refused.response();
-    }
-    let (body, timed_out) = body::with_deadline(request.into_body(), state.body_timeout);
-    let body = match http_body_util::Limited::new(body, MAX_SIGN_BODY)
-        .collect()
+/// `POST /files/sign`, past authentication and the rate limit.
+pub(crate) fn sign(state: Arc<State>, request: Request<Deadline>) -> BoxFuture {
+    Box::pin(async move {
+        let Some(principal) = caller(&request) else {
+            return Ok(server_fault());
+        };
+        let body = match http_body_util::Limited::new(request.into_body(), MAX_SIGN_BODY)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            // A body past `body_timeout` is answered 408 by the deadline layer.
+            Err(_) => {
+                return Ok(bad_request(
+                    "the body is not a JSON object of at most 16 KiB",
+                ));
+            }
+        };
+        let requested = match serde_json::from_slice::<Value>(&body)
+            .ok()
+            .as_ref()
+            .and_then(|v| v.get("path"))
+            .and_then(Value::as_str)
+        {
+            Some(p) => p.to_owned(),
+            None => {
+                return Ok(bad_request(
+                    "send `{\"path\": \"<workspace-relative path>\"}`",
+                ));
+            }
+        };
+        let Some(workspace) = workspace(&state, &principal) else {
+            return Ok(server_fault());
+        };
+        let checked = tokio::task::spawn_blocking(move || {
+            let path = workspace.resolve(&requested).ok()?;
+            workspace.open_read(&path).ok()?;
+            Some(path.as_str().to_owned())
+        })
         .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(_) if timed_out.happened() => return super::body_timed_out(state.body_timeout),
-        Err(_) => return bad_request("the body is not a JSON object of at most 16 KiB"),
-    };
-    let requested = match serde_json::from_slice::<Value>(&body)
         .ok()
-        .as_ref()
-        .and_then(|v| v.get("path"))
-        .and_then(Value::as_str)
-    {
-        Some(p) => p.to_owned(),
-        None => return bad_request("send `{\"path\": \"<workspace-relative path>\"}`"),
-    };
-    let Some(workspace) = workspace(state, &principal) else {
-        return server_fault();
-    };
-    let checked = tokio::task::spawn_blocking(move || {
-        let path = workspace.resolve(&requested).ok()?;
-        workspace.open_read(&path).ok()?;
-        Some(path.as_str().to_owned())
+        .flatten();
+        let Some(path) = checked else {
+            return Ok(not_found());
+        };
+        let ttl = i64::try_from(state.download_ttl.as_secs()).unwrap_or(i64::MAX);
+        let expires = now_secs().saturating_add(ttl);
+        let url = signed_url(&state.signer, &state.public_url, &principal, &path, expires);
+        Ok(json_response(
+            StatusCode::OK,
+            json!({"url": url, "path": path, "expires_at": expires}),
+        ))
     })
-    .await
-    .ok()
-    .flatten();
-    let Some(path) = checked else {
-        return not_found();
-    };
-    let ttl = i64::try_from(state.download_ttl.as_secs()).unwrap_or(i64::MAX);
-    let expires = now_secs().saturating_add(ttl);
-    let url = signed_url(&state.signer, &state.public_url, &principal, &path, expires);
-    json_response(
-        StatusCode::OK,
-        json!({"url": url, "path": path, "expires_at": expires}),
-    )
 }
 
-/// `GET /files/{path}`: signed (no token) when the query carries a signature, else with
-/// the bearer token.
-pub(crate) async fn download(
+/// The principal of a signed link (`?principal=…&expires=…&sig=…`) for the request's
+/// [`FilePath`]: `None` when the query carries no signature (the bearer token decides),
+/// else the principal, or the 404 of a bad or expired signature.
+pub(crate) fn signed_principal<B>(
     state: &State,
-    request: Request<Incoming>,
-    encoded_path: &str,
-    open: OpenRequest,
-) -> Response<Body> {
-    let Some(path) = percent_decode(encoded_path).and_then(|b| String::from_utf8(b).ok()) else {
-        return not_found();
-    };
+    request: &Request<B>,
+) -> Option<Result<Principal, Response<Body>>> {
     let query = request.uri().query().map(parse_query).unwrap_or_default();
     let get = |k: &str| query.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let principal = if let Some(sig) = get("sig") {
-        let (Some(name), Some(expires)) = (get("principal"), get("expires")) else {
-            return not_found();
-        };
-        let Ok(expires) = expires.parse::<i64>() else {
-            return not_found();
-        };
-        if !state.signer.verify(name, &path, expires, sig) || now_secs() > expires {
-            return not_found();
-        }
-        match Principal::new(name) {
-            Ok(p) => p,
-            Err(_) => return not_found(),
-        }
-    } else {
-        match state.auth.authenticate(request.headers()) {
-            Ok(p) => p,
-            Err(f) => return state.auth.challenge(&f),
-        }
+    let sig = get("sig")?;
+    let Some(FilePath(path)) = request.extensions().get::<FilePath>() else {
+        return Some(Err(not_found()));
     };
-    if let Err(refused) = state.limits.admit(&principal) {
-        return refused.response();
+    let (Some(name), Some(expires)) = (get("principal"), get("expires")) else {
+        return Some(Err(not_found()));
+    };
+    let Ok(expires) = expires.parse::<i64>() else {
+        return Some(Err(not_found()));
+    };
+    if !state.signer.verify(name, path, expires, sig) || now_secs() > expires {
+        return Some(Err(not_found()));
     }
-    let permit = match state.limits.download_slot(&principal) {
-        Ok(p) => p,
-        Err(refused) => return refused.response(),
-    };
-    let Some(workspace) = workspace(state, &principal) else {
-        return server_fault();
-    };
-    let opened = tokio::task::spawn_blocking(move || {
-        let p = workspace.resolve(&path).ok()?;
-        let file = workspace.open_read(&p).ok()?;
-        let len = file.metadata().ok().filter(|m| m.is_file())?.len();
-        Some((p.as_str().to_owned(), file, len))
+    Some(Principal::new(name).map_err(|_| not_found()))
+}
+
+/// `GET /files/{path}`, past authentication (signed link or token), the rate limit and a
+/// download slot (held, with the open-request count, until the file has been sent, the
+/// client left, or it stopped reading for `send_timeout`).
+pub(crate) fn download(state: Arc<State>, request: Request<Incoming>) -> BoxFuture {
+    Box::pin(async move {
+        let (Some(principal), Some(FilePath(path))) = (
+            caller(&request),
+            request.extensions().get::<FilePath>().cloned(),
+        ) else {
+            return Ok(server_fault());
+        };
+        let Some(workspace) = workspace(&state, &principal) else {
+            return Ok(server_fault());
+        };
+        let opened = tokio::task::spawn_blocking(move || {
+            let p = workspace.resolve(&path).ok()?;
+            let file = workspace.open_read(&p).ok()?;
+            let len = file.metadata().ok().filter(|m| m.is_file())?.len();
+            Some((p.as_str().to_owned(), file, len))
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some((path, file, len)) = opened else {
+            return Ok(not_found());
+        };
+        let mut r = Response::new(body::file(file, len));
+        let h = r.headers_mut();
+        let mime = mime_type(&path, None).unwrap_or("application/octet-stream");
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        if let Ok(v) = HeaderValue::from_str(&disposition(&path)) {
+            h.insert(header::CONTENT_DISPOSITION, v);
+        }
+        h.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("sandbox"),
+        );
+        h.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("private, no-store"),
+        );
+        Ok(r)
     })
-    .await
-    .ok()
-    .flatten();
-    let Some((path, file, len)) = opened else {
-        return not_found();
-    };
-    // The download slot and the open-request count are held until the file has been sent
-    // (or the client left, or stopped reading for `send_timeout`).
-    let mut r = Response::new(body::file(file, len, (permit, open)));
-    let h = r.headers_mut();
-    let mime = mime_type(&path, None).unwrap_or("application/octet-stream");
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    if let Ok(v) = HeaderValue::from_str(&disposition(&path)) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("sandbox"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, no-store"),
-    );
-    r
+}
+
+/// The principal the authentication layer put into the request.
+fn caller<B>(request: &Request<B>) -> Option<Principal> {
+    request
+        .extensions()
+        .get::<Caller>()
+        .map(|Caller(p)| p.clone())
 }
 
 fn workspace(state: &State, principal: &Principal) -> Option<Arc<Workspace>> {
@@ -291,7 +303,7 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn not_found() -> Response<Body> {
+pub(crate) fn not_found() -> Response<Body> {
     json_response(
         StatusCode::NOT_FOUND,
         json!({

@@ -18,7 +18,7 @@ use ring::signature::{RSA_PKCS1_2048_8192_SHA256, RsaPublicKeyComponents};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::HttpError;
+use crate::HttpError;
 
 /// Longer tokens are refused before any decoding.
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
@@ -78,7 +78,7 @@ impl Verifier {
     ) -> Result<Self, HttpError> {
         let key = match &config.key {
             JwtKey::Hs256 { secret } => {
-                let secret = super::expand_setting("http.jwt.secret", secret, lookup)?;
+                let secret = crate::expand_setting("http.jwt.secret", secret, lookup)?;
                 if secret.len() < 32 {
                     return Err(HttpError::Setting {
                         key: "http.jwt.secret",
@@ -140,7 +140,7 @@ impl Verifier {
         };
         let header: Header = decode_json(h).map_err(|e| format!("JWT header: {e}"))?;
         if let Some(crit) = &header.crit {
-            let shown = super::truncate(&crit.to_string());
+            let shown = dataref_protocol::truncate_echo(&crit.to_string());
             return Err(format!(
                 "the JWT header's `crit` names extensions this server does not understand: {shown}"
             ));

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use dataref_config::HttpConfig;
-use dataref_mcp::http::{HttpOptions, HttpServer};
+use dataref_http::{HttpOptions, HttpServer};
 use dataref_mcp::{DatarefServer, SharedContext};
 use dataref_protocol::Principal;
 use serde_json::{Value, json};

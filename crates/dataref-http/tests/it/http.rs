@@ -11,7 +11,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use dataref_config::{HttpConfig, JwtConfig, JwtKey, PrincipalConfig};
-use dataref_mcp::http::{HttpError, HttpOptions, HttpServer};
+use dataref_http::{HttpError, HttpOptions, HttpServer};
 use dataref_mcp::rmcp::model::{
     CallToolRequestParams, CallToolResult, ProtocolVersion, ReadResourceRequestParams,
 };
@@ -933,5 +933,73 @@ async fn the_2026_revision_is_stateless() {
     assert!(r.headers().get("mcp-session-id").is_none());
     let body = r.text().await.unwrap();
     assert!(body.contains("\"result\""), "{body}");
+    served.stop().await;
+}
+
+/// Routing answers before authentication: an unknown path is a 404 naming the MCP
+/// endpoint, a wrong method on a files route a 405 with `Allow`, an undecodable download
+/// path the downloads' 404, all without a token; the metadata needs none either. With a
+/// token the same paths get the same answers (no route behind a route).
+#[tokio::test(flavor = "multi_thread")]
+async fn routes_answer_by_path_and_method_before_any_token_is_asked_for() {
+    let env = Env::new(100).unwrap();
+    let served = serve(&env, http_config()).await;
+    let c = http_client();
+    for token in [None, Some(EU)] {
+        let send = |method: reqwest::Method, path: &str| {
+            let r = c.request(method, format!("{}{path}", served.base));
+            match token {
+                Some(t) => r.bearer_auth(t),
+                None => r,
+            }
+            .send()
+        };
+        let r = send(reqwest::Method::GET, "/nowhere").await.unwrap();
+        assert_eq!(r.status(), 404, "{token:?}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "not_found");
+        assert_eq!(body["message"], "nothing is served at `/nowhere`");
+        assert_eq!(body["hint"], "the MCP endpoint is `/mcp`");
+
+        let r = send(reqwest::Method::GET, "/files/sign").await.unwrap();
+        assert_eq!(r.status(), 405, "{token:?}");
+        assert_eq!(r.headers()["allow"], "POST");
+        let r = send(reqwest::Method::POST, "/files/a.csv").await.unwrap();
+        assert_eq!(r.status(), 405, "{token:?}");
+        assert_eq!(r.headers()["allow"], "GET");
+        let r = send(
+            reqwest::Method::POST,
+            "/.well-known/oauth-protected-resource",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 405, "{token:?}");
+        assert_eq!(r.headers()["allow"], "GET");
+
+        let r = send(reqwest::Method::GET, "/files/bad%zz").await.unwrap();
+        assert_eq!(r.status(), 404, "{token:?}");
+        let body: Value = r.json().await.unwrap();
+        assert!(
+            body["hint"].as_str().unwrap().contains("POST /files/sign"),
+            "{body}"
+        );
+
+        let r = send(
+            reqwest::Method::GET,
+            "/.well-known/oauth-protected-resource/mcp",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200, "{token:?}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["resource"], served.mcp());
+    }
+    // A download without a token or a signature is asked for one.
+    let r = c
+        .get(format!("{}/files/a.csv", served.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
     served.stop().await;
 }
