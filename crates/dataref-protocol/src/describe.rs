@@ -2,7 +2,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{DataRef, Timestamp};
+use crate::DataRef;
 
 /// At most this many columns are described (names, types, nulls, sample values): the
 /// description of a table of any width stays bounded.
@@ -21,7 +21,7 @@ pub struct Description {
     /// Number of rows stored.
     pub rows: u64,
     /// Column name → type, in table order: the first 50 of a wider table (`moreColumns`
-    /// counts the rest).
+    /// counts the rest). `sample` rows list their values in this order.
     pub columns: Map<String, Value>,
     /// Columns left out of `columns`, `nulls` and `sample` (the table is wider than 50):
     /// `describe_data` with `columnOffset` pages through them all.
@@ -30,8 +30,11 @@ pub struct Description {
     /// Column name → number of NULLs, only for columns that have any.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub nulls: Map<String, Value>,
-    /// The first rows (the source decides how many; may be none for sensitive data).
-    pub sample: Vec<Map<String, Value>>,
+    /// The first rows, each an array of values in `columns` order (the source decides
+    /// how many; absent when none are shown, e.g. for sensitive data).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "sample_rows")]
+    pub sample: Vec<Vec<Value>>,
     /// Present when sample values were cut or the sample is withheld: says what and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_note: Option<String>,
@@ -39,12 +42,10 @@ pub struct Description {
     /// as text, values Arrow cannot hold stored as NULL, …). Absent when there is nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-    /// After this instant the reference is gone; fetch again.
-    pub expires_at: Timestamp,
 }
 
-/// `describe_data`: summary statistics per column, bounded (wide tables page through
-/// columns with `columnOffset`).
+/// Summary statistics per column as computed, bounded (wide tables page through columns
+/// with `columnOffset`). `describe_data` answers with its compact form, [`StatsTable`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataStats {
@@ -98,6 +99,176 @@ pub struct ColumnStats {
     pub note: Option<String>,
 }
 
+/// `describe_data`'s answer: one compact row per column, the field names said once.
+///
+/// Made from [`DataStats`] by [`StatsTable::from`]: derived statistics (mean, std,
+/// quartiles) rounded to 4 significant digits, values absent at the end of a row cut, the
+/// most frequent values only for low-cardinality text and booleans.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatsTable {
+    /// Rows in the table. Per column, non-null values = rows − nulls (− nonFinite).
+    pub rows: u64,
+    /// What each position of a `columns` row holds, in order.
+    pub fields: Vec<String>,
+    /// Column name → its statistics, positionally as `fields` says (null = not
+    /// applicable; a shorter row leaves out the rest). min/max are values of the column;
+    /// mean, std (ddof = 1) and the quartiles p25/p50/p75 are for numbers only.
+    #[schemars(schema_with = "stat_rows")]
+    pub columns: Map<String, Value>,
+    /// Text and boolean columns with at most 20 distinct values: value → count, most
+    /// frequent first (at most 5). Then `min`/`max` are left out of the row when every
+    /// value is listed.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schemars(schema_with = "value_counts")]
+    pub top: Map<String, Value>,
+    /// Column name → what is estimated or left out for it: `distinctIsEstimate`,
+    /// `topIsEstimate`, `nonFinite` (NaN/±inf, not counted in the other statistics),
+    /// `note`. Absent when all is exact.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schemars(schema_with = "column_flags")]
+    pub exceptions: Map<String, Value>,
+    /// Columns the table has in all, when more than are shown here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_columns: Option<usize>,
+    /// Set when more columns remain: pass it as `columnOffset` to see them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_column_offset: Option<usize>,
+}
+
+/// The positions of a `columns` row.
+pub const STATS_FIELDS: [&str; 10] = [
+    "type", "nulls", "distinct", "min", "max", "mean", "std", "p25", "p50", "p75",
+];
+
+/// Frequent values are listed for text and booleans with at most this many distinct values.
+pub const TOP_MAX_DISTINCT: u64 = 20;
+
+impl From<&DataStats> for StatsTable {
+    fn from(s: &DataStats) -> Self {
+        let mut columns = Map::new();
+        let mut top = Map::new();
+        let mut exceptions = Map::new();
+        for c in &s.columns {
+            let listed = !c.top.is_empty()
+                && !c.top_is_estimate
+                && !c.distinct_is_estimate
+                && c.distinct <= TOP_MAX_DISTINCT
+                && c.numeric.is_none();
+            let every_value_listed = listed && c.top.len() as u64 == c.distinct;
+            let mut row: Vec<Option<Value>> = vec![
+                Some(Value::String(c.data_type.clone())),
+                Some(Value::from(c.nulls)),
+                Some(Value::from(c.distinct)),
+            ];
+            if !every_value_listed {
+                row.push(c.min.clone());
+                row.push(c.max.clone());
+            }
+            if let Some(n) = &c.numeric {
+                row.extend([n.mean, n.std, n.p25, n.p50, n.p75].map(|x| Some(round4(x))));
+            }
+            while row.last().is_some_and(Option::is_none) {
+                row.pop();
+            }
+            let row: Vec<Value> = row.into_iter().map(|v| v.unwrap_or(Value::Null)).collect();
+            columns.insert(c.name.clone(), Value::Array(row));
+            if listed {
+                let counts: Map<String, Value> = c
+                    .top
+                    .iter()
+                    .map(|t| {
+                        let key = match &t.value {
+                            Value::String(v) => v.clone(),
+                            other => other.to_string(),
+                        };
+                        (key, Value::from(t.count))
+                    })
+                    .collect();
+                top.insert(c.name.clone(), Value::Object(counts));
+            }
+            let mut flags = Map::new();
+            if c.distinct_is_estimate {
+                flags.insert("distinctIsEstimate".into(), Value::Bool(true));
+            }
+            if c.top_is_estimate && listed {
+                flags.insert("topIsEstimate".into(), Value::Bool(true));
+            }
+            if c.non_finite > 0 {
+                flags.insert("nonFinite".into(), Value::from(c.non_finite));
+            }
+            if let Some(note) = &c.note {
+                flags.insert("note".into(), Value::String(note.clone()));
+            }
+            if !flags.is_empty() {
+                exceptions.insert(c.name.clone(), Value::Object(flags));
+            }
+        }
+        Self {
+            rows: s.rows,
+            fields: STATS_FIELDS.map(str::to_owned).to_vec(),
+            columns,
+            top,
+            exceptions,
+            total_columns: (s.total_columns != s.columns.len() || s.next_column_offset.is_some())
+                .then_some(s.total_columns),
+            next_column_offset: s.next_column_offset,
+        }
+    }
+}
+
+/// `x` to 4 significant digits, as a JSON number (an integer when it is one).
+fn round4(x: f64) -> Value {
+    if !x.is_finite() {
+        return Value::Null;
+    }
+    // Through decimal text, so 0.07476 stays 0.07476 (no binary tail).
+    let r: f64 = format!("{x:.3e}").parse().unwrap_or(x);
+    if r.fract() == 0.0 && r.abs() < 9.0e15 {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "integral and below 2^53: exact"
+        )]
+        return Value::from(r as i64);
+    }
+    Value::from(r)
+}
+
+fn stat_rows(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {
+            "type": "array",
+            "items": { "type": ["string", "number", "null"] }
+        }
+    })
+}
+
+fn value_counts(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "additionalProperties": { "type": "integer" }
+        }
+    })
+}
+
+fn column_flags(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {
+                "distinctIsEstimate": { "type": "boolean" },
+                "topIsEstimate": { "type": "boolean" },
+                "nonFinite": { "type": "integer" },
+                "note": { "type": "string" }
+            }
+        }
+    })
+}
+
 // A `serde_json::Value` derives the schema `true` (any value), which hosts that map tool
 // schemas onto a stricter dialect refuse; these name what the statistics really hold.
 
@@ -109,6 +280,14 @@ fn number_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// A `top` value: a string (text columns) or a boolean (boolean columns).
 fn string_or_boolean(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "anyOf": [{ "type": "string" }, { "type": "boolean" }] })
+}
+
+/// A sample: rows of cell values (strings, numbers, booleans, nulls).
+fn sample_rows(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "array" }
+    })
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -24,7 +24,8 @@ mod tool;
 
 pub use data_ref::{DataRef, DataRefError, Principal, PrincipalError};
 pub use describe::{
-    ColumnStats, DESCRIBED_COLUMNS, DataStats, Description, NumericStats, TopValue,
+    ColumnStats, DESCRIBED_COLUMNS, DataStats, Description, NumericStats, STATS_FIELDS, StatsTable,
+    TOP_MAX_DISTINCT, TopValue,
 };
 pub use time::{Timestamp, civil_from_days, days_from_civil};
 pub use tool::{ToolAnnotations, ToolSpec, object_schema};

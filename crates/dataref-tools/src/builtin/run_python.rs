@@ -36,7 +36,7 @@ pub const STREAM_SHOWN_BYTES: usize = 2048;
 /// What a job may print before it is stopped; the whole text is kept in the workspace.
 const STREAM_CAP_BYTES: usize = 1 << 20;
 /// Sample rows in the description of each output.
-const OUTPUT_SAMPLE_ROWS: usize = 3;
+const OUTPUT_SAMPLE_ROWS: usize = 1;
 /// Workspace directory for the whole stdout/stderr of runs whose output was cut.
 pub const RUNS_DIR: &str = ".runs";
 /// The largest `code_file` a run takes.
@@ -124,14 +124,22 @@ pub(crate) struct SkippedOut {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RunPythonResult {
+    /// Present, and false, only when the code failed (`error` says why); a run that
+    /// worked has no `ok`.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub ok: bool,
-    /// The value of `result` (null when not ok).
+    /// The value of `result` (null when the code failed).
     pub result: Value,
-    pub stdout: StreamText,
-    pub stderr: StreamText,
+    /// What the code printed; absent when it printed nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<StreamText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<StreamText>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<PythonErrorOut>,
-    /// Output name → the stored table (a new dataRef).
+    /// Output name → the stored table (a new dataRef), described with a one-row sample
+    /// (`describe_data` for its statistics).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outputs: BTreeMap<String, Description>,
     /// Outputs stored too but not described here, to keep the result short: name →
     /// dataRef (`describe_data` describes one).
@@ -148,7 +156,14 @@ pub(crate) struct RunPythonResult {
     /// And this many more things under `out/` not taken, not listed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub more_skipped: u64,
-    pub duration_ms: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 pub struct RunPythonTool {
@@ -508,7 +523,9 @@ fn finish(
         &run_id,
         "stderr",
     );
+    // The model has no use for the wall clock; the log keeps it.
     let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
+    tracing::info!(duration_ms, status = ?run.status, "python run");
     let mut out = RunPythonResult {
         ok: false,
         result: Value::Null,
@@ -521,7 +538,6 @@ fn finish(
         more_files: 0,
         skipped: Vec::new(),
         more_skipped: 0,
-        duration_ms,
     };
     let limit = |kind: &str, message: String, hint: &str| PythonErrorOut {
         kind: kind.to_owned(),
@@ -756,14 +772,17 @@ fn stream(
     workspace: &Workspace,
     run_id: &str,
     name: &str,
-) -> StreamText {
+) -> Option<StreamText> {
+    if bytes.is_empty() && dropped == 0 {
+        return None;
+    }
     let text = String::from_utf8_lossy(bytes);
     if text.len() <= STREAM_SHOWN_BYTES && dropped == 0 {
-        return StreamText {
+        return Some(StreamText {
             text: text.into_owned(),
             omitted_bytes: None,
             full_text: None,
-        };
+        });
     }
     let half = STREAM_SHOWN_BYTES / 2;
     let head_end = floor_char_boundary(&text, half);
@@ -783,7 +802,7 @@ fn stream(
             None
         }
     };
-    StreamText {
+    Some(StreamText {
         text: format!(
             "{}\n… [{omitted} bytes cut] …\n{}",
             &text[..head_end],
@@ -791,7 +810,7 @@ fn stream(
         ),
         omitted_bytes: Some(omitted),
         full_text,
-    }
+    })
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
