@@ -182,7 +182,7 @@ pub enum SourceKind {
 pub struct SourceConfig {
     pub name: String,
     pub kind: SourceKind,
-    /// Rows in the sample a producer returns. 0 for sensitive data. Default 3.
+    /// Rows in the sample a producer returns. 0 for sensitive data. Default 2.
     pub sample_rows: usize,
     /// Sample values longer than this are cut (and marked). Default 80.
     pub max_value_chars: usize,
@@ -421,7 +421,7 @@ impl Config {
         let source = SourceConfig {
             name: "sample".into(),
             kind: SourceKind::Sqlite { path: path.clone() },
-            sample_rows: 3,
+            sample_rows: 2,
             max_value_chars: 80,
             max_rows: 10_000_000,
             timeout: Duration::from_secs(120),
@@ -760,7 +760,7 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
     Ok(SourceConfig {
         name: name.to_owned(),
         kind,
-        sample_rows: s.sample_rows.unwrap_or(3).min(100),
+        sample_rows: s.sample_rows.unwrap_or(2).min(100),
         max_value_chars: s.max_value_chars.unwrap_or(80).max(8),
         max_rows: s.max_rows.unwrap_or(10_000_000),
         timeout: duration(

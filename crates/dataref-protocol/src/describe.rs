@@ -102,8 +102,9 @@ pub struct ColumnStats {
 /// `describe_data`'s answer: one compact row per column, the field names said once.
 ///
 /// Made from [`DataStats`] by [`StatsTable::from`]: derived statistics (mean, std,
-/// quartiles) rounded to 4 significant digits, values absent at the end of a row cut, the
-/// most frequent values only for low-cardinality text and booleans.
+/// median) rounded to 4 significant digits, values absent at the end of a row cut, the
+/// most frequent values (without their counts) only for low-cardinality text and
+/// booleans. Sized for the model's context: 7 columns in about 420 bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatsTable {
@@ -112,16 +113,16 @@ pub struct StatsTable {
     /// What each position of a `columns` row holds, in order.
     pub fields: Vec<String>,
     /// Column name → its statistics, positionally as `fields` says (null = not
-    /// applicable; a shorter row leaves out the rest). min/max are values of the column;
-    /// mean, std (ddof = 1) and the quartiles p25/p50/p75 are for numbers only.
+    /// applicable; a shorter row leaves out the rest). min/max are values of the column
+    /// (not given for text: see `values`); mean, std (ddof = 1) and median are for
+    /// numbers only.
     #[schemars(schema_with = "stat_rows")]
     pub columns: Map<String, Value>,
-    /// Text and boolean columns with at most 20 distinct values: value → count, most
-    /// frequent first (at most 5). Then `min`/`max` are left out of the row when every
-    /// value is listed.
+    /// Text and boolean columns with at most 20 distinct values: their most frequent
+    /// values, most frequent first (at most 5).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
-    #[schemars(schema_with = "value_counts")]
-    pub top: Map<String, Value>,
+    #[schemars(schema_with = "frequent_values")]
+    pub values: Map<String, Value>,
     /// Column name → what is estimated or left out for it: `distinctIsEstimate`,
     /// `topIsEstimate`, `nonFinite` (NaN/±inf, not counted in the other statistics),
     /// `note`. Absent when all is exact.
@@ -137,8 +138,8 @@ pub struct StatsTable {
 }
 
 /// The positions of a `columns` row.
-pub const STATS_FIELDS: [&str; 10] = [
-    "type", "nulls", "distinct", "min", "max", "mean", "std", "p25", "p50", "p75",
+pub const STATS_FIELDS: [&str; 8] = [
+    "type", "nulls", "distinct", "min", "max", "mean", "std", "median",
 ];
 
 /// Frequent values are listed for text and booleans with at most this many distinct values.
@@ -147,7 +148,7 @@ pub const TOP_MAX_DISTINCT: u64 = 20;
 impl From<&DataStats> for StatsTable {
     fn from(s: &DataStats) -> Self {
         let mut columns = Map::new();
-        let mut top = Map::new();
+        let mut values = Map::new();
         let mut exceptions = Map::new();
         for c in &s.columns {
             let listed = !c.top.is_empty()
@@ -155,18 +156,19 @@ impl From<&DataStats> for StatsTable {
                 && !c.distinct_is_estimate
                 && c.distinct <= TOP_MAX_DISTINCT
                 && c.numeric.is_none();
-            let every_value_listed = listed && c.top.len() as u64 == c.distinct;
+            // Alphabetical extremes of text say little; its frequent values say more.
+            let is_text = c.data_type == "string";
             let mut row: Vec<Option<Value>> = vec![
                 Some(Value::String(c.data_type.clone())),
                 Some(Value::from(c.nulls)),
                 Some(Value::from(c.distinct)),
             ];
-            if !every_value_listed {
+            if !is_text {
                 row.push(c.min.clone());
                 row.push(c.max.clone());
             }
             if let Some(n) = &c.numeric {
-                row.extend([n.mean, n.std, n.p25, n.p50, n.p75].map(|x| Some(round4(x))));
+                row.extend([n.mean, n.std, n.p50].map(|x| Some(round4(x))));
             }
             while row.last().is_some_and(Option::is_none) {
                 row.pop();
@@ -174,18 +176,8 @@ impl From<&DataStats> for StatsTable {
             let row: Vec<Value> = row.into_iter().map(|v| v.unwrap_or(Value::Null)).collect();
             columns.insert(c.name.clone(), Value::Array(row));
             if listed {
-                let counts: Map<String, Value> = c
-                    .top
-                    .iter()
-                    .map(|t| {
-                        let key = match &t.value {
-                            Value::String(v) => v.clone(),
-                            other => other.to_string(),
-                        };
-                        (key, Value::from(t.count))
-                    })
-                    .collect();
-                top.insert(c.name.clone(), Value::Object(counts));
+                let listed: Vec<Value> = c.top.iter().map(|t| t.value.clone()).collect();
+                values.insert(c.name.clone(), Value::Array(listed));
             }
             let mut flags = Map::new();
             if c.distinct_is_estimate {
@@ -208,7 +200,7 @@ impl From<&DataStats> for StatsTable {
             rows: s.rows,
             fields: STATS_FIELDS.map(str::to_owned).to_vec(),
             columns,
-            top,
+            values,
             exceptions,
             total_columns: (s.total_columns != s.columns.len() || s.next_column_offset.is_some())
                 .then_some(s.total_columns),
@@ -244,12 +236,12 @@ fn stat_rows(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-fn value_counts(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+fn frequent_values(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "additionalProperties": {
-            "type": "object",
-            "additionalProperties": { "type": "integer" }
+            "type": "array",
+            "items": { "type": ["string", "boolean"] }
         }
     })
 }

@@ -42,7 +42,7 @@ pub struct SampleOptions {
 impl Default for SampleOptions {
     fn default() -> Self {
         Self {
-            rows: 3,
+            rows: 2,
             max_value_chars: 80,
         }
     }

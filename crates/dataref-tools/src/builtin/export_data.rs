@@ -222,7 +222,8 @@ impl TypedTool for ExportDataTool {
         let link = Attachment::ResourceLink {
             uri: format!("dataref://files/{}", result.path),
             name,
-            mime_type: Some(format.mime_type().to_owned()),
+            // `resources/read` gives the type; 20-odd bytes fewer in the model's context.
+            mime_type: None,
             description: None,
         };
         let structured = serde_json::to_value(&result)

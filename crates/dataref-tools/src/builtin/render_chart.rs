@@ -220,7 +220,8 @@ impl TypedTool for RenderChartTool {
         let link = Attachment::ResourceLink {
             uri: file_uri(&result.path),
             name: file_name(&result.path),
-            mime_type: Some("image/png".into()),
+            // `resources/read` gives the type; 20-odd bytes fewer in the model's context.
+            mime_type: None,
             description: None,
         };
         let mut out = output(result)?;

@@ -35,8 +35,9 @@ use crate::{RunContext, ToolError, ToolOutput};
 pub const STREAM_SHOWN_BYTES: usize = 2048;
 /// What a job may print before it is stopped; the whole text is kept in the workspace.
 const STREAM_CAP_BYTES: usize = 1 << 20;
-/// Sample rows in the description of each output.
-const OUTPUT_SAMPLE_ROWS: usize = 1;
+/// Sample rows in the description of each output: none, the code that made it knows its
+/// shape, and `result` is where it shows values (`columns` still names and types them).
+const OUTPUT_SAMPLE_ROWS: usize = 0;
 /// Workspace directory for the whole stdout/stderr of runs whose output was cut.
 pub const RUNS_DIR: &str = ".runs";
 /// The largest `code_file` a run takes.
@@ -137,7 +138,7 @@ pub(crate) struct RunPythonResult {
     pub stderr: Option<StreamText>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<PythonErrorOut>,
-    /// Output name → the stored table (a new dataRef), described with a one-row sample
+    /// Output name → the stored table (a new dataRef): its rows and columns, no sample
     /// (`describe_data` for its statistics).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outputs: BTreeMap<String, Description>,
@@ -706,13 +707,19 @@ fn store_output(
     }
     let meta = writer.finish()?;
     let table = store.open_table(&ctx.principal, &meta.data_ref)?;
-    Ok(describe(
+    let mut description = describe(
         &table,
         SampleOptions {
             rows: OUTPUT_SAMPLE_ROWS,
             max_value_chars: 80,
         },
-    ))
+    );
+    // The note on a sample of 0 rows is about sources that withhold rows; here no sample
+    // is the design.
+    if OUTPUT_SAMPLE_ROWS == 0 {
+        description.sample_note = None;
+    }
+    Ok(description)
 }
 
 /// An output Arrow file that is not one: the model's code wrote it (or rewrote what the
