@@ -327,4 +327,82 @@ mod tests {
         );
         assert!(!schema.to_string().contains(":true"), "{schema}");
     }
+
+    /// One row per column with the field names once, derived numbers to 4 significant
+    /// digits, trailing absent values cut, frequent values for low-cardinality text only,
+    /// and what is estimated kept as an exception.
+    #[test]
+    fn stats_table_is_one_compact_row_per_column() {
+        let text = |name: &str, distinct: u64, top: &[&str]| ColumnStats {
+            name: name.into(),
+            data_type: "string".into(),
+            count: 10,
+            nulls: 0,
+            non_finite: 0,
+            distinct,
+            distinct_is_estimate: false,
+            min: Some(serde_json::json!("a")),
+            max: Some(serde_json::json!("z")),
+            numeric: None,
+            top: top
+                .iter()
+                .map(|v| TopValue {
+                    value: serde_json::json!(v),
+                    count: 2,
+                })
+                .collect(),
+            top_is_estimate: false,
+            note: None,
+        };
+        let price = ColumnStats {
+            name: "price".into(),
+            data_type: "float".into(),
+            count: 9,
+            nulls: 1,
+            non_finite: 2,
+            distinct: 90_000,
+            distinct_is_estimate: true,
+            min: Some(serde_json::json!(0.5)),
+            max: Some(serde_json::json!(99.0)),
+            numeric: Some(NumericStats {
+                mean: 10.123_456,
+                std: 0.074_756_3,
+                p25: 3.0,
+                p50: 1_234_567.0,
+                p75: 20.0,
+            }),
+            top: Vec::new(),
+            top_is_estimate: false,
+            note: None,
+        };
+        let stats = DataStats {
+            data_ref: DataRef::from_random_bytes([1; 16]),
+            rows: 12,
+            total_columns: 4,
+            columns: vec![
+                text("region", 2, &["north", "south"]),
+                text("id", 500, &["x"]),
+                price,
+            ],
+            next_column_offset: Some(3),
+        };
+        assert_eq!(
+            serde_json::to_value(StatsTable::from(&stats)).unwrap(),
+            serde_json::json!({
+                "rows": 12,
+                "fields": ["type", "nulls", "distinct", "min", "max", "mean", "std", "median"],
+                "columns": {
+                    "region": ["string", 0, 2],
+                    "id": ["string", 0, 500],
+                    "price": ["float", 1, 90000, 0.5, 99.0, 10.12, 0.07476, 1235000],
+                },
+                "values": {"region": ["north", "south"]},
+                "exceptions": {"price": {"distinctIsEstimate": true, "nonFinite": 2}},
+                "totalColumns": 4,
+                "nextColumnOffset": 3,
+            })
+        );
+        let schema = crate::object_schema::<StatsTable>();
+        assert!(!schema.to_string().contains(":true"), "{schema}");
+    }
 }
