@@ -99,12 +99,12 @@ pub struct ColumnStats {
     pub note: Option<String>,
 }
 
-/// `describe_data`'s answer: one compact row per column, the field names said once.
-///
-/// Made from [`DataStats`] by [`StatsTable::from`]: derived statistics (mean, std,
-/// median) rounded to 4 significant digits, values absent at the end of a row cut, the
-/// most frequent values (without their counts) only for low-cardinality text and
-/// booleans. Sized for the model's context: 7 columns in about 420 bytes.
+// Made from `DataStats` by `From`: derived statistics (mean, std, median) rounded to 4
+// significant digits, values absent at the end of a row cut, the most frequent values
+// (without their counts) only for low-cardinality text and booleans. Sized for the model's
+// context: the sample's 7 columns in under 500 bytes. The doc below is the model's schema
+// description, so it names no Rust items.
+/// Summary statistics: one compact row per column, the field names said once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatsTable {
