@@ -545,10 +545,7 @@ impl Config {
                 &raw.workspace.quota,
                 dl.workspace_quota_bytes,
             )?,
-            inline_chart_image: raw
-                .charts
-                .inline_image
-                .unwrap_or(dl.inline_chart_image),
+            inline_chart_image: raw.charts.inline_image.unwrap_or(dl.inline_chart_image),
             inline_table: raw.tables.inline.unwrap_or(dl.inline_table),
         };
         if limits.workspace_quota_bytes < 1 << 20 {

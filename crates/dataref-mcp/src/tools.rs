@@ -234,7 +234,11 @@ mod tests {
             json!({"type": "text", "text": "{\"a\":1}"})
         );
         assert_eq!(v["content"][1]["type"], json!("resource_link"));
-        assert_eq!(v["content"][1].get("annotations"), None, "the model reads it too");
+        assert_eq!(
+            v["content"][1].get("annotations"),
+            None,
+            "the model reads it too"
+        );
         assert_eq!(v["content"][1]["mimeType"], json!("image/png"));
     }
 

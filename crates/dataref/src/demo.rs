@@ -361,7 +361,9 @@ async fn play(
     writeln!(
         out,
         "  chart (SVG): {}",
-        png.strip_suffix(".png").map(|s| format!("{s}.svg")).unwrap_or_default()
+        png.strip_suffix(".png")
+            .map(|s| format!("{s}.svg"))
+            .unwrap_or_default()
     )?;
     writeln!(out, "  delta table (CSV): {}", file(&export, "path"))?;
     writeln!(

@@ -76,7 +76,10 @@ async fn a_table_is_a_link_to_its_html() -> anyhow::Result<()> {
     assert_eq!(v[1]["type"], "resource_link");
     assert_eq!(
         v[1]["uri"],
-        json!(format!("dataref://files/{}", structured["path"].as_str().unwrap_or_default()))
+        json!(format!(
+            "dataref://files/{}",
+            structured["path"].as_str().unwrap_or_default()
+        ))
     );
     Ok(())
 }

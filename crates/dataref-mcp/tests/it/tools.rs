@@ -122,7 +122,11 @@ async fn fetch_then_describe() -> anyhow::Result<()> {
     // Two rows, each its values in `columns` order.
     let sample = structured["sample"].as_array().expect("sample");
     assert_eq!(sample.len(), 2);
-    assert!(sample.iter().all(|r| r.as_array().is_some_and(|r| r.len() == 7)));
+    assert!(
+        sample
+            .iter()
+            .all(|r| r.as_array().is_some_and(|r| r.len() == 7))
+    );
     assert_eq!(structured.get("expiresAt"), None);
 
     let described = call(&session, "describe_data", json!({"dataRef": data_ref})).await?;

@@ -210,10 +210,7 @@ fn ten_columns_of_huge_strings_stay_under_budget() {
     );
     assert!(note.contains("sample rows are shown"), "{note}");
     assert!(note.contains("1500 bytes"), "{note}");
-    assert_eq!(
-        d.sample[0][0],
-        json!(format!("{}…", "é".repeat(16)))
-    );
+    assert_eq!(d.sample[0][0], json!(format!("{}…", "é".repeat(16))));
 }
 
 #[test]

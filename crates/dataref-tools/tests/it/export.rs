@@ -523,7 +523,10 @@ async fn a_csv_file_in_the_workspace_can_be_exported_with_inferred_types() {
     )
     .await);
     assert_eq!(v["rows"], 2);
-    assert_eq!(written_columns(&f, &v), json!(["line", "units", "revenue", "day"]));
+    assert_eq!(
+        written_columns(&f, &v),
+        json!(["line", "units", "revenue", "day"])
+    );
     let written: Value = serde_json::from_slice(&read(&f, v["path"].as_str().unwrap())).unwrap();
     assert_eq!(
         written,

@@ -538,7 +538,11 @@ async fn a_runaway_loop_stops_at_its_own_timeout() {
     assert!(hint(&out).contains("timeout_s"), "{out}");
     // Stopped by its own second (the job's time, from the hand-off), not by the call's 120 s
     // (the wall clock also counts waiting for a sandbox while other tests hold them).
-    assert_eq!(out.get("durationMs"), None, "the model has no use for it: {out}");
+    assert_eq!(
+        out.get("durationMs"),
+        None,
+        "the model has no use for it: {out}"
+    );
     assert!(took < Duration::from_secs(60), "{took:?}");
 }
 
@@ -623,14 +627,12 @@ async fn run_python_is_listed_with_a_schema_that_takes_code_or_code_file() {
     // It writes (artifacts, workspace files), so it is not announced as read-only.
     assert!(!spec.annotations.read_only);
     let output = spec.output_schema.as_ref().unwrap();
-    for field in ["result"] {
-        assert!(
-            output["required"]
-                .as_array()
-                .unwrap()
-                .contains(&json!(field)),
-            "{field}: {output}"
-        );
+    // Only `result` is always there: `ok`, the streams and `outputs` are left out when
+    // constant or empty.
+    let required = output["required"].as_array().unwrap();
+    assert!(required.contains(&json!("result")), "{output}");
+    for field in ["ok", "stdout", "stderr", "outputs"] {
+        assert!(!required.contains(&json!(field)), "{field}: {output}");
     }
 }
 

@@ -356,7 +356,12 @@ async fn the_seeds_five_results_fit_the_context_budget() {
         "render_chart",
     );
     let export = ok(
-        call(&client, "export_data", json!({"source": qoq, "format": "csv"})).await,
+        call(
+            &client,
+            "export_data",
+            json!({"source": qoq, "format": "csv"}),
+        )
+        .await,
         "export_data",
     );
     client.cancel().await.ok();
@@ -373,12 +378,18 @@ async fn the_seeds_five_results_fit_the_context_budget() {
     .zip(seed)
     {
         let (c, s) = sizes(r);
-        assert!(c + s <= seed, "{tool}: {c} + {s} bytes, the seed's was {seed}");
+        assert!(
+            c + s <= seed,
+            "{tool}: {c} + {s} bytes, the seed's was {seed}"
+        );
         content += c;
         both += c + s;
     }
     assert!(content <= 1_380, "content of the five: {content} bytes");
-    assert!(both <= 2_650, "content + structuredContent of the five: {both} bytes");
+    assert!(
+        both <= 2_650,
+        "content + structuredContent of the five: {both} bytes"
+    );
 }
 
 /// What a model following the seed writes when it gets a shape slightly wrong: refused,
