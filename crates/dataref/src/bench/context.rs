@@ -199,9 +199,13 @@ fn measure(bpe: &tiktoken_rs::CoreBPE, call: &'static str, r: &CallToolResult) -
             continue;
         }
         content.push_str(&serde_json::to_string(&v)?);
-        let mime = v.get("mimeType").and_then(Value::as_str).unwrap_or("?");
+        let mime = v
+            .get("mimeType")
+            .and_then(Value::as_str)
+            .map(|m| format!(" {m}"))
+            .unwrap_or_default();
         other.push(format!(
-            "{kind} {mime} ({} B)",
+            "{kind}{mime} ({} B)",
             serde_json::to_string(&v)?.len()
         ));
     }
