@@ -99,7 +99,7 @@ pub struct ColumnStats {
     pub note: Option<String>,
 }
 
-// Made from `DataStats` by `From`: derived statistics (mean, std, median) rounded to 4
+// Made from `DataStats` by `From`: derived statistics (mean, std, p50) rounded to 4
 // significant digits, values absent at the end of a row cut, the most frequent values
 // (without their counts) only for low-cardinality text and booleans. Sized for the model's
 // context: the sample's 7 columns in under 500 bytes. The doc below is the model's schema
@@ -114,7 +114,7 @@ pub struct StatsTable {
     pub fields: Vec<String>,
     /// Column name → its statistics, positionally as `fields` says (null = not
     /// applicable; a shorter row leaves out the rest). min/max are values of the column
-    /// (not given for text: see `values`); mean, std (ddof = 1) and median are for
+    /// (not given for text: see `values`); mean, std (ddof = 1) and p50 (the median) are for
     /// numbers only.
     #[schemars(schema_with = "stat_rows")]
     pub columns: Map<String, Value>,
@@ -123,9 +123,12 @@ pub struct StatsTable {
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schemars(schema_with = "frequent_values")]
     pub values: Map<String, Value>,
-    /// Column name → what is estimated or left out for it: `distinctIsEstimate`,
-    /// `topIsEstimate`, `nonFinite` (NaN/±inf, not counted in the other statistics),
-    /// `note`. Absent when all is exact.
+    /// Columns whose `distinct` is an estimate (HyperLogLog, standard error about 0.8%).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub estimated: Vec<String>,
+    /// Column name → what else is estimated or left out for it: `topIsEstimate`,
+    /// `nonFinite` (NaN/±inf, not counted in the other statistics), `note`. Absent when
+    /// there is nothing.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     #[schemars(schema_with = "column_flags")]
     pub exceptions: Map<String, Value>,
@@ -139,7 +142,7 @@ pub struct StatsTable {
 
 /// The positions of a `columns` row.
 pub const STATS_FIELDS: [&str; 8] = [
-    "type", "nulls", "distinct", "min", "max", "mean", "std", "median",
+    "type", "nulls", "distinct", "min", "max", "mean", "std", "p50",
 ];
 
 /// Frequent values are listed for text and booleans with at most this many distinct values.
@@ -149,6 +152,7 @@ impl From<&DataStats> for StatsTable {
     fn from(s: &DataStats) -> Self {
         let mut columns = Map::new();
         let mut values = Map::new();
+        let mut estimated = Vec::new();
         let mut exceptions = Map::new();
         for c in &s.columns {
             let listed = !c.top.is_empty()
@@ -181,7 +185,7 @@ impl From<&DataStats> for StatsTable {
             }
             let mut flags = Map::new();
             if c.distinct_is_estimate {
-                flags.insert("distinctIsEstimate".into(), Value::Bool(true));
+                estimated.push(c.name.clone());
             }
             if c.top_is_estimate && listed {
                 flags.insert("topIsEstimate".into(), Value::Bool(true));
@@ -201,6 +205,7 @@ impl From<&DataStats> for StatsTable {
             fields: STATS_FIELDS.map(str::to_owned).to_vec(),
             columns,
             values,
+            estimated,
             exceptions,
             total_columns: (s.total_columns != s.columns.len() || s.next_column_offset.is_some())
                 .then_some(s.total_columns),
@@ -252,7 +257,6 @@ fn column_flags(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "additionalProperties": {
             "type": "object",
             "properties": {
-                "distinctIsEstimate": { "type": "boolean" },
                 "topIsEstimate": { "type": "boolean" },
                 "nonFinite": { "type": "integer" },
                 "note": { "type": "string" }
@@ -390,14 +394,15 @@ mod tests {
             serde_json::to_value(StatsTable::from(&stats)).unwrap(),
             serde_json::json!({
                 "rows": 12,
-                "fields": ["type", "nulls", "distinct", "min", "max", "mean", "std", "median"],
+                "fields": ["type", "nulls", "distinct", "min", "max", "mean", "std", "p50"],
                 "columns": {
                     "region": ["string", 0, 2],
                     "id": ["string", 0, 500],
                     "price": ["float", 1, 90000, 0.5, 99.0, 10.12, 0.07476, 1235000],
                 },
                 "values": {"region": ["north", "south"]},
-                "exceptions": {"price": {"distinctIsEstimate": true, "nonFinite": 2}},
+                "estimated": ["price"],
+                "exceptions": {"price": {"nonFinite": 2}},
                 "totalColumns": 4,
                 "nextColumnOffset": 3,
             })
