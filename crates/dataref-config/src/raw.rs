@@ -29,6 +29,24 @@ pub(crate) struct RawConfig {
     pub http: Option<RawHttp>,
     #[serde(default)]
     pub workspace: RawWorkspace,
+    #[serde(default)]
+    pub charts: RawCharts,
+    #[serde(default)]
+    pub tables: RawTables,
+}
+
+/// `[charts]`: what a `render_chart` result carries besides the link to the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCharts {
+    pub inline_image: Option<bool>,
+}
+
+/// `[tables]`: what a `render_table` result carries besides the link to the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTables {
+    pub inline: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -130,6 +130,13 @@ pub struct Limits {
     /// quota`); every writer counts (`run_python`'s files and logs, exports, charts, copies,
     /// spill files). Default 1 GiB. A `--workspace DIR` chosen by the operator has none.
     pub workspace_quota_bytes: u64,
+    /// `[charts] inline_image`: `render_chart` also sends the PNG inline as an image
+    /// block. Default false: the result links the file, and a host that passes every
+    /// block to the model does not spend ~90 KB of its context on pixels.
+    pub inline_chart_image: bool,
+    /// `[tables] inline`: `render_table` also sends the table inline (Markdown, and the
+    /// HTML document when asked for). Default false: the rows stay in the linked file.
+    pub inline_table: bool,
 }
 
 impl Default for Limits {
@@ -140,6 +147,8 @@ impl Default for Limits {
             list_artifacts_max: 50,
             describe_max_columns: 20,
             workspace_quota_bytes: 1 << 30,
+            inline_chart_image: false,
+            inline_table: false,
         }
     }
 }
@@ -173,7 +182,7 @@ pub enum SourceKind {
 pub struct SourceConfig {
     pub name: String,
     pub kind: SourceKind,
-    /// Rows in the sample a producer returns. 0 for sensitive data. Default 5.
+    /// Rows in the sample a producer returns. 0 for sensitive data. Default 2.
     pub sample_rows: usize,
     /// Sample values longer than this are cut (and marked). Default 80.
     pub max_value_chars: usize,
@@ -340,7 +349,7 @@ impl Config {
         let source = SourceConfig {
             name: "sample".into(),
             kind: SourceKind::Sqlite { path: path.clone() },
-            sample_rows: 5,
+            sample_rows: 2,
             max_value_chars: 80,
             max_rows: 10_000_000,
             timeout: Duration::from_secs(120),
@@ -462,6 +471,8 @@ impl Config {
                 &raw.workspace.quota,
                 dl.workspace_quota_bytes,
             )?,
+            inline_chart_image: raw.charts.inline_image.unwrap_or(dl.inline_chart_image),
+            inline_table: raw.tables.inline.unwrap_or(dl.inline_table),
         };
         if limits.workspace_quota_bytes < 1 << 20 {
             return Err(invalid(
@@ -672,7 +683,7 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
     Ok(SourceConfig {
         name: name.to_owned(),
         kind,
-        sample_rows: s.sample_rows.unwrap_or(5).min(100),
+        sample_rows: s.sample_rows.unwrap_or(2).min(100),
         max_value_chars: s.max_value_chars.unwrap_or(80).max(8),
         max_rows: s.max_rows.unwrap_or(10_000_000),
         timeout: duration(
@@ -805,6 +816,20 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml_str(text, Path::new("/cfg"), PathBuf::from("/home"))
+    }
+
+    /// Charts and tables are linked, not sent inline, unless a switch says so; a misspelt
+    /// switch is refused, not ignored.
+    #[test]
+    fn inline_display_is_off_unless_switched_on() {
+        let c = parse("").unwrap();
+        assert!(!c.limits.inline_chart_image && !c.limits.inline_table);
+        let c = parse("[charts]\ninline_image = true\n[tables]\ninline = true").unwrap();
+        assert!(c.limits.inline_chart_image && c.limits.inline_table);
+        for bad in ["[charts]\ninline = true", "[tables]\ninline_image = true"] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains("unknown field"), "{bad}: {err}");
+        }
     }
 
     #[test]

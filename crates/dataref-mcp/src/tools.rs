@@ -55,8 +55,12 @@ fn schema_object(tool: &str, schema: &Value) -> JsonObject {
 }
 
 /// One text block for the model (the JSON of the result, or the error with its hint),
-/// `structuredContent` when there is one, and the attachments for the person (resource
-/// links, images, Markdown, embedded documents), each marked `audience: ["user"]`.
+/// `structuredContent` when there is one, and the attachments: resource links (read by
+/// both: the path is in the URI) and, marked `audience: ["user"]`, images, Markdown and
+/// embedded documents. An empty text with attachments is no text block at all: a result
+/// whose content is its link (a chart, an export) says everything in the link and in
+/// `structuredContent`, and a copy of that JSON would cost a host that passes every
+/// block to the model as much again.
 pub(crate) fn to_call_result(outcome: CallOutcome) -> CallToolResult {
     let CallOutcome {
         is_error,
@@ -65,7 +69,9 @@ pub(crate) fn to_call_result(outcome: CallOutcome) -> CallToolResult {
         attachments,
     } = outcome;
     let mut content = Vec::with_capacity(1 + attachments.len());
-    content.push(ContentBlock::text(text));
+    if !text.is_empty() || attachments.is_empty() {
+        content.push(ContentBlock::text(text));
+    }
     content.extend(attachments.into_iter().filter_map(attachment_block));
     let mut result = if is_error {
         CallToolResult::error(content)
@@ -105,7 +111,7 @@ pub(crate) fn add_download_links(
 }
 
 fn attachment_block(attachment: Attachment) -> Option<ContentBlock> {
-    // Everything attached is for the person; the model's part is the first text block.
+    // Images and inline tables are for the person; the model's part is the text block.
     let for_user = || Annotations::default().with_audience(vec![Role::User]);
     match attachment {
         Attachment::ResourceLink {
@@ -114,7 +120,8 @@ fn attachment_block(attachment: Attachment) -> Option<ContentBlock> {
             mime_type,
             description,
         } => {
-            let mut link = Resource::new(uri, name).with_annotations(for_user());
+            // Not marked for the person only: the model reads the file's path in it.
+            let mut link = Resource::new(uri, name);
             link.mime_type = mime_type;
             link.description = description;
             Some(ContentBlock::resource_link(link))
@@ -183,6 +190,28 @@ mod tests {
         );
     }
 
+    /// A chart or an export: its content is the link alone, nothing repeats the JSON.
+    #[test]
+    fn an_empty_text_with_a_link_is_the_link_alone() {
+        let outcome = CallOutcome {
+            is_error: false,
+            structured: Some(json!({"path": "charts/c.png", "points": 3})),
+            text: String::new(),
+            attachments: vec![Attachment::ResourceLink {
+                uri: "dataref://files/charts/c.png".into(),
+                name: "c.png".into(),
+                mime_type: Some("image/png".into()),
+                description: None,
+            }],
+        };
+        let v = serde_json::to_value(to_call_result(outcome)).unwrap();
+        assert_eq!(
+            v["content"],
+            json!([{"type": "resource_link", "uri": "dataref://files/charts/c.png", "name": "c.png", "mimeType": "image/png"}])
+        );
+        assert_eq!(v["structuredContent"]["points"], json!(3));
+    }
+
     #[test]
     fn outcome_becomes_text_structured_and_links() {
         let outcome = CallOutcome {
@@ -204,7 +233,11 @@ mod tests {
             json!({"type": "text", "text": "{\"a\":1}"})
         );
         assert_eq!(v["content"][1]["type"], json!("resource_link"));
-        assert_eq!(v["content"][1]["annotations"]["audience"], json!(["user"]));
+        assert_eq!(
+            v["content"][1].get("annotations"),
+            None,
+            "the model reads it too"
+        );
         assert_eq!(v["content"][1]["mimeType"], json!("image/png"));
     }
 

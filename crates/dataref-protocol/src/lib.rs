@@ -28,7 +28,8 @@ mod tool;
 
 pub use data_ref::{DataRef, DataRefError, Principal, PrincipalError};
 pub use describe::{
-    ColumnStats, DESCRIBED_COLUMNS, DataStats, Description, NumericStats, TopValue,
+    ColumnStats, DESCRIBED_COLUMNS, DataStats, Description, NumericStats, STATS_FIELDS, StatsTable,
+    TOP_MAX_DISTINCT, TopValue,
 };
 pub use text::{mime_type, percent_decode, percent_encode, truncate_echo};
 pub use time::{Timestamp, civil_from_days, days_from_civil};

@@ -42,13 +42,13 @@ pub struct SampleOptions {
 impl Default for SampleOptions {
     fn default() -> Self {
         Self {
-            rows: 5,
+            rows: 2,
             max_value_chars: 80,
         }
     }
 }
 
-/// The description a producer returns: ref, rows, columns, nulls, a sample, expiry.
+/// The description a producer returns: ref, rows, columns, nulls, a sample.
 ///
 /// The serialized JSON stays under 1,500 bytes for up to 10 columns (150 bytes per
 /// column for wider tables): if the sample does not fit, its values are cut shorter

@@ -135,6 +135,19 @@ pub(crate) fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
     tiktoken_rs::o200k_base().map_err(|e| anyhow::anyhow!("loading the o200k tokenizer: {e}"))
 }
 
+/// Every content block as a host that passes them all shows the model: a text block by its
+/// text, any other block (a resource link, an image) by its JSON as sent.
+fn content_as_seen(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .map(|c| match c.as_text() {
+            Some(t) => t.text.clone(),
+            None => serde_json::to_string(c).unwrap_or_default(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 pub(crate) fn result_text(r: &CallToolResult) -> String {
     r.content
         .iter()
@@ -228,7 +241,8 @@ async fn play(
         s.rows = rows;
     }
     let structured = python.structured_content.unwrap_or_default();
-    if structured.get("ok") != Some(&Value::Bool(true)) {
+    // A run that worked has no `ok`; a failed one says `ok: false` and why.
+    if structured.get("ok").is_some() || structured.get("error").is_some() {
         bail!("run_python did not succeed: {structured}");
     }
     let delta_ref = structured
@@ -342,8 +356,15 @@ async fn play(
         out,
         "files for the person (the rows never passed through the model):"
     )?;
-    writeln!(out, "  chart (PNG): {}", file(&chart, "png"))?;
-    writeln!(out, "  chart (SVG): {}", file(&chart, "svg"))?;
+    let png = file(&chart, "path");
+    writeln!(out, "  chart (PNG): {png}")?;
+    writeln!(
+        out,
+        "  chart (SVG): {}",
+        png.strip_suffix(".png")
+            .map(|s| format!("{s}.svg"))
+            .unwrap_or_default()
+    )?;
     writeln!(out, "  delta table (CSV): {}", file(&export, "path"))?;
     writeln!(
         out,
@@ -402,7 +423,7 @@ async fn call(
         .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
         .await
         .with_context(|| format!("tools/call {tool}"))?;
-    let text = result_text(&result);
+    let text = content_as_seen(&result);
     let tokens = bpe.encode_with_special_tokens(&text).len();
     writeln!(out, "▶ {tool} {args}")?;
     writeln!(

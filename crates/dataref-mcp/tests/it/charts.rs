@@ -1,15 +1,17 @@
-//! Charts and tables over MCP: the image and the table reach the client as content blocks
-//! for the user, while the model's block stays small.
+//! Charts and tables over MCP: each reaches the client as a link to its workspace file,
+//! with no pixels or rows in any block a host may pass to the model.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use dataref_mcp::rmcp::model::{ContentBlock, ResourceContents, Role};
+use dataref_mcp::rmcp::model::{ContentBlock, ResourceContents};
 use serde_json::json;
 
 use crate::support::{Env, call, is_error, text};
 
+/// The content is one resource link (no image bytes, no text block repeating the JSON),
+/// and the linked PNG reads back over `resources/read`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chart_is_an_image_block_for_the_user() -> anyhow::Result<()> {
+async fn a_chart_is_a_link_to_its_png() -> anyhow::Result<()> {
     let env = Env::new(3_000)?;
     let session = env.connect("alice").await?;
     let fetched = call(&session, "fetch_sales", json!({"since": "2025-01-01"})).await?;
@@ -22,55 +24,26 @@ async fn a_chart_is_an_image_block_for_the_user() -> anyhow::Result<()> {
     )
     .await?;
     assert!(!is_error(&result), "{}", text(&result));
-    assert!(text(&result).len() < 300, "{}", text(&result));
-    let first = result.content[0].as_text().expect("text first");
-    assert!(
-        first.annotations.is_none(),
-        "the model's block has no audience"
-    );
+    let structured = result.structured_content.clone().expect("structured");
+    let path = structured["path"].as_str().expect("path").to_owned();
+    let [ContentBlock::ResourceLink(link)] = &result.content[..] else {
+        anyhow::bail!("expected one resource link, got {:?}", result.content);
+    };
+    assert_eq!(link.uri, format!("dataref://files/{path}"));
+    assert!(link.annotations.is_none(), "the model reads the path too");
+    assert!(link.description.is_none());
+    assert!(result.content.iter().all(|c| c.as_image().is_none()));
 
-    let image = result
-        .content
-        .iter()
-        .find_map(ContentBlock::as_image)
-        .expect("an image block");
-    assert_eq!(image.mime_type, "image/png");
-    let audience = image.annotations.as_ref().and_then(|a| a.audience.clone());
-    assert_eq!(audience, Some(vec![Role::User]));
-    let png = BASE64
-        .decode(&image.data)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
-
-    let links: Vec<_> = result
-        .content
-        .iter()
-        .filter_map(|c| match c {
-            ContentBlock::ResourceLink(r) => Some(r),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(links.len(), 2);
-    for link in &links {
-        assert!(
-            link.uri.starts_with("dataref://files/charts/"),
-            "{}",
-            link.uri
-        );
-    }
-    // The linked PNG is the image that was sent.
     let read = session
         .client
         .read_resource(dataref_mcp::rmcp::model::ReadResourceRequestParams::new(
-            links[0].uri.clone(),
+            link.uri.clone(),
         ))
         .await?;
     match &read.contents[0] {
         ResourceContents::BlobResourceContents { blob, .. } => {
-            assert_eq!(
-                BASE64.decode(blob).map_err(|e| anyhow::anyhow!("{e}"))?,
-                png
-            );
+            let png = BASE64.decode(blob).map_err(|e| anyhow::anyhow!("{e}"))?;
+            assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
         }
         other => anyhow::bail!("expected a blob, got {other:?}"),
     }
@@ -78,7 +51,7 @@ async fn a_chart_is_an_image_block_for_the_user() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_is_markdown_and_html_for_the_user() -> anyhow::Result<()> {
+async fn a_table_is_a_link_to_its_html() -> anyhow::Result<()> {
     let env = Env::new(3_000)?;
     let session = env.connect("alice").await?;
     let fetched = call(&session, "fetch_sales", json!({"since": "2025-01-01"})).await?;
@@ -93,17 +66,20 @@ async fn a_table_is_markdown_and_html_for_the_user() -> anyhow::Result<()> {
     let structured = result.structured_content.clone().expect("structured");
     assert_eq!(structured["rowsShown"], 20);
     assert_eq!(structured["rowsTotal"], 3_000);
+    assert_eq!(structured["columns"], 3);
+    // No rows in any block: the JSON, then the link to the HTML file (`[tables] inline`
+    // would add the Markdown and the HTML for the person).
     let v = serde_json::to_value(&result.content)?;
-    assert_eq!(v[1]["type"], "text");
-    assert_eq!(v[1]["annotations"]["audience"], json!(["user"]));
-    assert!(
-        v[1]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("| date | region | revenue |")
+    assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v[0]["type"], "text");
+    assert!(!v[0]["text"].as_str().unwrap_or_default().contains("| date"));
+    assert_eq!(v[1]["type"], "resource_link");
+    assert_eq!(
+        v[1]["uri"],
+        json!(format!(
+            "dataref://files/{}",
+            structured["path"].as_str().unwrap_or_default()
+        ))
     );
-    assert_eq!(v[2]["type"], "resource");
-    assert_eq!(v[2]["annotations"]["audience"], json!(["user"]));
-    assert_eq!(v[2]["resource"]["mimeType"], "text/html");
     Ok(())
 }

@@ -119,11 +119,15 @@ async fn fetch_then_describe() -> anyhow::Result<()> {
             "date", "line", "region", "channel", "units", "revenue", "discount"
         ]
     );
+    // Two rows, each its values in `columns` order.
+    let sample = structured["sample"].as_array().expect("sample");
+    assert_eq!(sample.len(), 2);
     assert!(
-        structured["sample"]
-            .as_array()
-            .is_some_and(|s| s.len() <= 5)
+        sample
+            .iter()
+            .all(|r| r.as_array().is_some_and(|r| r.len() == 7))
     );
+    assert_eq!(structured.get("expiresAt"), None);
 
     let described = call(&session, "describe_data", json!({"dataRef": data_ref})).await?;
     assert!(!is_error(&described), "{}", text(&described));
@@ -131,10 +135,12 @@ async fn fetch_then_describe() -> anyhow::Result<()> {
         .structured_content
         .clone()
         .expect("structuredContent");
-    assert_eq!(stats["dataRef"], json!(data_ref));
     assert_eq!(stats["rows"], json!(5_000));
-    assert_eq!(stats["totalColumns"], json!(7));
-    assert_eq!(stats["columns"][0]["name"], json!("date"));
+    // Every column shown: no echo of the ref or of the column count.
+    assert_eq!(stats.get("dataRef"), None);
+    assert_eq!(stats.get("totalColumns"), None);
+    assert_eq!(stats["fields"][0], json!("type"));
+    assert_eq!(stats["columns"]["date"][0], json!("date"));
 
     let listed = call(&session, "list_artifacts", json!({})).await?;
     assert_eq!(

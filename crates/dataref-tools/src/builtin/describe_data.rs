@@ -1,7 +1,7 @@
 //! `describe_data(dataRef, columns?, columnOffset?)`: summary statistics of a stored table.
 
 use async_trait::async_trait;
-use dataref_protocol::{DataRef, DataStats, ToolSpec};
+use dataref_protocol::{DataRef, StatsTable, ToolSpec};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -29,7 +29,7 @@ pub struct DescribeDataTool {
 impl DescribeDataTool {
     pub fn new() -> Self {
         Self {
-            spec: spec_for::<DescribeArgs, DataStats>(
+            spec: spec_for::<DescribeArgs, StatsTable>(
                 "describe_data",
                 "Per-column statistics of a stored table, computed server-side: count, NULLs, \
                  distinct, min/max, mean, quartiles, top values. Use it to check units, \
@@ -68,6 +68,6 @@ impl TypedTool for DescribeDataTool {
             )?)
         })
         .await?;
-        output(stats)
+        output(StatsTable::from(&stats))
     }
 }

@@ -75,15 +75,12 @@ pub(crate) struct ExportArgs {
 
 #[derive(Debug, Serialize, JsonSchema)]
 struct ExportResult {
-    /// The file, relative to your workspace.
+    /// The file, relative to your workspace (linked for the person).
     path: String,
-    format: FormatArg,
     /// Data rows written.
     rows: u64,
     /// The file's size.
     bytes: u64,
-    /// Column names as written, in order.
-    columns: Vec<String>,
     /// XLSX: worksheets (a sheet holds 1,048,575 rows; more continue on the next).
     #[serde(skip_serializing_if = "Option::is_none")]
     sheets: Option<usize>,
@@ -155,7 +152,6 @@ impl TypedTool for ExportDataTool {
         );
         let cancel = ctx.cancel.clone();
         let source = a.source;
-        let format_arg = a.format;
         let result = blocking("export_data", move || {
             let (schema, batches) = if source.starts_with("data_") {
                 let data_ref = DataRef::parse(&source).map_err(|_| {
@@ -193,10 +189,8 @@ impl TypedTool for ExportDataTool {
             let bytes = workspace.metadata(&path)?.size;
             Ok(ExportResult {
                 path: path.as_str().to_owned(),
-                format: format_arg,
                 rows: done.rows,
                 bytes,
-                columns: done.columns,
                 sheets: matches!(format, Format::Xlsx).then_some(done.sheets),
             })
         })
@@ -210,20 +204,18 @@ impl TypedTool for ExportDataTool {
         let link = Attachment::ResourceLink {
             uri: format!("dataref://files/{}", result.path),
             name,
-            mime_type: Some(format.mime_type().to_owned()),
-            description: Some(format!(
-                "{} rows × {} columns exported as {}",
-                result.rows,
-                result.columns.len(),
-                format.extension().to_uppercase()
-            )),
+            // `resources/read` gives the type; 20-odd bytes fewer in the model's context.
+            mime_type: None,
+            description: None,
         };
         let structured = serde_json::to_value(&result)
             .map_err(|e| ToolError::Fatal(format!("serialising the result: {e}")))?;
+        // The link is the whole content (the path is in its URI); no text block repeats
+        // `structuredContent`, whose copy a host passing every block would also send.
         Ok(ToolOutput {
             structured,
             attachments: vec![link],
-            text: None,
+            text: Some(String::new()),
         })
     }
 }

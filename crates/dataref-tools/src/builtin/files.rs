@@ -76,6 +76,11 @@ pub(crate) fn file_uri(path: &str) -> String {
     uri
 }
 
+/// The last part of a workspace path: a link's name (the URI holds the whole path).
+pub(crate) fn file_name(path: &str) -> String {
+    path.rsplit('/').next().unwrap_or(path).to_owned()
+}
+
 /// A file name from a title: lowercase ASCII letters and digits joined by `-`, at most
 /// 40 characters, then `-` and 8 hex digits of `key`, so different requests get different
 /// files and the same request the same file.

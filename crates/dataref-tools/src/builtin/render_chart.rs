@@ -8,7 +8,7 @@ use dataref_workspace::Overwrite;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::files::{file_stem, file_uri};
+use super::files::{file_name, file_stem, file_uri};
 use crate::tool::{TypedTool, blocking, output, spec_for};
 use crate::{Attachment, RunContext, ToolError, ToolOutput};
 
@@ -131,17 +131,12 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
 struct ChartResult {
-    /// The PNG, relative to your workspace (already shown to the person).
-    png: String,
-    /// The same chart as SVG, relative to your workspace.
-    svg: String,
-    kind: Kind,
+    /// The PNG, relative to your workspace (linked for the person; the same chart as SVG
+    /// is beside it, `.svg` for `.png`).
+    path: String,
     /// Marks drawn (bars, slices, line vertices, dots) after folding and downsampling.
     points: u64,
-    /// Rows read from the table.
-    rows: u64,
 }
 
 pub struct RenderChartTool {
@@ -153,10 +148,10 @@ impl RenderChartTool {
         Self {
             spec: spec_for::<ChartArgs, ChartResult>(
                 "render_chart",
-                "Draw a chart of a stored table for the person (PNG and SVG under `charts/`). \
-                 The rows never pass through you: you get the paths and the point count. Many \
-                 categories fold into the top N plus `other`; long series are downsampled. For \
-                 a different table, aggregate first (SQL or `run_python`).",
+                "Draw a chart of a stored table for the person (PNG linked, SVG beside it under \
+                 `charts/`). The rows never pass through you: you get the PNG's path and the \
+                 point count. Many categories fold into the top N plus `other`; long series \
+                 are downsampled. For a different table, aggregate first (SQL or `run_python`).",
                 false,
                 false,
             ),
@@ -181,6 +176,7 @@ impl TypedTool for RenderChartTool {
         let store = ctx.store.clone();
         let owner = ctx.principal.clone();
         let workspace = ctx.workspace.clone();
+        let inline_image = ctx.limits.inline_chart_image;
         // The file name depends on every argument, so a variant never replaces another.
         let key = serde_json::to_string(&a).unwrap_or_default();
         let (result, png) = blocking("render_chart", move || {
@@ -197,36 +193,40 @@ impl TypedTool for RenderChartTool {
             let stem = format!("{CHARTS_DIR}/{}", file_stem(&chart.title, &key));
             let png_path =
                 workspace.write_atomic(&format!("{stem}.png"), &chart.png, Overwrite::Replace)?;
-            let svg_path = workspace.write_atomic(
+            workspace.write_atomic(
                 &format!("{stem}.svg"),
                 chart.svg.as_bytes(),
                 Overwrite::Replace,
             )?;
             let result = ChartResult {
-                png: png_path.as_str().to_owned(),
-                svg: svg_path.as_str().to_owned(),
-                kind: a.kind,
+                path: png_path.as_str().to_owned(),
                 points: chart.points,
-                rows: chart.rows,
             };
             Ok((result, chart.png))
         })
         .await?;
-        let links =
-            [(&result.png, "image/png"), (&result.svg, "image/svg+xml")].map(|(path, mime)| {
-                Attachment::ResourceLink {
-                    uri: file_uri(path),
-                    name: path.clone(),
-                    mime_type: Some(mime.into()),
-                    description: Some("chart".into()),
-                }
-            });
+        let link = Attachment::ResourceLink {
+            uri: file_uri(&result.path),
+            name: file_name(&result.path),
+            // `resources/read` gives the type; 20-odd bytes fewer in the model's context.
+            mime_type: None,
+            description: None,
+        };
         let mut out = output(result)?;
-        out.attachments.push(Attachment::Image {
-            data: png,
-            mime_type: "image/png".into(),
-        });
-        out.attachments.extend(links);
+        // The link is the whole content: the model reads the path in it (and the points
+        // in `structuredContent`), the person's host opens it. No text block repeats the
+        // JSON: MCP says a structured result SHOULD have one, but each copy is what a
+        // host passing every block to the model pays for, and the link carries the path.
+        out.text = Some(String::new());
+        out.attachments.push(link);
+        if inline_image {
+            // Only when the operator asked for it (`[charts] inline_image`): ~90 KB of
+            // base64 that a host may put in front of the model.
+            out.attachments.push(Attachment::Image {
+                data: png,
+                mime_type: "image/png".into(),
+            });
+        }
         Ok(out)
     }
 }

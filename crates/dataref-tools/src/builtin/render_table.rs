@@ -1,6 +1,6 @@
 //! `render_table(dataRef, columns?, sort?, descending?, limit?)`: a table of a stored table's
-//! rows for the person (Markdown, and HTML written to the workspace); the model gets only
-//! how many rows were shown.
+//! rows for the person (HTML written to the workspace and linked; inline Markdown and HTML
+//! only with `[tables] inline`); the model gets the path and how many rows were shown.
 
 use std::cmp::Ordering;
 
@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::files::{file_stem, file_uri};
+use super::files::{file_name, file_stem, file_uri};
 use crate::tool::{TypedTool, blocking, output, spec_for};
 use crate::{Attachment, RunContext, ToolError, ToolOutput};
 
@@ -50,14 +50,14 @@ pub(crate) struct TableArgs {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct TableResult {
+    /// The HTML table, relative to your workspace (linked for the person).
+    path: String,
     /// Rows shown to the person.
     rows_shown: u64,
     /// Rows in the table.
     rows_total: u64,
-    /// Columns shown, in order.
-    columns: Vec<String>,
-    /// The HTML table, relative to your workspace.
-    html: String,
+    /// Columns shown.
+    columns: u64,
 }
 
 pub struct RenderTableTool {
@@ -69,10 +69,10 @@ impl RenderTableTool {
         Self {
             spec: spec_for::<TableArgs, TableResult>(
                 "render_table",
-                "Show rows of a stored table to the person (Markdown, and HTML under `tables/`). \
-                 The rows reach the person, not you: you get how many were shown. Use it when \
-                 the person wants to see the data; for a summary compute it first (SQL or \
-                 `run_python`).",
+                "Show rows of a stored table to the person (HTML under `tables/`, linked). The \
+                 rows reach the person, not you: you get the path and how many were shown. Use \
+                 it when the person wants to see the data; for a summary compute it first (SQL \
+                 or `run_python`).",
                 false,
                 false,
             ),
@@ -97,6 +97,7 @@ impl TypedTool for RenderTableTool {
         let store = ctx.store.clone();
         let owner = ctx.principal.clone();
         let workspace = ctx.workspace.clone();
+        let inline = ctx.limits.inline_table;
         let key = serde_json::to_string(&a).unwrap_or_default();
         let (result, markdown, html) = blocking("render_table", move || {
             let table = store.open_table(&owner, &a.data_ref)?;
@@ -117,24 +118,35 @@ impl TypedTool for RenderTableTool {
                 Overwrite::Replace,
             )?;
             let result = TableResult {
+                path: path.as_str().to_owned(),
                 rows_shown: shown.rows.len() as u64,
                 rows_total: table.meta.rows,
-                columns: shown.names(&table),
-                html: path.as_str().to_owned(),
+                columns: shown.columns.len() as u64,
             };
             Ok((result, markdown, html))
         })
         .await?;
-        let uri = file_uri(&result.html);
+        let uri = file_uri(&result.path);
+        let link = Attachment::ResourceLink {
+            uri: uri.clone(),
+            name: file_name(&result.path),
+            mime_type: Some("text/html".into()),
+            description: None,
+        };
         let mut out = output(&result)?;
-        out.attachments = vec![
-            Attachment::Markdown { text: markdown },
-            Attachment::Document {
-                uri,
-                mime_type: "text/html".into(),
-                text: html,
-            },
-        ];
+        out.attachments = vec![link];
+        if inline {
+            // Only when the operator asked for it (`[tables] inline`): the rows in blocks
+            // marked for the person, which some hosts still pass to the model.
+            out.attachments.extend([
+                Attachment::Markdown { text: markdown },
+                Attachment::Document {
+                    uri,
+                    mime_type: "text/html".into(),
+                    text: html,
+                },
+            ]);
+        }
         Ok(out)
     }
 }

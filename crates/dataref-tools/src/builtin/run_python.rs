@@ -35,8 +35,9 @@ use crate::{RunContext, ToolError, ToolOutput};
 pub const STREAM_SHOWN_BYTES: usize = 2048;
 /// What a job may print before it is stopped; the whole text is kept in the workspace.
 const STREAM_CAP_BYTES: usize = 1 << 20;
-/// Sample rows in the description of each output.
-const OUTPUT_SAMPLE_ROWS: usize = 3;
+/// Sample rows in the description of each output: none, the code that made it knows its
+/// shape, and `result` is where it shows values (`columns` still names and types them).
+const OUTPUT_SAMPLE_ROWS: usize = 0;
 /// Workspace directory for the whole stdout/stderr of runs whose output was cut.
 pub const RUNS_DIR: &str = ".runs";
 /// The largest `code_file` a run takes.
@@ -121,14 +122,22 @@ pub(crate) struct SkippedOut {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RunPythonResult {
+    /// Present, and false, only when the code failed (`error` says why); a run that
+    /// worked has no `ok`.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub ok: bool,
-    /// The value of `result` (null when not ok).
+    /// The value of `result` (null when the code failed).
     pub result: Value,
-    pub stdout: StreamText,
-    pub stderr: StreamText,
+    /// What the code printed; absent when it printed nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<StreamText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<StreamText>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<PythonErrorOut>,
-    /// Output name → the stored table (a new dataRef).
+    /// Output name → the stored table (a new dataRef): its rows and columns, no sample
+    /// (`describe_data` for its statistics).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub outputs: BTreeMap<String, Description>,
     /// Outputs stored too but not described here, to keep the result short: name →
     /// dataRef (`describe_data` describes one).
@@ -145,7 +154,14 @@ pub(crate) struct RunPythonResult {
     /// And this many more things under `out/` not taken, not listed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub more_skipped: u64,
-    pub duration_ms: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 pub struct RunPythonTool {
@@ -496,7 +512,9 @@ fn finish(
         &run_id,
         "stderr",
     );
+    // The model has no use for the wall clock; the log keeps it.
     let duration_ms = u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX);
+    tracing::info!(duration_ms, status = ?run.status, "python run");
     let mut out = RunPythonResult {
         ok: false,
         result: Value::Null,
@@ -509,7 +527,6 @@ fn finish(
         more_files: 0,
         skipped: Vec::new(),
         more_skipped: 0,
-        duration_ms,
     };
     let limit = |kind: &str, message: String, hint: &str| PythonErrorOut {
         kind: kind.to_owned(),
@@ -678,13 +695,19 @@ fn store_output(
     }
     let meta = writer.finish()?;
     let table = store.open_table(&ctx.principal, &meta.data_ref)?;
-    Ok(describe(
+    let mut description = describe(
         &table,
         SampleOptions {
             rows: OUTPUT_SAMPLE_ROWS,
             max_value_chars: 80,
         },
-    ))
+    );
+    // The note on a sample of 0 rows is about sources that withhold rows; here no sample
+    // is the design.
+    if OUTPUT_SAMPLE_ROWS == 0 {
+        description.sample_note = None;
+    }
+    Ok(description)
 }
 
 /// An output Arrow file that is not one: the model's code wrote it (or rewrote what the
@@ -744,14 +767,17 @@ fn stream(
     workspace: &Workspace,
     run_id: &str,
     name: &str,
-) -> StreamText {
+) -> Option<StreamText> {
+    if bytes.is_empty() && dropped == 0 {
+        return None;
+    }
     let text = String::from_utf8_lossy(bytes);
     if text.len() <= STREAM_SHOWN_BYTES && dropped == 0 {
-        return StreamText {
+        return Some(StreamText {
             text: text.into_owned(),
             omitted_bytes: None,
             full_text: None,
-        };
+        });
     }
     let half = STREAM_SHOWN_BYTES / 2;
     let head_end = floor_char_boundary(&text, half);
@@ -771,7 +797,7 @@ fn stream(
             None
         }
     };
-    StreamText {
+    Some(StreamText {
         text: format!(
             "{}\n… [{omitted} bytes cut] …\n{}",
             &text[..head_end],
@@ -779,7 +805,7 @@ fn stream(
         ),
         omitted_bytes: Some(omitted),
         full_text,
-    }
+    })
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {

@@ -22,62 +22,61 @@ fn ok(o: &CallOutcome) -> &Value {
     o.structured.as_ref().unwrap()
 }
 
+/// By default the result is the link and two numbers: no pixels a host could pass to the
+/// model. With `[charts] inline_image = true` the PNG comes inline for the person too.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_chart_lands_in_the_workspace_and_the_image_goes_to_the_person() {
+async fn a_chart_lands_in_the_workspace_and_the_result_links_it() {
     let f = fixture_with(|_| {});
     let data_ref = sales(&f).await;
-    let o = run(
-        &f,
-        ToolCall::new(
-            "render_chart",
-            json!({"dataRef": data_ref, "x": "region", "y": ["revenue"], "kind": "bar"}),
-        ),
-    )
-    .await;
+    let args = json!({"dataRef": data_ref, "x": "region", "y": ["revenue"], "kind": "bar"});
+    let o = run(&f, ToolCall::new("render_chart", args.clone())).await;
     let v = ok(&o);
-    assert_eq!(v["kind"], "bar");
-    assert_eq!(v["rows"], 2_000);
     assert!(v["points"].as_u64().unwrap() > 0);
-    let png = v["png"].as_str().unwrap();
-    let svg = v["svg"].as_str().unwrap();
+    let png = v["path"].as_str().unwrap();
     assert!(
         png.starts_with("charts/revenue-by-region-") && png.ends_with(".png"),
         "{png}"
     );
-    assert_eq!(svg, png.replace(".png", ".svg"));
-    // The model reads a few numbers and two paths, not the data.
-    assert!(o.text.len() < 300, "{}", o.text);
+    assert_eq!(v.as_object().unwrap().len(), 2, "path and points: {v}");
+    // No text block repeats the JSON: the link is the content.
+    assert_eq!(o.text, "");
 
     let on_disk = std::fs::read(f.home.path().join("workspaces/alice").join(png)).unwrap();
     assert!(on_disk.starts_with(b"\x89PNG\r\n\x1a\n"));
+    let svg = png.replace(".png", ".svg");
     let svg_text =
-        std::fs::read_to_string(f.home.path().join("workspaces/alice").join(svg)).unwrap();
-    assert!(svg_text.starts_with("<svg"));
+        std::fs::read_to_string(f.home.path().join("workspaces/alice").join(&svg)).unwrap();
+    assert!(svg_text.starts_with("<svg"), "the SVG is beside the PNG");
 
     match &o.attachments[..] {
-        [
-            Attachment::Image { data, mime_type },
-            Attachment::ResourceLink { uri: png_uri, .. },
-            Attachment::ResourceLink { uri: svg_uri, .. },
-        ] => {
-            assert_eq!(mime_type, "image/png");
-            assert_eq!(data, &on_disk);
-            assert_eq!(png_uri, &format!("dataref://files/{png}"));
-            assert_eq!(svg_uri, &format!("dataref://files/{svg}"));
+        [Attachment::ResourceLink { uri, name, .. }] => {
+            assert_eq!(uri, &format!("dataref://files/{png}"));
+            assert_eq!(Some(name.as_str()), png.rsplit('/').next());
         }
         other => panic!("unexpected attachments: {other:?}"),
     }
 
     // The same call again writes the same file.
-    let again = run(
-        &f,
-        ToolCall::new(
-            "render_chart",
-            json!({"dataRef": data_ref, "x": "region", "y": ["revenue"], "kind": "bar"}),
-        ),
-    )
-    .await;
-    assert_eq!(ok(&again)["png"], v["png"]);
+    let again = run(&f, ToolCall::new("render_chart", args.clone())).await;
+    assert_eq!(ok(&again)["path"], v["path"]);
+
+    // Switched on, the image comes inline as well.
+    let f = fixture_with(|l| l.inline_chart_image = true);
+    let mut args = args;
+    args["dataRef"] = sales(&f).await;
+    let o = run(&f, ToolCall::new("render_chart", args)).await;
+    let png = ok(&o)["path"].as_str().unwrap().to_owned();
+    let on_disk = std::fs::read(f.home.path().join("workspaces/alice").join(&png)).unwrap();
+    match &o.attachments[..] {
+        [
+            Attachment::ResourceLink { .. },
+            Attachment::Image { data, mime_type },
+        ] => {
+            assert_eq!(mime_type, "image/png");
+            assert_eq!(data, &on_disk);
+        }
+        other => panic!("unexpected attachments: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -97,8 +96,8 @@ async fn every_kind_draws_on_the_sample() {
         let o = run(&f, ToolCall::new("render_chart", args.clone())).await;
         assert!(!o.is_error, "{args}: {}", o.text);
         assert!(matches!(
-            o.attachments.first(),
-            Some(Attachment::Image { .. })
+            &o.attachments[..],
+            [Attachment::ResourceLink { .. }]
         ));
     }
 }
@@ -138,7 +137,27 @@ async fn an_unknown_column_lists_the_available_ones() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_table_goes_to_the_person_and_the_model_gets_counts() {
+    // No rows in anything a host may pass to the model, unless `[tables] inline`.
     let f = fixture_with(|_| {});
+    let data_ref = sales(&f).await;
+    let o = run(
+        &f,
+        ToolCall::new("render_table", json!({"dataRef": data_ref, "limit": 10})),
+    )
+    .await;
+    let v = ok(&o);
+    let path = v["path"].as_str().unwrap().to_owned();
+    match &o.attachments[..] {
+        [Attachment::ResourceLink { uri, .. }] => {
+            assert_eq!(uri, &format!("dataref://files/{path}"));
+        }
+        other => panic!("unexpected attachments: {other:?}"),
+    }
+    let on_disk =
+        std::fs::read_to_string(f.home.path().join("workspaces/alice").join(&path)).unwrap();
+    assert!(on_disk.contains("<caption>10 of 2,000 rows</caption>"));
+
+    let f = fixture_with(|l| l.inline_table = true);
     let data_ref = sales(&f).await;
     let o = run(
         &f,
@@ -157,12 +176,13 @@ async fn a_table_goes_to_the_person_and_the_model_gets_counts() {
     let v = ok(&o);
     assert_eq!(v["rowsShown"], 10);
     assert_eq!(v["rowsTotal"], 2_000);
-    assert_eq!(v["columns"], json!(["region", "revenue", "units"]));
+    assert_eq!(v["columns"], 3);
     assert!(o.text.len() < 300, "{}", o.text);
-    let html_path = v["html"].as_str().unwrap();
+    let html_path = v["path"].as_str().unwrap();
     assert!(html_path.starts_with("tables/") && html_path.ends_with(".html"));
     match &o.attachments[..] {
         [
+            Attachment::ResourceLink { .. },
             Attachment::Markdown { text },
             Attachment::Document {
                 uri,

@@ -1,9 +1,10 @@
 //! `dataref bench context`: the seed's transcript replayed word for word over the real MCP
 //! server (in-process, the protocol `serve` speaks on stdio) at each sample size, and what
-//! each step puts in front of the model: bytes and o200k tokens of the text content (every
-//! text block, whatever its `audience`: some hosts pass them all), of `structuredContent`,
-//! and of both; and of `tools/list`, the part the model reads (name, description, input
-//! schema) and the whole.
+//! each step puts in front of the model: bytes and o200k tokens of the content (every
+//! block, whatever its `audience`, since some hosts pass them all: a text block by its
+//! text, any other block — a resource link, an image — by its JSON as sent), of
+//! `structuredContent`, and of both; and of `tools/list`, the part the model reads (name,
+//! description, input schema) and the whole.
 
 use std::io::Write;
 
@@ -62,7 +63,7 @@ impl Size {
 
 struct Measured {
     call: &'static str,
-    text: Size,
+    content: Size,
     structured: Size,
     both: Size,
     /// Blocks that are not text (images, resource links), described.
@@ -183,29 +184,35 @@ fn pointer(r: &CallToolResult, at: &str) -> Result<String> {
 }
 
 fn measure(bpe: &tiktoken_rs::CoreBPE, call: &'static str, r: &CallToolResult) -> Result<Measured> {
-    let text = result_text(r);
     let structured = match &r.structured_content {
         Some(v) => serde_json::to_string(v)?,
         None => String::new(),
     };
-    let both = format!("{text}{structured}");
+    let mut content = String::new();
     let mut other = Vec::new();
     for c in &r.content {
-        // Described from the wire form, as a host sees it.
+        // Measured and described from the wire form, as a host sees it.
         let v = serde_json::to_value(c)?;
         let kind = v.get("type").and_then(Value::as_str).unwrap_or("?");
         if kind == "text" {
+            content.push_str(v.get("text").and_then(Value::as_str).unwrap_or_default());
             continue;
         }
-        let mime = v.get("mimeType").and_then(Value::as_str).unwrap_or("?");
+        content.push_str(&serde_json::to_string(&v)?);
+        let mime = v
+            .get("mimeType")
+            .and_then(Value::as_str)
+            .map(|m| format!(" {m}"))
+            .unwrap_or_default();
         other.push(format!(
-            "{kind} {mime} ({} B)",
+            "{kind}{mime} ({} B)",
             serde_json::to_string(&v)?.len()
         ));
     }
+    let both = format!("{content}{structured}");
     Ok(Measured {
         call,
-        text: Size::of(bpe, &text),
+        content: Size::of(bpe, &content),
         structured: Size::of(bpe, &structured),
         both: Size::of(bpe, &both),
         other: other.join(", "),
@@ -221,10 +228,10 @@ fn print_table(
     writeln!(out, "\n{rows} rows")?;
     writeln!(
         out,
-        "| step | text B | text tok | structured B | structured tok | both B | both tok | seed B | other blocks |"
+        "| step | content B | content tok | structured B | structured tok | both B | both tok | seed B | other blocks |"
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|")?;
-    let (mut text, mut structured, mut both, mut seed) =
+    let (mut content, mut structured, mut both, mut seed) =
         (Size::default(), Size::default(), Size::default(), 0);
     for s in steps {
         let seed_b = SEED_BYTES
@@ -235,15 +242,15 @@ fn print_table(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {seed_b} | {} |",
             s.call,
-            s.text.bytes,
-            s.text.tokens,
+            s.content.bytes,
+            s.content.tokens,
             s.structured.bytes,
             s.structured.tokens,
             s.both.bytes,
             s.both.tokens,
             s.other
         )?;
-        text.add(s.text);
+        content.add(s.content);
         structured.add(s.structured);
         both.add(s.both);
         seed += seed_b;
@@ -251,7 +258,7 @@ fn print_table(
     writeln!(
         out,
         "| total of the five | {} | {} | {} | {} | {} | {} | {seed} | |",
-        text.bytes, text.tokens, structured.bytes, structured.tokens, both.bytes, both.tokens
+        content.bytes, content.tokens, structured.bytes, structured.tokens, both.bytes, both.tokens
     )?;
     writeln!(
         out,

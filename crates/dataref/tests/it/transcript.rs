@@ -195,6 +195,28 @@ fn section(red: &mut Redactor, tool: &str, args: &Value, r: &CallToolResult) -> 
     doc
 }
 
+/// What one result puts in front of a host that passes every block to the model: the
+/// content (a text block by its text, any other block by its JSON as sent) and
+/// `structuredContent`, in bytes, placeholders not applied (the real sizes).
+fn sizes(r: &CallToolResult) -> (usize, usize) {
+    let content = r
+        .content
+        .iter()
+        .map(|block| {
+            let v = serde_json::to_value(block).expect("JSON");
+            match v.get("type").and_then(Value::as_str) {
+                Some("text") => v["text"].as_str().map_or(0, str::len),
+                _ => serde_json::to_string(&v).expect("JSON").len(),
+            }
+        })
+        .sum();
+    let structured = r
+        .structured_content
+        .as_ref()
+        .map_or(0, |v| serde_json::to_string(v).expect("JSON").len());
+    (content, structured)
+}
+
 /// One call of the transcript, which must succeed as written, added to the snapshot.
 async fn step(
     client: &super::Client,
@@ -292,6 +314,82 @@ async fn the_seeds_transcript_works_as_written_and_every_payload_is_snapshotted(
     .await;
     client.cancel().await.ok();
     insta::assert_snapshot!("seed_transcript_48210", doc);
+}
+
+/// The five results of the seed's transcript, measured as a host that passes every block
+/// to the model sees them: together within issue #14's budget (with a margin for the
+/// larger numbers of 1M and 10M rows), and each step no larger than the seed's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_seeds_five_results_fit_the_context_budget() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dataref-runtime-home");
+    let client = connect(&home, "transcript-sizes", &["--rows", "48210"]).await;
+    let ok = |r: CallToolResult, tool: &str| {
+        assert_ne!(r.is_error, Some(true), "{tool}: {}", text(&r));
+        r
+    };
+    let fetched = ok(
+        call(&client, "fetch_sales", json!({"since": "2025-01-01"})).await,
+        "fetch_sales",
+    );
+    let sales = fetched.structured_content.as_ref().unwrap()["dataRef"].clone();
+    let described = ok(
+        call(&client, "describe_data", json!({ "dataRef": sales })).await,
+        "describe_data",
+    );
+    let python = ok(
+        call(
+            &client,
+            "run_python",
+            json!({"inputs": {"sales": sales}, "code": SEED_QOQ_CODE}),
+        )
+        .await,
+        "run_python",
+    );
+    let qoq = python.structured_content.as_ref().unwrap()["outputs"]["qoq"]["dataRef"].clone();
+    let chart = ok(
+        call(
+            &client,
+            "render_chart",
+            json!({"dataRef": qoq, "x": "line", "y": "delta", "kind": "bar"}),
+        )
+        .await,
+        "render_chart",
+    );
+    let export = ok(
+        call(
+            &client,
+            "export_data",
+            json!({"source": qoq, "format": "csv"}),
+        )
+        .await,
+        "export_data",
+    );
+    client.cancel().await.ok();
+    let seed = [1_988, 2_046, 896, 222, 224];
+    let (mut content, mut both) = (0, 0);
+    for ((tool, r), seed) in [
+        ("fetch_sales", &fetched),
+        ("describe_data", &described),
+        ("run_python", &python),
+        ("render_chart", &chart),
+        ("export_data", &export),
+    ]
+    .into_iter()
+    .zip(seed)
+    {
+        let (c, s) = sizes(r);
+        assert!(
+            c + s <= seed,
+            "{tool}: {c} + {s} bytes, the seed's was {seed}"
+        );
+        content += c;
+        both += c + s;
+    }
+    assert!(content <= 1_380, "content of the five: {content} bytes");
+    assert!(
+        both <= 2_650,
+        "content + structuredContent of the five: {both} bytes"
+    );
 }
 
 /// What a model following the seed writes when it gets a shape slightly wrong: refused,
