@@ -6,8 +6,13 @@
 //! (bound read-only into the sandbox, so the host's later writes show through), and sends
 //! `go` with the input artifacts' file descriptors attached (`SCM_RIGHTS`): the sandbox maps
 //! the Arrow files from those descriptors and never sees a path of the store. Each sandbox
-//! serves one job and is destroyed; a background thread refills the pool. When the pool is
-//! empty a sandbox is started for the job (the cold path), through the same steps.
+//! serves one job and is destroyed; a background thread refills the pool. A server fills
+//! the pool as it starts ([`PythonSandbox::prewarm`], which returns at once): a job that
+//! arrives while a warm sandbox is on its way waits for it (it is further along than a new
+//! one would be, and a cold start would queue behind it on the same thread anyway). When
+//! the pool is empty and nothing is filling it (no pool, the runtime only just installed,
+//! or a warm sandbox failed to start) a sandbox is started for the job (the cold path),
+//! through the same steps.
 //!
 //! The thread that starts sandboxes lives as long as the [`PythonSandbox`]: bubblewrap's
 //! `--die-with-parent` ties each sandbox to the thread that spawned it.
@@ -41,7 +46,7 @@ use crate::jail::{
     RoBind, SANDBOX_WORK_DIR, Started, owner,
 };
 use crate::runtime::exchange::{self, ExchangeCaps, ExchangeError, JobLayout, JobResult};
-use crate::runtime::{Runtime, RuntimeError, RuntimeSpec, RuntimeStatus};
+use crate::runtime::{Runtime, RuntimeError, RuntimeSpec};
 
 /// Where the managed runtime appears inside the sandbox.
 pub const SANDBOX_RUNTIME_DIR: &str = "/opt/dataref/python";
@@ -181,6 +186,8 @@ struct Warm {
 }
 
 enum Request {
+    /// Find the runtime if it is installed (installing nothing), then fill the pool.
+    Prewarm,
     Refill,
     Cold(mpsc::SyncSender<Result<Warm, SandboxError>>),
     /// Drop every warm sandbox (on this thread, their parent), then stop.
@@ -190,10 +197,48 @@ enum Request {
 struct Shared {
     settings: SandboxSettings,
     runtime: Mutex<Option<Runtime>>,
-    pool: Mutex<VecDeque<Warm>>,
+    pool: Mutex<PoolState>,
+    /// Notified when a warm sandbox is added or a fill ends.
+    pool_changed: Condvar,
     /// Set by [`PythonSandbox::shutdown`]: no new job starts, running ones are cancelled.
     closing: AtomicBool,
     gate: Gate,
+}
+
+#[derive(Default)]
+struct PoolState {
+    ready: VecDeque<Warm>,
+    /// Fill requests sent to the spawner and not yet done: while there is one, a warm
+    /// sandbox is on its way (unless starting it fails).
+    fills: usize,
+    warm_runs: u64,
+    cold_runs: u64,
+}
+
+impl Shared {
+    fn pool(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A fill is done (the pool is full, or a sandbox failed to start).
+    fn fill_done(&self) {
+        let mut pool = self.pool();
+        pool.fills = pool.fills.saturating_sub(1);
+        drop(pool);
+        self.pool_changed.notify_all();
+    }
+}
+
+/// What the warm pool is doing, for tests and `bench first-run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Warm sandboxes ready now.
+    pub ready: usize,
+    /// A warm sandbox is being started (or about to be) for the pool.
+    pub filling: bool,
+    /// Jobs served by a sandbox started for the pool, and by one started for the job.
+    pub warm_runs: u64,
+    pub cold_runs: u64,
 }
 
 /// Job directories are `<home>/jobs/<owner>-<n>` (the owner as in [`owner::tag`]); `n`
@@ -339,7 +384,8 @@ impl PythonSandbox {
         let shared = Arc::new(Shared {
             settings,
             runtime: Mutex::new(None),
-            pool: Mutex::new(VecDeque::new()),
+            pool: Mutex::new(PoolState::default()),
+            pool_changed: Condvar::new(),
             closing: AtomicBool::new(false),
             gate,
         });
@@ -360,20 +406,23 @@ impl PythonSandbox {
         &self.shared.settings
     }
 
-    /// Fills the pool if the runtime is already installed; never downloads anything (the
-    /// first job does, with progress). For a server's start-up; returns at once.
+    /// Starts filling the pool, for a server's start-up: returns at once. The pool's thread
+    /// finds the runtime if it is installed (by its files; never downloads anything: the
+    /// first job does, with progress) and starts the warm sandboxes one after the other;
+    /// a job that arrives meanwhile waits for the first. Costs nothing more than
+    /// [`SandboxSettings::pool_size`] idle sandboxes, and nothing with a pool of 0.
     pub fn prewarm(&self) {
-        let installed = match &self.shared.settings.runtime {
-            RuntimeSpec::Managed { .. } => {
-                matches!(
-                    Runtime::check(&self.shared.settings.home),
-                    RuntimeStatus::Ready(_)
-                )
-            }
-            RuntimeSpec::Interpreter(_) => true,
-        };
-        if installed && self.runtime(&|_| {}).is_ok() {
-            self.send(Request::Refill);
+        self.fill(Request::Prewarm);
+    }
+
+    /// Asks the spawner to fill the pool; until it is done, jobs wait for a warm sandbox.
+    fn fill(&self, request: Request) {
+        if self.shared.settings.pool_size == 0 || self.shared.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        self.shared.pool().fills += 1;
+        if !self.send(request) {
+            self.shared.fill_done();
         }
     }
 
@@ -395,11 +444,42 @@ impl PythonSandbox {
 
     /// Warm sandboxes ready now.
     pub fn warm_count(&self) -> usize {
-        self.shared
-            .pool
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.shared.pool().ready.len()
+    }
+
+    /// Waits, at most `patience`, until a warm sandbox is ready or none is coming (no
+    /// runtime installed, no pool, a sandbox that failed to start); whether one is ready.
+    /// For a server's start-up: answering the client's handshake only then makes its first
+    /// call a warm one.
+    pub fn wait_warm(&self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        let mut pool = self.shared.pool();
+        loop {
+            if !pool.ready.is_empty() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if pool.fills == 0 || left.is_zero() || self.shared.closing.load(Ordering::SeqCst) {
+                return false;
+            }
+            pool = self
+                .shared
+                .pool_changed
+                .wait_timeout(pool, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// What the pool holds and is doing now.
+    pub fn status(&self) -> PoolStatus {
+        let pool = self.shared.pool();
+        PoolStatus {
+            ready: pool.ready.len(),
+            filling: pool.fills > 0,
+            warm_runs: pool.warm_runs,
+            cold_runs: pool.cold_runs,
+        }
     }
 
     /// Runs one job to its end: blocks, so call it from a blocking thread. Waits in line
@@ -421,12 +501,21 @@ impl PythonSandbox {
         }
         let _permit = self.shared.gate.enter(progress, cancel)?;
         self.runtime(progress)?;
-        let (warm, was_warm) = match self.take_warm() {
+        let (warm, was_warm) = match self.take_warm(progress, cancel)? {
             Some(w) => (w, true),
             None => (self.start_cold()?, false),
         };
+        {
+            let mut pool = self.shared.pool();
+            if was_warm {
+                pool.warm_runs += 1;
+            } else {
+                pool.cold_runs += 1;
+            }
+        }
+        tracing::debug!(warm = was_warm, "run_python job handed to its sandbox");
         // Refill in the background while this job runs.
-        self.send(Request::Refill);
+        self.fill(Request::Refill);
         let Warm {
             started,
             socket,
@@ -466,19 +555,46 @@ impl PythonSandbox {
         })
     }
 
-    fn take_warm(&self) -> Option<Warm> {
-        let mut pool = self
-            .shared
-            .pool
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        while let Some(mut warm) = pool.pop_front() {
-            if warm.started.is_running() {
-                return Some(warm);
+    /// A warm sandbox: one that is ready, or else the one the pool is starting (waiting
+    /// for it, telling `progress`); `None` when none is coming (the cold path).
+    fn take_warm(
+        &self,
+        progress: &dyn Fn(&str),
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Option<Warm>, SandboxError> {
+        let mut pool = self.shared.pool();
+        let mut told = false;
+        loop {
+            while let Some(mut warm) = pool.ready.pop_front() {
+                if warm.started.is_running() {
+                    return Ok(Some(warm));
+                }
+                tracing::warn!("a warm sandbox died while idle; discarding it");
             }
-            tracing::warn!("a warm sandbox died while idle; discarding it");
+            if pool.fills == 0 {
+                return Ok(None);
+            }
+            if self.shared.closing.load(Ordering::SeqCst) {
+                return Err(SandboxError::ShutDown);
+            }
+            if cancel() {
+                return Err(SandboxError::Cancelled);
+            }
+            if !told {
+                told = true;
+                drop(pool);
+                progress("waiting for the warm sandbox that is starting");
+                pool = self.shared.pool();
+                continue;
+            }
+            // Woken when one is ready or the fill ends; the timeout is for `cancel`.
+            pool = self
+                .shared
+                .pool_changed
+                .wait_timeout(pool, Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
-        None
     }
 
     fn start_cold(&self) -> Result<Warm, SandboxError> {
@@ -515,23 +631,20 @@ impl PythonSandbox {
         // The spawner may be starting a sandbox (importing pandas takes a few seconds).
         if rx.recv_timeout(patience.max(READY_TIMEOUT / 4)).is_err() {
             // Not on the spawner thread: still kills them and removes what they used.
-            self.shared
-                .pool
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clear();
+            self.shared.pool().ready.clear();
         }
         if !jail::wait_for_cleanup(patience) {
             tracing::warn!("job cgroups were still being removed at shutdown");
         }
     }
 
-    fn send(&self, request: Request) {
-        let _ = self
-            .spawner
+    /// Whether the spawner got it (it is gone once shut down).
+    fn send(&self, request: Request) -> bool {
+        self.spawner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .send(request);
+            .send(request)
+            .is_ok()
     }
 }
 
@@ -584,46 +697,75 @@ fn spawner(shared: &Shared, rx: &mpsc::Receiver<Request>) {
     while let Ok(request) = rx.recv() {
         match request {
             Request::Shutdown(done) => {
-                shared
-                    .pool
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clear();
+                shared.pool().ready.clear();
                 let _ = done.send(());
                 return;
             }
             Request::Cold(reply) => {
                 let _ = reply.send(spawn(shared));
             }
-            Request::Refill => loop {
-                let have = shared
-                    .pool
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .len();
-                if have >= shared.settings.pool_size || shared.closing.load(Ordering::SeqCst) {
-                    break;
+            Request::Prewarm => {
+                if find_runtime(shared) {
+                    refill(shared);
                 }
-                match spawn(shared) {
-                    Ok(warm) => shared
-                        .pool
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push_back(warm),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not start a warm sandbox");
-                        break;
-                    }
-                }
-            },
+                shared.fill_done();
+            }
+            Request::Refill => {
+                refill(shared);
+                shared.fill_done();
+            }
         }
     }
     // The sandbox is gone: kill the warm ones on this thread, their parent.
-    shared
-        .pool
+    shared.pool().ready.clear();
+}
+
+/// The installed runtime, for the pool's first fill (installing nothing: that is the first
+/// job's, with progress); whether there is one.
+fn find_runtime(shared: &Shared) -> bool {
+    let mut slot = shared
+        .runtime
         .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clear();
+        .unwrap_or_else(PoisonError::into_inner);
+    if slot.is_some() {
+        return true;
+    }
+    match Runtime::installed(&shared.settings.home, &shared.settings.runtime) {
+        Ok(Some(runtime)) => {
+            *slot = Some(runtime);
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "the Python runtime is not usable; the pool stays empty");
+            false
+        }
+    }
+}
+
+/// Starts warm sandboxes until the pool is full (or one fails to start).
+fn refill(shared: &Shared) {
+    loop {
+        let have = shared.pool().ready.len();
+        if have >= shared.settings.pool_size || shared.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let started = Instant::now();
+        match spawn(shared) {
+            Ok(warm) => {
+                tracing::debug!(
+                    ms = started.elapsed().as_millis(),
+                    "a warm sandbox is ready"
+                );
+                shared.pool().ready.push_back(warm);
+                shared.pool_changed.notify_all();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not start a warm sandbox");
+                return;
+            }
+        }
+    }
 }
 
 fn spawn(shared: &Shared) -> Result<Warm, SandboxError> {

@@ -271,6 +271,17 @@ impl Runtime {
         }
     }
 
+    /// The runtime `spec` names when it is there already, without installing anything
+    /// (`None`: the managed runtime is not installed, or not for the current pins). The
+    /// managed one is checked by its files only (the instant path of [`Runtime::ensure`]):
+    /// a warm sandbox imports pandas anyway, and says so when it cannot.
+    pub fn installed(home: &Path, spec: &RuntimeSpec) -> Result<Option<Runtime>, RuntimeError> {
+        match spec {
+            RuntimeSpec::Managed { .. } => ready_runtime(&home.join(RUNTIME_DIR)),
+            RuntimeSpec::Interpreter(python) => use_interpreter(python).map(Some),
+        }
+    }
+
     /// The state of the managed runtime under `home`, without changing anything. Unlike
     /// [`Runtime::ensure`] it runs the interpreter, to catch a runtime whose files are there
     /// but which no longer starts.

@@ -7,6 +7,7 @@
 mod chart;
 mod context;
 mod export;
+mod first_run;
 mod postgres;
 mod python;
 mod spill;
@@ -84,6 +85,9 @@ enum BenchSection {
     /// run_python, render_chart, a CSV export) replayed word for word over MCP at each
     /// size, with bytes and o200k tokens per step, and of `tools/list`.
     Context(context::ContextArgs),
+    /// The first `run_python` of a session against warm ones: fresh in-process servers,
+    /// the seed's pivot sent right after the handshake, with the warm pool and without.
+    FirstRun(first_run::FirstRunArgs),
 }
 
 #[derive(Debug, Args)]
@@ -301,9 +305,16 @@ fn mb(bytes: f64) -> String {
 }
 
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
-    if let Some(BenchSection::Context(a)) = &args.section {
-        context::run(a)?;
-        return Ok(ExitCode::SUCCESS);
+    match &args.section {
+        Some(BenchSection::Context(a)) => {
+            context::run(a)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::FirstRun(a)) => {
+            first_run::run(a)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        None => {}
     }
     let common = crate::Common {
         home: None,

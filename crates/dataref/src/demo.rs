@@ -74,6 +74,7 @@ pub fn run(common: &Common) -> Result<ExitCode> {
         ctx,
         store,
         rows,
+        ..
     } = sample;
     runtime.block_on(play(registry, ctx, store, rows))
 }
@@ -87,13 +88,29 @@ pub(crate) struct Sample {
     pub store: Arc<dataref_store::LocalStore>,
     /// Rows of the sample database.
     pub rows: u64,
+    /// `run_python`'s sandbox (`bench first-run` watches its pool).
+    pub python: Option<Arc<dataref_sandbox::pool::PythonSandbox>>,
 }
 
 impl Sample {
     /// The `rows`-row sample under `home` (generated on first use), its store and the
     /// Python runtime (installed on first use, progress on stderr).
     pub(crate) fn prepare(home: std::path::PathBuf, rows: u64, principal: &str) -> Result<Self> {
+        Self::prepare_with(home, rows, principal, None)
+    }
+
+    /// [`Sample::prepare`] with `[python] pool_size` set (`bench first-run`'s baseline turns
+    /// the pool off).
+    pub(crate) fn prepare_with(
+        home: std::path::PathBuf,
+        rows: u64,
+        principal: &str,
+        pool_size: Option<usize>,
+    ) -> Result<Self> {
         let mut config = dataref_config::Config::builtin_sample(home, rows);
+        if let Some(n) = pool_size {
+            config.python.pool_size = n;
+        }
         config.principal = dataref_protocol::Principal::new(principal)?;
         settings::ensure_sample(&config)?;
         let store = settings::open_store(&config)?;
@@ -103,9 +120,12 @@ impl Sample {
             sandbox
                 .runtime(&|step| settings::progress_line(&format!("python runtime: {step}")))
                 .context("preparing the Python runtime for `run_python`")?;
+            // Installed just now: fill the pool (a no-op fill when it is filling already).
             sandbox.prewarm();
         }
-        let registry = Arc::new(builtin_registry_with(&config, python)?);
+        // As `serve` on stdio: the handshake after the first warm sandbox.
+        settings::await_first_warm(python.as_deref());
+        let registry = Arc::new(builtin_registry_with(&config, python.clone())?);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -127,6 +147,7 @@ impl Sample {
             ctx,
             store,
             rows,
+            python,
         })
     }
 }

@@ -32,6 +32,9 @@ pub fn run(
         registry,
         python,
     } = start(&config)?;
+    // The client's `initialize` waits in the pipe until the first warm sandbox is ready, so
+    // that a `run_python` right after the handshake is a warm run.
+    settings::await_first_warm(python.as_deref());
     let served = runtime.block_on(async move {
         spawn_sweeper(store.clone(), config.store.sweep_interval);
         if config.spill.enabled {

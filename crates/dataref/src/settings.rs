@@ -227,8 +227,10 @@ pub fn open_store(config: &Config) -> Result<Arc<LocalStore>> {
 }
 
 /// `run_python`'s sandbox for `config` (`None` when `[python] enabled = false`). When the
-/// runtime is already installed, the warm pool fills in the background; nothing is
-/// downloaded here (the first call does that, with progress).
+/// runtime is already installed, the warm pool starts filling now, in the background, while
+/// the server starts and the client does its handshake; a first call that arrives before
+/// the first warm sandbox is ready waits for it. Nothing is downloaded here (the first call
+/// does that, with progress).
 pub fn python_sandbox(config: &Config) -> Option<Arc<dataref_sandbox::pool::PythonSandbox>> {
     if !config.python.enabled {
         return None;
@@ -236,9 +238,26 @@ pub fn python_sandbox(config: &Config) -> Option<Arc<dataref_sandbox::pool::Pyth
     let sandbox = Arc::new(dataref_sandbox::pool::PythonSandbox::new(
         dataref_tools::sandbox_settings(config),
     ));
-    let warm = Arc::clone(&sandbox);
-    let _ = std::thread::Builder::new()
-        .name("dataref-prewarm".to_owned())
-        .spawn(move || warm.prewarm());
+    // Returns at once: the pool's own thread finds the runtime and starts the sandboxes.
+    sandbox.prewarm();
     Some(sandbox)
+}
+
+/// How long a stdio server waits for its first warm sandbox before it reads the handshake.
+pub const FIRST_WARM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits (at most [`FIRST_WARM_PATIENCE`]) for the first warm sandbox, when one is on its
+/// way: a client that calls `run_python` right after its handshake then gets a warm run
+/// instead of waiting for the sandbox inside its first call. Returns at once without a
+/// pool, a runtime, or when the sandbox cannot start.
+pub fn await_first_warm(python: Option<&dataref_sandbox::pool::PythonSandbox>) {
+    if let Some(sandbox) = python
+        && !sandbox.wait_warm(FIRST_WARM_PATIENCE)
+        && sandbox.status().filling
+    {
+        tracing::warn!(
+            "the first warm sandbox was not ready after {} s; serving anyway",
+            FIRST_WARM_PATIENCE.as_secs()
+        );
+    }
 }

@@ -514,3 +514,49 @@ result = {'rows': len(df), 'in_files': in_files, 'listing': sorted(os.listdir('i
     );
     drop(ran);
 }
+
+#[test]
+fn a_job_sent_right_after_start_is_served_by_the_warm_sandbox_the_pool_is_starting() {
+    // The runtime is installed, as on a server's second start.
+    PythonSandbox::new(settings(0)).runtime(&|_| {}).unwrap();
+    let pool = PythonSandbox::new(settings(2));
+    pool.prewarm();
+    // Before any job, and at once: a warm sandbox is on its way.
+    let status = pool.status();
+    assert!(status.filling || status.ready > 0, "{status:?}");
+    assert_eq!((status.warm_runs, status.cold_runs), (0, 0));
+    // Sent before the sandbox can have imported pandas: it waits for that one rather than
+    // starting a cold sandbox of its own behind it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut j = job("result = {'total': float(sales['revenue'].sum())}");
+    j.inputs.push(("sales".to_owned(), table_file(&dir)));
+    let ran = run(&pool, j);
+    assert!(ran.warm);
+    assert_eq!(finished(&ran).result, json!({"total": 6.5}));
+    let status = pool.status();
+    assert_eq!((status.warm_runs, status.cold_runs), (1, 0), "{status:?}");
+    // The refill after it: the pool fills to its size and then stops.
+    assert!(pool.wait_warm(Duration::from_secs(60)));
+    wait_warm(&pool, 2);
+    while pool.status().filling {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(pool.warm_count(), 2);
+}
+
+#[test]
+fn when_no_warm_sandbox_can_come_a_job_does_not_wait_for_one() {
+    // An interpreter that is not there: the pool's fill ends without a sandbox.
+    let pool = PythonSandbox::new(SandboxSettings {
+        runtime: RuntimeSpec::Interpreter(PathBuf::from("/nonexistent/python3")),
+        ..settings(2)
+    });
+    pool.prewarm();
+    assert!(!pool.wait_warm(Duration::from_secs(60)));
+    assert!(!pool.status().filling);
+    let err = pool.run(job("result = 1"), &|_| {}, &|| false).unwrap_err();
+    assert!(
+        matches!(err, dataref_sandbox::pool::SandboxError::Runtime(_)),
+        "{err}"
+    );
+}

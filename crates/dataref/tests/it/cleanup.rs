@@ -201,3 +201,31 @@ fn the_next_start_removes_what_a_kill_9_left_and_nothing_of_a_live_server() {
         server.child.wait().unwrap();
     }
 }
+
+#[test]
+fn a_stdio_server_starts_its_warm_pool_before_it_answers_the_handshake_and_holds_no_more() {
+    // The runtime is installed (the first run of a fresh target dir installs it).
+    let mut first = Server::start();
+    first.run_python();
+    drop(first.stdin.take());
+    first.child.wait().unwrap();
+
+    // `start` returns once the server has answered `initialize`: by then the pool's first
+    // sandbox is there (its job directory), before any call. (It is ready too: the server
+    // reads the handshake only then; `bench first-run` shows the first call served warm.)
+    let mut server = Server::start();
+    let pid = server.child.id();
+    let dirs = |left: &[PathBuf]| left.iter().filter(|p| !p.starts_with("/sys")).count();
+    let at_handshake = left_by(pid);
+    assert!(
+        dirs(&at_handshake) >= 1,
+        "no warm sandbox when the handshake was answered: {at_handshake:?}"
+    );
+    // A server never asked for run_python holds the pool's 2 sandboxes, no more.
+    let warm = server.wait_warm();
+    assert!(dirs(&warm) <= 2, "{warm:?}");
+    drop(server.stdin.take());
+    assert!(server.child.wait().unwrap().success());
+    let left = left_by(pid);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
