@@ -23,9 +23,7 @@ pub const MAX_GLOB_ALTERNATIVES: usize = 64;
 pub enum GlobError {
     #[error("the glob pattern is {bytes} bytes long; the limit is {MAX_GLOB_BYTES} bytes")]
     TooLong { bytes: usize },
-    #[error(
-        "the glob pattern's braces expand to more than {MAX_GLOB_ALTERNATIVES} alternatives"
-    )]
+    #[error("the glob pattern's braces expand to more than {MAX_GLOB_ALTERNATIVES} alternatives")]
     TooManyAlternatives,
 }
 
