@@ -153,7 +153,7 @@ async fn replay(sample: &Sample, bpe: &tiktoken_rs::CoreBPE) -> Result<(Vec<Meas
     Ok((steps, tools_list))
 }
 
-async fn call(
+pub(super) async fn call(
     client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
     tool: &str,
     args: Value,
@@ -174,7 +174,7 @@ async fn call(
     Ok(r)
 }
 
-fn pointer(r: &CallToolResult, at: &str) -> Result<String> {
+pub(super) fn pointer(r: &CallToolResult, at: &str) -> Result<String> {
     r.structured_content
         .as_ref()
         .and_then(|s| s.pointer(at))

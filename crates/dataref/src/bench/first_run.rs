@@ -15,10 +15,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use dataref_mcp::rmcp;
 use dataref_mcp::{DatarefServer, connect_in_process};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Value, json};
 
-use super::context::SEED_QOQ_CODE;
+use super::context::{SEED_QOQ_CODE, call, pointer};
 use crate::demo::{Sample, result_text};
 use crate::settings;
 
@@ -45,12 +44,10 @@ struct Round {
     first_warm: bool,
     /// From the start of the server to the end of the handshake.
     start_ms: f64,
-    /// The first call as the client sees it, and the run's own `durationMs`.
+    /// The first call as the client sees it.
     first_ms: f64,
-    first_run_ms: f64,
-    /// Medians of the later calls.
+    /// The median of the later calls.
     warm_ms: f64,
-    warm_run_ms: f64,
 }
 
 pub fn run(args: &FirstRunArgs) -> Result<()> {
@@ -128,10 +125,9 @@ fn round(home: &std::path::Path, args: &FirstRunArgs, sales: &str, pool: bool) -
         .context("MCP handshake with the in-process server")?;
         let start_ms = ms(started.elapsed());
         let client = &session.client;
-        let (first_ms, first_run_ms) = timed(client, &code).await?;
+        let first_ms = timed(client, &code).await?;
         let first_warm = sandbox.status().warm_runs == 1;
         let mut warm = Vec::new();
-        let mut warm_run = Vec::new();
         for _ in 0..args.warm_runs {
             // Warm means a full pool: wait for the refill of the previous run.
             let until = Instant::now() + Duration::from_secs(120);
@@ -141,9 +137,7 @@ fn round(home: &std::path::Path, args: &FirstRunArgs, sales: &str, pool: bool) -
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            let (wall, run) = timed(client, &code).await?;
-            warm.push(wall);
-            warm_run.push(run);
+            warm.push(timed(client, &code).await?);
         }
         session.client.cancel().await.ok();
         session.server.abort();
@@ -152,58 +146,25 @@ fn round(home: &std::path::Path, args: &FirstRunArgs, sales: &str, pool: bool) -
             first_warm,
             start_ms,
             first_ms,
-            first_run_ms,
             warm_ms: median(&mut warm),
-            warm_run_ms: median(&mut warm_run),
         })
     })
 }
 
-/// One `run_python` call: the client's wall clock and the run's own `durationMs`.
+/// One `run_python` call: the client's wall clock (the run's own duration is logged, not
+/// returned).
 async fn timed(
     client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
     args: &Value,
-) -> Result<(f64, f64)> {
+) -> Result<f64> {
     let t = Instant::now();
     let r = call(client, "run_python", args.clone()).await?;
     let wall = ms(t.elapsed());
-    let run = r
-        .structured_content
-        .as_ref()
-        .and_then(|s| s.get("durationMs"))
-        .and_then(Value::as_f64)
-        .unwrap_or(f64::NAN);
-    if r.structured_content.as_ref().and_then(|s| s.get("ok")) != Some(&Value::Bool(true)) {
+    // A failed run says `ok: false` (success leaves `ok` out).
+    if r.structured_content.as_ref().and_then(|s| s.get("ok")) == Some(&Value::Bool(false)) {
         bail!("the seed's run_python failed: {}", result_text(&r));
     }
-    Ok((wall, run))
-}
-
-async fn call(
-    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
-    tool: &str,
-    args: Value,
-) -> Result<CallToolResult> {
-    let Value::Object(map) = args else {
-        bail!("arguments must be an object");
-    };
-    let r = client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(map))
-        .await
-        .with_context(|| format!("tools/call {tool}"))?;
-    if r.is_error == Some(true) {
-        bail!("`{tool}` was refused: {}", result_text(&r));
-    }
-    Ok(r)
-}
-
-fn pointer(r: &CallToolResult, at: &str) -> Result<String> {
-    r.structured_content
-        .as_ref()
-        .and_then(|s| s.pointer(at))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .with_context(|| format!("no `{at}` in the result"))
+    Ok(wall)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -227,7 +188,7 @@ fn print_table(out: &mut impl Write, args: &FirstRunArgs, rounds: &[Round]) -> R
     writeln!(
         out,
         "\nthe first run_python of a session against warm ones ({} rows, the seed's pivot; ms, \
-         the client's wall clock, the run's own durationMs in brackets; warm = median of {})",
+         the client's wall clock; warm = median of {})",
         args.rows, args.warm_runs
     )?;
     writeln!(
@@ -238,12 +199,10 @@ fn print_table(out: &mut impl Write, args: &FirstRunArgs, rounds: &[Round]) -> R
     let row = |out: &mut dyn Write, name: String, r: &Round| -> Result<()> {
         writeln!(
             out,
-            "| {name} | {:.0} | {:.0} ({:.0}) | {:.0} ({:.0}) | {:.2} | {:.0} | {} |",
+            "| {name} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {} |",
             r.start_ms,
             r.first_ms,
-            r.first_run_ms,
             r.warm_ms,
-            r.warm_run_ms,
             r.first_ms / r.warm_ms,
             r.start_ms + r.first_ms,
             if r.first_warm {
@@ -266,9 +225,7 @@ fn print_table(out: &mut impl Write, args: &FirstRunArgs, rounds: &[Round]) -> R
             first_warm: of.iter().all(|r| r.first_warm),
             start_ms: med(|r| r.start_ms),
             first_ms: med(|r| r.first_ms),
-            first_run_ms: med(|r| r.first_run_ms),
             warm_ms: med(|r| r.warm_ms),
-            warm_run_ms: med(|r| r.warm_run_ms),
         };
         let kind = if pool {
             "**median, pool on**"
