@@ -1,0 +1,54 @@
+//! The model-facing benchmarks run to their tables on the real binary: a change to what a
+//! result carries (as when `ok` and `durationMs` left `run_python`'s) must not leave a bench
+//! failing unnoticed. Numbers are not asserted here; they are the benches' to print.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::BIN;
+
+/// The data dir where the sandbox tests provision the Python runtime (shared).
+fn runtime_home() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dataref-runtime-home")
+}
+
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("bench")
+        .args(args)
+        .env("DATAREF_HOME", runtime_home())
+        .env_remove("DATAREF_CONFIG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "bench {args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn bench_context_and_first_run_print_their_tables() {
+    let context = bench(&["context", "--rows", "4000"]);
+    assert!(context.contains("| total of the five |"), "{context}");
+    assert!(
+        context.contains("| tools/list: the whole result |"),
+        "{context}"
+    );
+    let first = bench(&[
+        "first-run",
+        "--rows",
+        "4000",
+        "--servers",
+        "1",
+        "--warm-runs",
+        "1",
+    ]);
+    assert!(first.contains("| **median, pool on** |"), "{first}");
+    assert!(
+        first.contains("| **median, pool off (baseline)** |"),
+        "{first}"
+    );
+}
