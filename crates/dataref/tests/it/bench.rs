@@ -19,7 +19,7 @@ fn bench(args: &[&str]) -> String {
         .env("DATAREF_HOME", runtime_home())
         .env_remove("DATAREF_CONFIG")
         .output()
-        .unwrap();
+        .expect("run dataref bench");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
