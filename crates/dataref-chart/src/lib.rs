@@ -30,6 +30,10 @@
 //! assert!(chart.png.starts_with(b"\x89PNG"));
 //! assert_eq!(chart.points, 2);
 //! ```
+//!
+//! Owns: `plotters`, `png` and the embedded font; nothing else in the workspace draws.
+//! Must not import the store, the workspace, the tools or any transport: it turns batches
+//! and a spec into bytes.
 
 mod data;
 mod draw;

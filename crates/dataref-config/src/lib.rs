@@ -22,6 +22,11 @@
 //! let config = Config::from_toml_str(text, "/etc/dataref".as_ref(), "/var/lib/dataref".into()).unwrap();
 //! assert_eq!(config.queries["orders"].tool_name(), "fetch_orders");
 //! ```
+//!
+//! Owns: the file format and its resolution, units (durations, sizes), every environment
+//! variable name. Must not import any dataref crate but `dataref-protocol`, and nothing that
+//! opens a source, the store or the network: resolution checks what can be checked from the
+//! text alone.
 
 #![expect(
     clippy::disallowed_methods,

@@ -27,6 +27,10 @@
 //! assert_eq!(String::from_utf8(out.into_inner())?, "region,units\r\nEMEA,3\r\n'=1+1,4\r\n");
 //! # Ok(()) }
 //! ```
+//!
+//! Owns: `parquet` and `rust_xlsxwriter`, and every file format a person downloads. Must
+//! not import the workspace, the tools or any transport, and takes its bytes' destination
+//! from the caller.
 
 mod error;
 mod options;

@@ -45,6 +45,9 @@
 //! http.serve(shutdown).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Owns: `hyper`, `hyper-util` and `ring` (token hashes, JWT signatures, signed links).
+//! Must not import rmcp, the tools, the store or the sandbox.
 mod auth;
 mod body;
 mod conn;

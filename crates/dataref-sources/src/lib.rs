@@ -40,6 +40,11 @@
 //! println!("{} rows in {}", meta.rows, meta.data_ref.as_str());
 //! # Ok(()) }
 //! ```
+//!
+//! Owns: reading sources (rusqlite with the store, tokio-postgres alone), the sample
+//! database, parameter binding. Must not import the sandbox, the exports, the charts, the
+//! tools or any transport: a producer streams rows into the store and returns notes, nothing
+//! about how the call arrived.
 
 mod civil;
 mod error;

@@ -25,6 +25,11 @@
 //! let table = store.open_table(&owner, &meta.data_ref)?;
 //! # Ok(()) }
 //! ```
+//!
+//! Owns: the artifact files and their index (with `dataref-sources`, the only users of
+//! rusqlite), refs, owners, TTL, caps, quotas and `describe`/`describe_data`. Must not
+//! import the producers, the sandbox, the tools or any transport: it knows tables and
+//! principals, not who asked over what.
 
 mod clock;
 mod error;

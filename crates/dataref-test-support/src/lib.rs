@@ -12,6 +12,10 @@
 //! let url = pg.conninfo("postgres"); // host=/tmp/.tmpXXXX port=5432 user=postgres dbname=postgres
 //! # let _ = url; Ok(()) }
 //! ```
+//!
+//! Owns: fixtures for tests and benchmarks only. It is never a normal dependency of a
+//! crate that ships in the release binary (a dev-dependency, or a dependency of
+//! `dataref-bench`).
 
 #![expect(
     clippy::disallowed_methods,
