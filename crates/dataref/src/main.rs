@@ -96,9 +96,10 @@ enum Command {
         #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
         http: Option<String>,
     },
-    /// Measure fetch and describe speed and memory, against pandas in the same run: runs
-    /// `dataref-bench` (beside this executable) with the same arguments (`dataref bench
-    /// --help` lists them).
+    /// Measure fetch and describe speed and memory, against pandas in the same run.
+    ///
+    /// Runs `dataref-bench`, the executable beside this one, with the same arguments
+    /// (`dataref bench --help` lists them) and exits with its exit code.
     #[command(disable_help_flag = true)]
     Bench {
         /// The arguments of `dataref-bench`.
