@@ -95,6 +95,7 @@
 //! ```
 
 mod completion;
+mod host;
 mod jsonrpc;
 mod notify;
 mod progress;
@@ -106,7 +107,11 @@ mod streamable;
 mod tools;
 pub mod upstream;
 
+/// The per-request context factory; defined next to `RunContext`, re-exported for the
+/// HTTP side that builds a [`DatarefServer::per_request`].
+pub use dataref_tools::SharedContext;
+pub use host::{Caller, DownloadLinks};
 pub use rmcp;
 pub use serve::{InProcessSession, McpServeError, connect_in_process};
-pub use server::{Caller, DatarefServer, DownloadLinks, INSTRUCTIONS, SharedContext};
+pub use server::{DatarefServer, INSTRUCTIONS};
 pub use streamable::{SESSION_HEADER, StreamableHttp};

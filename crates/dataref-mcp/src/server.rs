@@ -3,13 +3,12 @@
 
 mod workspaces;
 
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use dataref_config::Limits;
 use dataref_protocol::Principal;
-use dataref_store::{ArtifactStore, Clock};
-use dataref_tools::{NoProgress, RunContext, ToolCall, ToolRegistry, execute_tool_call};
+use dataref_tools::{
+    NoProgress, RunContext, SharedContext, ToolCall, ToolRegistry, execute_tool_call,
+};
 use dataref_workspace::{Workspace, WorkspaceError};
 #[expect(
     deprecated,
@@ -28,6 +27,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::host::{Caller, DownloadLinks};
 use crate::notify::{Change, Level, LogSink, Session, Watch};
 use crate::prompts::Prompts;
 use crate::{completion, progress, resources, tools};
@@ -94,41 +94,11 @@ enum Contexts {
     PerRequest(PerPrincipal),
 }
 
-/// What every principal's context shares when one server serves many principals.
-#[derive(Clone)]
-pub struct SharedContext {
-    /// The data directory; principal `p`'s workspace is `<home>/workspaces/<p>`.
-    pub home: PathBuf,
-    pub store: Arc<dyn ArtifactStore>,
-    pub limits: Limits,
-    pub clock: Arc<dyn Clock>,
-}
-
-impl std::fmt::Debug for SharedContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedContext")
-            .field("home", &self.home)
-            .finish_non_exhaustive()
-    }
-}
-
 struct PerPrincipal {
     shared: SharedContext,
     /// Opened on a principal's request and kept while recently used (bounded).
     workspaces: workspaces::Cache,
 }
-
-/// Makes a signed download URL (and its expiry, Unix seconds) for a principal's
-/// workspace file; `None` when it cannot. The HTTP server (dataref-http) implements it
-/// and hands it over with [`DatarefServer::set_download_links`].
-pub trait DownloadLinks: Send + Sync {
-    fn link(&self, principal: &Principal, path: &str) -> Option<(String, i64)>;
-}
-
-/// The authenticated principal of an HTTP request, put into the request's extensions by
-/// the HTTP server's authentication layer (dataref-http) and read by [`DatarefServer::per_request`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller(pub Principal);
 
 impl DatarefServer {
     /// A server whose every call runs as the principal of `ctx`, in its workspace.
@@ -236,15 +206,7 @@ impl DatarefServer {
                         None,
                     )
                 })?;
-                Ok(RunContext {
-                    principal: principal.clone(),
-                    store: p.shared.store.clone(),
-                    workspace,
-                    limits: p.shared.limits.clone(),
-                    progress: Arc::new(NoProgress),
-                    cancel: CancellationToken::new(),
-                    clock: p.shared.clock.clone(),
-                })
+                Ok(p.shared.context(principal.clone(), workspace))
             }
         }
     }
@@ -252,10 +214,8 @@ impl DatarefServer {
 
 impl PerPrincipal {
     fn workspace(&self, principal: &Principal) -> Result<Arc<Workspace>, WorkspaceError> {
-        self.workspaces.get_or_open(principal, || {
-            Workspace::for_principal(&self.shared.home, principal)?
-                .with_quota(self.shared.limits.workspace_quota_bytes)
-        })
+        self.workspaces
+            .get_or_open(principal, || self.shared.principal_workspace(principal))
     }
 }
 

@@ -12,7 +12,7 @@ use rmcp::model::{
 };
 use serde_json::Value;
 
-use crate::server::DownloadLinks;
+use crate::host::DownloadLinks;
 
 /// `tools/list` entry for one spec: schemas, title and hints.
 pub(crate) fn to_mcp_tool(spec: &ToolSpec) -> Tool {

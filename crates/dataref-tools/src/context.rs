@@ -1,9 +1,10 @@
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use dataref_config::Limits;
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, Clock};
-use dataref_workspace::Workspace;
+use dataref_workspace::{Workspace, WorkspaceError};
 use tokio_util::sync::CancellationToken;
 
 /// Where a tool reports progress on long work (rows fetched so far, …). The MCP server
@@ -52,6 +53,49 @@ impl std::fmt::Debug for RunContext {
         f.debug_struct("RunContext")
             .field("principal", &self.principal)
             .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every call's [`RunContext`] shares in one server (store, limits, clock, data dir),
+/// and the one place a [`RunContext`] is made from them: for a fixed principal (stdio, the
+/// demo, benchmarks) or per request (HTTP, each caller in its own workspace).
+#[derive(Clone)]
+pub struct SharedContext {
+    /// The data directory; principal `p`'s own workspace is `<home>/workspaces/<p>`.
+    pub home: PathBuf,
+    pub store: Arc<dyn ArtifactStore>,
+    pub limits: Limits,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl SharedContext {
+    /// The context of `principal`'s calls in `workspace`: no progress sink and a fresh
+    /// cancellation token (a server replaces both per call with [`RunContext::for_call`]).
+    pub fn context(&self, principal: Principal, workspace: Arc<Workspace>) -> RunContext {
+        RunContext {
+            principal,
+            store: self.store.clone(),
+            workspace,
+            limits: self.limits.clone(),
+            progress: Arc::new(NoProgress),
+            cancel: CancellationToken::new(),
+            clock: self.clock.clone(),
+        }
+    }
+
+    /// `principal`'s own workspace under the data dir (created on first use), bounded by
+    /// [`Limits::workspace_quota_bytes`].
+    pub fn principal_workspace(&self, principal: &Principal) -> Result<Workspace, WorkspaceError> {
+        Workspace::for_principal(&self.home, principal)?
+            .with_quota(self.limits.workspace_quota_bytes)
+    }
+}
+
+impl std::fmt::Debug for SharedContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedContext")
+            .field("home", &self.home)
             .finish_non_exhaustive()
     }
 }

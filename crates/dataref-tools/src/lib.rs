@@ -2,7 +2,9 @@
 //!
 //! - [`Tool`]: one required method pair, `spec` and `call`. Tools never see transport
 //!   details; what they need arrives in the [`RunContext`] (principal, store, limits,
-//!   progress, cancellation, clock), which is never part of the model's schema.
+//!   progress, cancellation, clock), which is never part of the model's schema. A
+//!   [`SharedContext`] (store, limits, clock, data dir) is the one factory of them, for
+//!   every host (stdio, HTTP, the demo, benchmarks).
 //! - [`ToolRegistry`]: built once from a [`ToolRegistryBuilder`], then immutable; it holds
 //!   each tool's compiled input-schema validator.
 //! - [`execute_tool_call`]: owns every failure branch once (unknown tool, broken JSON,
@@ -43,7 +45,7 @@ pub use builtin::{
     RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, builtin_registry, builtin_registry_builder,
     builtin_registry_with, mime_type_for, sandbox_settings,
 };
-pub use context::{NoProgress, ProgressSink, RunContext};
+pub use context::{NoProgress, ProgressSink, RunContext, SharedContext};
 pub use delegate::{CALL_TOOL, CallToolTool, MAX_ARGS_FILE_BYTES};
 pub use error::{ToolError, ToolsError};
 pub use execute::{CallArguments, CallOutcome, ToolCall, execute_tool_call};

@@ -7,14 +7,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use dataref_app::Sample;
 use dataref_mcp::rmcp;
 use dataref_mcp::{DatarefServer, connect_in_process};
 use dataref_protocol::DataRef;
-use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{NoProgress, RunContext, builtin_registry_with};
+use dataref_store::ArtifactStore;
+use dataref_tools::RunContext;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::{Common, settings};
 
@@ -79,80 +79,7 @@ pub fn run(common: &Common) -> Result<ExitCode> {
     runtime.block_on(play(registry, ctx, store, rows))
 }
 
-/// The built-in sample served as `serve` would serve it, to a principal of its own: what
-/// `demo` and `bench context` open an in-process MCP session on.
-pub(crate) struct Sample {
-    pub runtime: tokio::runtime::Runtime,
-    pub registry: Arc<dataref_tools::ToolRegistry>,
-    pub ctx: RunContext,
-    pub store: Arc<dataref_store::LocalStore>,
-    /// Rows of the sample database.
-    pub rows: u64,
-    /// `run_python`'s sandbox (`bench first-run` watches its pool).
-    pub python: Option<Arc<dataref_sandbox::pool::PythonSandbox>>,
-}
-
-impl Sample {
-    /// The `rows`-row sample under `home` (generated on first use), its store and the
-    /// Python runtime (installed on first use, progress on stderr).
-    pub(crate) fn prepare(home: std::path::PathBuf, rows: u64, principal: &str) -> Result<Self> {
-        Self::prepare_with(home, rows, principal, None)
-    }
-
-    /// [`Sample::prepare`] with `[python] pool_size` set (`bench first-run`'s baseline turns
-    /// the pool off).
-    pub(crate) fn prepare_with(
-        home: std::path::PathBuf,
-        rows: u64,
-        principal: &str,
-        pool_size: Option<usize>,
-    ) -> Result<Self> {
-        let mut config = dataref_config::Config::builtin_sample(home, rows);
-        if let Some(n) = pool_size {
-            config.python.pool_size = n;
-        }
-        config.principal = dataref_protocol::Principal::new(principal)?;
-        settings::ensure_sample(&config)?;
-        let store = settings::open_store(&config)?;
-        let python = settings::python_sandbox(&config);
-        if let Some(sandbox) = &python {
-            // The first run installs the runtime from PyPI: say so, step by step, on stderr.
-            sandbox
-                .runtime(&|step| settings::progress_line(&format!("python runtime: {step}")))
-                .context("preparing the Python runtime for `run_python`")?;
-            // Installed just now: fill the pool (a no-op fill when it is filling already).
-            sandbox.prewarm();
-        }
-        // As `serve` on stdio: the handshake after the first warm sandbox.
-        settings::await_first_warm(python.as_deref());
-        let registry = Arc::new(builtin_registry_with(&config, python.clone())?);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
-        let workspace = settings::workspace(None, &config, &config.principal)?;
-        let ctx = RunContext {
-            principal: config.principal.clone(),
-            store: store.clone(),
-            workspace,
-            limits: config.limits.clone(),
-            progress: Arc::new(NoProgress),
-            cancel: CancellationToken::new(),
-            clock: Arc::new(SystemClock),
-        };
-        let rows = config.sample.as_ref().map_or(0, |s| s.rows);
-        Ok(Self {
-            runtime,
-            registry,
-            ctx,
-            store,
-            rows,
-            python,
-        })
-    }
-}
-
-pub(crate) fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
+fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
     tiktoken_rs::o200k_base().map_err(|e| anyhow::anyhow!("loading the o200k tokenizer: {e}"))
 }
 
@@ -169,18 +96,10 @@ fn content_as_seen(r: &CallToolResult) -> String {
         .join("\n")
 }
 
-pub(crate) fn result_text(r: &CallToolResult) -> String {
-    r.content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 async fn play(
     registry: Arc<dataref_tools::ToolRegistry>,
     ctx: RunContext,
-    store: Arc<dataref_store::LocalStore>,
+    store: Arc<dyn ArtifactStore>,
     sample_rows: u64,
 ) -> Result<ExitCode> {
     let bpe = tokenizer()?;

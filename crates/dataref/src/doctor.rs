@@ -178,14 +178,19 @@ fn data_dir(home: &Path) -> Check {
 }
 
 fn store(config: &Config) -> Check {
-    match settings::open_store(config) {
+    match dataref_app::open_store(config) {
         Ok(_) => check(
             Status::Ok,
             "artifact store",
             format!("{}", config.home.join("index.sqlite").display()),
             None,
         ),
-        Err(e) => check(Status::Fail, "artifact store", format!("{e:#}"), None),
+        Err(e) => check(
+            Status::Fail,
+            "artifact store",
+            format!("{:#}", anyhow::Error::from(e)),
+            None,
+        ),
     }
 }
 
@@ -511,7 +516,7 @@ fn upstreams(config: &Config) -> Vec<Check> {
         .iter()
         .map(|u| {
             let what = format!("upstream {}", u.name);
-            let target = crate::serve::describe(&u.transport);
+            let target = dataref_app::describe(&u.transport);
             runtime.block_on(async {
                 match dataref_mcp::upstream::connect_one(u).await {
                     Ok(server) => {

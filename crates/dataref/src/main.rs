@@ -2,20 +2,28 @@
 //!
 //! `serve` (MCP over stdio, or Streamable HTTP with `--http`), `token` (bearer tokens for
 //! HTTP callers), `demo` (the canonical analysis, played as an MCP client would),
-//! `doctor` (what is missing and how to fix it), `bench` (speed and memory against pandas).
-//! Logs go to stderr; stdout is the MCP channel for `serve` and the report for the others.
+//! `doctor` (what is missing and how to fix it), `bench` (runs the `dataref-bench`
+//! executable beside this one). Logs go to stderr; stdout is the MCP channel for `serve`
+//! and the report for the others.
+//!
+//! Owns argument parsing, config resolution (flag > environment > file > default:
+//! `settings`), tracing to stderr (`log`), exit codes and what each command prints.
+//! What a server is built from (store, sources, sandbox, upstreams, registry, sweepers, the
+//! per-call context) is `dataref-app`'s. Must not import the benchmarks, the test support,
+//! or anything only they use (tokio-postgres, a throwaway PostgreSQL).
 #![expect(
     clippy::disallowed_methods,
-    reason = "the binary owns its data directory checks (doctor), benchmark files and config paths"
+    reason = "the binary owns its data directory checks (doctor), and config paths"
 )]
 
-mod bench;
 mod demo;
 mod doctor;
+mod forward;
 mod log;
 mod serve;
 mod settings;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -89,10 +97,19 @@ enum Command {
         http: Option<String>,
     },
     /// Measure fetch and describe speed and memory, against pandas in the same run.
-    Bench(bench::BenchArgs),
-    /// (internal) one measured step of `bench`, in a process of its own.
-    #[command(hide = true)]
-    BenchWorker(bench::WorkerArgs),
+    ///
+    /// Runs `dataref-bench`, the executable beside this one, with the same arguments
+    /// (`dataref bench --help` lists them) and exits with its exit code.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The arguments of `dataref-bench`.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<OsString>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,8 +162,7 @@ fn main() -> ExitCode {
         } => serve::new_token(&name),
         Command::Demo { common } => demo::run(&common),
         Command::Doctor { common, http } => doctor::run(&common, http.as_deref()),
-        Command::Bench(args) => bench::run(&args),
-        Command::BenchWorker(args) => bench::worker(&args),
+        Command::Bench { args } => forward::bench(&args),
     };
     match result {
         Ok(code) => code,

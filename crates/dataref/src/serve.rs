@@ -1,17 +1,14 @@
 //! `dataref serve`: MCP over stdio, or over Streamable HTTP (`--http`); `dataref token new`.
+//! What a server is built from is `dataref-app`'s ([`App::start`]); this wires it to the
+//! transport the person asked for.
 
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{Context, Result};
-use dataref_config::{Config, UpstreamTransport};
+use anyhow::Result;
+use dataref_app::{App, SpillSweep, spawn_sweepers};
 use dataref_http::HttpServer;
-use dataref_mcp::upstream::{self, Upstreams};
-use dataref_mcp::{DatarefServer, SharedContext};
+use dataref_mcp::DatarefServer;
 use dataref_protocol::Principal;
-use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{NoProgress, RunContext, ToolsError, builtin_registry_builder};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Common, settings};
@@ -23,36 +20,26 @@ pub fn run(
 ) -> Result<ExitCode> {
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
-    let workspace = settings::workspace(workspace, &config, &principal)?;
+    let workspace = dataref_app::workspace(workspace, &config, &principal)?;
     settings::note_no_sources(common, &config);
-    let Started {
+    let App {
         runtime,
-        store,
+        shared,
         upstreams,
         registry,
         python,
-    } = start(&config)?;
+    } = App::start(&config)?;
     // The client's `initialize` waits in the pipe until the first warm sandbox is ready, so
     // that a `run_python` right after the handshake is a warm run.
-    settings::await_first_warm(python.as_deref());
+    dataref_app::await_first_warm(python.as_deref());
     let served = runtime.block_on(async move {
-        spawn_sweeper(store.clone(), config.store.sweep_interval);
-        if config.spill.enabled {
-            dataref_tools::spawn_spill_sweeper(
-                workspace.clone(),
-                Arc::new(SystemClock),
-                &config.spill,
-            );
-        }
-        let ctx = RunContext {
-            principal,
-            store,
-            workspace,
-            limits: config.limits.clone(),
-            progress: Arc::new(NoProgress),
-            cancel: CancellationToken::new(),
-            clock: Arc::new(SystemClock),
-        };
+        spawn_sweepers(
+            &config,
+            shared.store.clone(),
+            shared.clock.clone(),
+            SpillSweep::Workspace(workspace.clone()),
+        );
+        let ctx = shared.context(principal, workspace);
         tracing::info!(tools = registry.len(), principal = %ctx.principal, "serving MCP on stdio");
         let served = DatarefServer::new(registry, ctx).serve_stdio().await;
         upstreams.shutdown().await;
@@ -60,7 +47,7 @@ pub fn run(
     });
     // The client closed stdin: stop the jobs and take the warm sandboxes down with their
     // cgroups and job directories, which an exiting process would leave behind.
-    shutdown_python(python.as_deref());
+    dataref_app::shutdown_python(python.as_deref());
     served?;
     Ok(ExitCode::SUCCESS)
 }
@@ -74,33 +61,22 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
     // doctor` calls, so the two refuse the same configs with the same message.
     let options = settings::http_options(&config, anonymous.clone())?;
     settings::note_no_sources(common, &config);
-    raise_open_files_limit();
-    let Started {
+    dataref_app::setup::raise_open_files_limit();
+    let App {
         runtime,
-        store,
+        shared,
         upstreams,
         registry,
         python,
-    } = start(&config)?;
+    } = App::start(&config)?;
     let served = runtime.block_on(async move {
-        spawn_sweeper(store.clone(), config.store.sweep_interval);
-        let clock: Arc<dyn dataref_store::Clock> = Arc::new(SystemClock);
-        if config.spill.enabled {
-            dataref_tools::spawn_all_spill_sweeper(
-                config.home.clone(),
-                clock.clone(),
-                &config.spill,
-            );
-        }
-        let server = DatarefServer::per_request(
-            registry.clone(),
-            SharedContext {
-                home: config.home.clone(),
-                store,
-                limits: config.limits.clone(),
-                clock,
-            },
+        spawn_sweepers(
+            &config,
+            shared.store.clone(),
+            shared.clock.clone(),
+            SpillSweep::AllPrincipals,
         );
+        let server = DatarefServer::per_request(registry.clone(), shared);
         let auth = if config.http.auth {
             format!(
                 "bearer tokens of {} principal(s){}",
@@ -143,38 +119,9 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         settings::progress_line("stopped");
         served.map_err(|e| anyhow::anyhow!("{e}\nhint: {}", e.hint()))
     });
-    shutdown_python(python.as_deref());
+    dataref_app::shutdown_python(python.as_deref());
     served?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Many callers at once each hold a connection (and a cached workspace, up to a few hundred):
-/// lift the soft limit on open files to the hard one, and warn when even that is low.
-fn raise_open_files_limit() {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    const WANTED: u64 = 4096;
-    let mut limit = getrlimit(Resource::Nofile);
-    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum)
-        && current < maximum
-    {
-        limit.current = Some(maximum);
-        if setrlimit(Resource::Nofile, limit).is_err() {
-            limit.current = Some(current);
-        }
-    }
-    if let Some(n) = limit.current.filter(|n| *n < WANTED) {
-        tracing::warn!(
-            "this process may open only {n} files; under load, connections beyond that are refused \
-             (hint: raise the limit, e.g. `ulimit -n {WANTED}` or `LimitNOFILE={WANTED}` in a systemd unit)"
-        );
-    }
-}
-
-/// Stops `run_python`'s jobs and removes its warm sandboxes, cgroups and job directories.
-fn shutdown_python(python: Option<&dataref_sandbox::pool::PythonSandbox>) {
-    if let Some(python) = python {
-        python.shutdown(Duration::from_secs(10));
-    }
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.
@@ -227,133 +174,4 @@ pub fn new_token(name: &str) -> Result<ExitCode> {
          The server reads tokens at start: restart `dataref serve --http` after editing."
     ));
     Ok(ExitCode::SUCCESS)
-}
-
-/// What both transports start with.
-struct Started {
-    runtime: tokio::runtime::Runtime,
-    store: Arc<dyn ArtifactStore>,
-    upstreams: Upstreams,
-    registry: Arc<dataref_tools::ToolRegistry>,
-    /// Kept to shut it down before exiting (the registry holds it too).
-    python: Option<Arc<dataref_sandbox::pool::PythonSandbox>>,
-}
-
-/// The sample, the store, the runtime, the upstream servers and the tool registry.
-fn start(config: &Config) -> Result<Started> {
-    settings::ensure_sample(config)?;
-    let store: Arc<dyn ArtifactStore> = settings::open_store(config)?;
-    let python = settings::python_sandbox(config);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let upstreams = runtime.block_on(connect_upstreams(config))?;
-    let mut builder = builtin_registry_builder(config, python.clone());
-    for tool in upstreams.tools() {
-        builder.register(tool);
-    }
-    let registry = match builder.build() {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            let e = registry_error(e, &upstreams);
-            runtime.block_on(upstreams.shutdown());
-            return Err(e.context("building the tool registry"));
-        }
-    };
-    Ok(Started {
-        runtime,
-        store,
-        upstreams,
-        registry,
-        python,
-    })
-}
-
-/// Connects every `[[upstream]]` server, with a line of progress for each on stderr. A
-/// server that cannot be reached stops the start: serving without its tools would leave
-/// the model and the person wondering where they went.
-pub async fn connect_upstreams(config: &Config) -> Result<Upstreams> {
-    if config.upstreams.is_empty() {
-        return Ok(Upstreams::default());
-    }
-    for u in &config.upstreams {
-        settings::progress_line(&format!(
-            "connecting to upstream MCP server `{}` ({}) …",
-            u.name,
-            describe(&u.transport)
-        ));
-    }
-    let upstreams = upstream::connect(&config.upstreams)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}\nhint: {}", e.hint()))?;
-    for s in upstreams.servers() {
-        settings::progress_line(&format!(
-            "upstream `{}`: {} of {} tools mounted",
-            s.name(),
-            s.tool_names().len(),
-            s.listed()
-        ));
-    }
-    Ok(upstreams)
-}
-
-/// The command or URL of an upstream, for people (never `env` or header values).
-pub fn describe(transport: &UpstreamTransport) -> String {
-    match transport {
-        UpstreamTransport::Stdio { command, .. } => format!("`{}`", command.join(" ")),
-        UpstreamTransport::Http { url, .. } => format!("`{url}`"),
-        other => format!("{other:?}"),
-    }
-}
-
-/// A registry error that involves an upstream tool says which upstream and what to set.
-fn registry_error(e: ToolsError, upstreams: &Upstreams) -> anyhow::Error {
-    let owner = |name: &str| {
-        upstreams
-            .servers()
-            .iter()
-            .find(|s| s.tool_names().iter().any(|n| n == name))
-            .map(|s| s.name().to_owned())
-    };
-    match &e {
-        ToolsError::DuplicateName(name) => match owner(name) {
-            Some(u) => anyhow::anyhow!(
-                "the tool `{name}` of upstream `{u}` has the name of another tool\nhint: set `prefix` of `[[upstream]]` `{u}` in dataref.toml (e.g. `prefix = \"{u}_\"`), or leave the tool out with `tools = [...]`"
-            ),
-            None => anyhow::Error::new(e),
-        },
-        ToolsError::BadSchema { name, .. } => match owner(name) {
-            Some(u) => anyhow::anyhow!(
-                "{e}\nhint: leave it out with `tools = [...]` of `[[upstream]]` `{u}` in dataref.toml"
-            ),
-            None => anyhow::Error::new(e),
-        },
-        // `ToolsError` is non-exhaustive across crates.
-        _ => anyhow::Error::new(e),
-    }
-}
-
-/// Removes expired artifacts every `interval` for as long as the server runs (reads check
-/// expiry themselves; the sweep gives the disk back).
-pub fn spawn_sweeper(store: Arc<dyn ArtifactStore>, interval: Duration) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval);
-        loop {
-            tick.tick().await;
-            let s = store.clone();
-            match tokio::task::spawn_blocking(move || s.sweep()).await {
-                Ok(Ok(r)) if r.removed > 0 => {
-                    tracing::info!(
-                        removed = r.removed,
-                        bytes = r.bytes_freed,
-                        "swept expired artifacts"
-                    )
-                }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!("sweeping expired artifacts failed: {e}"),
-                Err(e) => tracing::warn!("sweeper task ended abnormally: {e}"),
-            }
-        }
-    });
 }

@@ -1,15 +1,13 @@
 //! Config resolution, with the precedence written as code: flag > environment > file >
-//! default.
+//! default. What is built from the resolved config is `dataref-app`'s.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use dataref_config::{Config, env};
 use dataref_http::{HttpError, HttpOptions};
 use dataref_protocol::Principal;
 use dataref_sources::{SAMPLE_ROWS_DEFAULT, SAMPLE_ROWS_MAX};
-use dataref_store::{LocalStore, StoreLimits, SystemClock};
 
 use crate::Common;
 
@@ -24,38 +22,9 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// The data directory of a dataref run by root.
-pub const ROOT_HOME: &str = "/var/lib/dataref";
-
-/// The data directory: `--home`, else `$DATAREF_HOME`, else `$XDG_DATA_HOME/dataref`, else
-/// `/var/lib/dataref` for root (sandboxed jobs run as an unprivileged uid that cannot
-/// enter `/root`), else `~/.local/share/dataref`.
+/// The data directory: `--home`, else as [`dataref_app::home`] finds it.
 pub fn home(common: &Common) -> Result<PathBuf> {
-    let given = common.home.clone().or_else(|| {
-        std::env::var_os(env::DATAREF_HOME)
-            .filter(|h| !h.is_empty())
-            .map(PathBuf::from)
-    });
-    if let Some(h) = given {
-        // Absolute, so paths handed to the sandbox mean the same inside it.
-        return std::path::absolute(&h)
-            .with_context(|| format!("resolving the data directory `{}`", h.display()));
-    }
-    if let Some(x) = std::env::var_os(env::XDG_DATA_HOME).filter(|h| !h.is_empty()) {
-        return Ok(PathBuf::from(x).join("dataref"));
-    }
-    if rustix::process::geteuid().is_root() {
-        return Ok(PathBuf::from(ROOT_HOME));
-    }
-    if let Some(h) = std::env::var_os(env::HOME).filter(|h| !h.is_empty()) {
-        return Ok(PathBuf::from(h).join(".local/share/dataref"));
-    }
-    anyhow::bail!(
-        "cannot find a data directory: none of `--home`, `{}`, `{}`, `{}` is set\nhint: pass `--home DIR`",
-        env::DATAREF_HOME,
-        env::XDG_DATA_HOME,
-        env::HOME
-    )
+    Ok(dataref_app::home(common.home.as_deref())?)
 }
 
 /// The sample size from `--rows`, checked.
@@ -162,102 +131,5 @@ pub fn principal(flag: Option<&str>, config: &Config) -> Result<Principal> {
     }
 }
 
-/// Generates the built-in sample when this config is it, reporting progress on stderr.
-pub fn ensure_sample(config: &Config) -> Result<()> {
-    let Some(spec) = &config.sample else {
-        return Ok(());
-    };
-    if spec.path.exists() {
-        return Ok(());
-    }
-    let total = spec.rows;
-    progress_line(&format!("generating the sample database ({total} rows)…"));
-    dataref_sources::ensure_sample(spec, &|done| {
-        progress_line(&format!(
-            "generating the sample database: {done}/{total} rows"
-        ));
-    })
-    .with_context(|| {
-        format!(
-            "generating the sample database at `{}`",
-            spec.path.display()
-        )
-    })?;
-    progress_line(&format!("sample database ready: {}", spec.path.display()));
-    Ok(())
-}
-
-#[expect(clippy::print_stderr, reason = "progress for the person, on stderr")]
-pub fn progress_line(msg: &str) {
-    eprintln!("{msg}");
-}
-
-/// The session's workspace: the directory named with `--workspace`, else the principal's
-/// own under the data dir (created on first use).
-pub fn workspace(
-    flag: Option<&std::path::Path>,
-    config: &Config,
-    principal: &Principal,
-) -> Result<Arc<dataref_workspace::Workspace>> {
-    let ws = match flag {
-        Some(dir) => dataref_workspace::Workspace::open(dir)
-            .with_context(|| format!("opening the workspace `{}`", dir.display()))?,
-        // The principal's own workspace is bounded; a directory the operator names is theirs.
-        None => dataref_workspace::Workspace::for_principal(&config.home, principal)
-            .and_then(|w| w.with_quota(config.limits.workspace_quota_bytes))
-            .with_context(|| format!("creating the workspace of `{principal}`"))?,
-    };
-    Ok(Arc::new(ws))
-}
-
-/// Opens the store under the config's home.
-pub fn open_store(config: &Config) -> Result<Arc<LocalStore>> {
-    let limits = StoreLimits {
-        ttl: config.store.ttl,
-        max_artifact_bytes: config.store.max_artifact_bytes,
-        owner_quota_bytes: config.store.owner_quota_bytes,
-    };
-    let store = LocalStore::open(&config.home, limits, Arc::new(SystemClock)).with_context(|| {
-        format!(
-            "opening the artifact store in `{}`\nhint: check that the directory is writable, or pass `--home DIR`",
-            config.home.display()
-        )
-    })?;
-    Ok(Arc::new(store))
-}
-
-/// `run_python`'s sandbox for `config` (`None` when `[python] enabled = false`). When the
-/// runtime is already installed, the warm pool starts filling now, in the background, while
-/// the server starts and the client does its handshake; a first call that arrives before
-/// the first warm sandbox is ready waits for it. Nothing is downloaded here (the first call
-/// does that, with progress).
-pub fn python_sandbox(config: &Config) -> Option<Arc<dataref_sandbox::pool::PythonSandbox>> {
-    if !config.python.enabled {
-        return None;
-    }
-    let sandbox = Arc::new(dataref_sandbox::pool::PythonSandbox::new(
-        dataref_tools::sandbox_settings(config),
-    ));
-    // Returns at once: the pool's own thread finds the runtime and starts the sandboxes.
-    sandbox.prewarm();
-    Some(sandbox)
-}
-
-/// How long a stdio server waits for its first warm sandbox before it reads the handshake.
-pub const FIRST_WARM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Waits (at most [`FIRST_WARM_PATIENCE`]) for the first warm sandbox, when one is on its
-/// way: a client that calls `run_python` right after its handshake then gets a warm run
-/// instead of waiting for the sandbox inside its first call. Returns at once without a
-/// pool, a runtime, or when the sandbox cannot start.
-pub fn await_first_warm(python: Option<&dataref_sandbox::pool::PythonSandbox>) {
-    if let Some(sandbox) = python
-        && !sandbox.wait_warm(FIRST_WARM_PATIENCE)
-        && sandbox.status().filling
-    {
-        tracing::warn!(
-            "the first warm sandbox was not ready after {} s; serving anyway",
-            FIRST_WARM_PATIENCE.as_secs()
-        );
-    }
-}
+/// One line of progress for the person, on stderr.
+pub use dataref_app::progress_line;

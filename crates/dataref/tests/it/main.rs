@@ -9,7 +9,7 @@
     reason = "fixtures build files and hostile trees directly, outside the code under test"
 )]
 
-mod bench;
+mod bench_forward;
 mod cleanup;
 mod http;
 mod http_edges;

@@ -20,7 +20,6 @@ use dataref_store::ArtifactStore;
 use serde_json::{Value, json};
 
 use super::{f, fetch_sample, mb, peak_rss_bytes, run_json, sample_sql};
-use crate::settings;
 
 const FORMATS: [Format; 3] = [Format::Csv, Format::Xlsx, Format::Parquet];
 
@@ -136,7 +135,7 @@ pub(super) fn section(
 ) -> Result<()> {
     let n = args.export_rows;
     let config = Config::builtin_sample(dir.to_path_buf(), n);
-    settings::ensure_sample(&config)?;
+    dataref_app::ensure_sample(&config)?;
     let db = config
         .sample
         .as_ref()
@@ -146,7 +145,7 @@ pub(super) fn section(
     let mut theirs = pandas.map(|_| json!({}));
     for format in FORMATS {
         let ext = format.extension();
-        settings::progress_line(&format!("measuring export of {n} rows to {ext}…"));
+        dataref_app::progress_line(&format!("measuring export of {n} rows to {ext}…"));
         ours[ext] = run_json(
             Command::new(exe)
                 .args(["bench-worker", "export", "--rows", &n.to_string()])
@@ -154,7 +153,7 @@ pub(super) fn section(
                 .arg(dir),
         )?;
         if let Some(theirs) = theirs.as_mut() {
-            settings::progress_line(&format!("measuring pandas writing {n} rows to {ext}…"));
+            dataref_app::progress_line(&format!("measuring pandas writing {n} rows to {ext}…"));
             theirs[ext] = run_json(
                 Command::new(python)
                     .args(["-c", PANDAS_SCRIPT])

@@ -15,8 +15,9 @@ use dataref_mcp::{DatarefServer, connect_in_process};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Value, json};
 
-use crate::demo::{Sample, result_text, tokenizer};
-use crate::settings;
+use dataref_app::Sample;
+
+use crate::{result_text, tokenizer};
 
 #[derive(Debug, Args)]
 pub struct ContextArgs {
@@ -71,11 +72,7 @@ struct Measured {
 }
 
 pub fn run(args: &ContextArgs) -> Result<()> {
-    let home = settings::home(&crate::Common {
-        home: None,
-        config: None,
-        rows: None,
-    })?;
+    let home = dataref_app::home(None)?;
     let bpe = tokenizer()?;
     let mut out = std::io::stdout().lock();
     writeln!(
@@ -83,7 +80,7 @@ pub fn run(args: &ContextArgs) -> Result<()> {
         "\nwhat the model reads: the seed's transcript word for word, over MCP"
     )?;
     for &n in &args.rows {
-        settings::progress_line(&format!("replaying the seed's transcript on {n} rows…"));
+        dataref_app::progress_line(&format!("replaying the seed's transcript on {n} rows…"));
         let sample = Sample::prepare(home.clone(), n, "bench-context")?;
         let (steps, tools) = sample
             .runtime

@@ -27,7 +27,6 @@ use dataref_store::ArtifactStore;
 use serde_json::{Value, json};
 
 use super::{BenchArgs, Fetched, f, fetch_sample, mb, peak_rss_bytes, run_json};
-use crate::settings;
 
 /// The seed article's `run_python` call, verbatim.
 const PIVOT_CODE: &str = r#"q = sales.assign(q=sales.date.dt.to_period("Q"))
@@ -136,15 +135,15 @@ pub(super) fn section(
     out: &mut impl Write,
 ) -> Result<()> {
     let n = args.python_rows;
-    settings::ensure_sample(&Config::builtin_sample(dir.to_path_buf(), n))?;
+    dataref_app::ensure_sample(&Config::builtin_sample(dir.to_path_buf(), n))?;
     let baseline = pandas.is_some() && pyarrow_available(&args.python);
     if pandas.is_some() && !baseline {
-        settings::progress_line(&format!(
+        dataref_app::progress_line(&format!(
             "pyarrow is not importable by `{}`; the run_python baselines are skipped\nhint: `scripts/bench` installs it",
             args.python
         ));
     }
-    settings::progress_line(&format!(
+    dataref_app::progress_line(&format!(
         "measuring run_python ({} trivial runs warm and cold, {} pivots of {n} rows)…",
         args.python_runs, args.pivot_runs
     ));
@@ -337,7 +336,7 @@ fn pyarrow_available(python: &str) -> bool {
 }
 
 pub(super) fn worker(args: &WorkerArgs) -> Result<Value> {
-    let progress = |s: &str| settings::progress_line(s);
+    let progress = |s: &str| dataref_app::progress_line(s);
     check_home(&args.home)?;
     // The sandbox `serve` would build from the built-in config, over `home`.
     let server =

@@ -18,8 +18,9 @@ use dataref_mcp::{DatarefServer, connect_in_process};
 use serde_json::{Value, json};
 
 use super::context::{SEED_QOQ_CODE, call, pointer};
-use crate::demo::{Sample, result_text};
-use crate::settings;
+use dataref_app::Sample;
+
+use crate::result_text;
 
 #[derive(Debug, Args)]
 pub struct FirstRunArgs {
@@ -54,12 +55,8 @@ pub fn run(args: &FirstRunArgs) -> Result<()> {
     if args.servers == 0 || args.warm_runs == 0 {
         bail!("`--servers` and `--warm-runs` must be at least 1");
     }
-    let home = settings::home(&crate::Common {
-        home: None,
-        config: None,
-        rows: None,
-    })?;
-    settings::progress_line(&format!(
+    let home = dataref_app::home(None)?;
+    dataref_app::progress_line(&format!(
         "first run_python against warm ones, {} fresh servers of each kind on {} rows…",
         args.servers, args.rows
     ));
@@ -67,7 +64,7 @@ pub fn run(args: &FirstRunArgs) -> Result<()> {
     let mut rounds = Vec::new();
     for i in 0..args.servers {
         for pool in [true, false] {
-            settings::progress_line(&format!(
+            dataref_app::progress_line(&format!(
                 "round {} of {}: pool {}",
                 i + 1,
                 args.servers,

@@ -1,11 +1,15 @@
 //! The model-facing benchmarks run to their tables on the real binary: a change to what a
 //! result carries (as when `ok` and `durationMs` left `run_python`'s) must not leave a bench
 //! failing unnoticed. Numbers are not asserted here; they are the benches' to print.
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers fail the test on setup errors"
+)]
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::BIN;
+const BIN: &str = env!("CARGO_BIN_EXE_dataref-bench");
 
 /// The data dir where the sandbox tests provision the Python runtime (shared).
 fn runtime_home() -> PathBuf {
@@ -14,7 +18,6 @@ fn runtime_home() -> PathBuf {
 
 fn bench(args: &[&str]) -> String {
     let out = Command::new(BIN)
-        .arg("bench")
         .args(args)
         .env("DATAREF_HOME", runtime_home())
         .env_remove("DATAREF_CONFIG")

@@ -10,12 +10,10 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use dataref_config::Config;
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{NoProgress, RunContext, ToolCall, execute_tool_call};
+use dataref_tools::{SharedContext, ToolCall, execute_tool_call};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::fetch_sample;
-use crate::settings;
 
 const ROWS: u64 = 1_000_000;
 /// Runs per chart; the best and the first are reported.
@@ -24,23 +22,21 @@ const RUNS: usize = 3;
 /// Times each chart kind over the sample's `ROWS` rows.
 pub fn section(dir: &Path, out: &mut impl Write) -> Result<()> {
     let config = Config::builtin_sample(dir.to_path_buf(), ROWS);
-    settings::ensure_sample(&config)?;
-    settings::progress_line(&format!("measuring render_chart over {ROWS} rows…"));
+    dataref_app::ensure_sample(&config)?;
+    dataref_app::progress_line(&format!("measuring render_chart over {ROWS} rows…"));
     let fetched = fetch_sample(dir, ROWS)?;
     let store: Arc<dyn ArtifactStore> = fetched.store.clone();
     let workspace = Arc::new(dataref_workspace::Workspace::for_principal(
         &fetched.dir,
         &fetched.owner,
     )?);
-    let ctx = RunContext {
-        principal: fetched.owner.clone(),
+    let shared = SharedContext {
+        home: fetched.dir.clone(),
         store,
-        workspace,
         limits: config.limits.clone(),
-        progress: Arc::new(NoProgress),
-        cancel: CancellationToken::new(),
         clock: Arc::new(SystemClock),
     };
+    let ctx = shared.context(fetched.owner.clone(), workspace);
     let registry = dataref_tools::builtin_registry_with(&config, None)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()

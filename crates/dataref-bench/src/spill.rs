@@ -13,10 +13,10 @@ use dataref_config::{Limits, SpillConfig};
 use dataref_protocol::{Principal, ToolSpec};
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_tools::{
-    NoProgress, RunContext, Tool, ToolCall, ToolError, ToolOutput, ToolRegistry, execute_tool_call,
+    RunContext, SharedContext, Tool, ToolCall, ToolError, ToolOutput, ToolRegistry,
+    execute_tool_call,
 };
 use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::tempdir_in;
 
@@ -91,7 +91,7 @@ fn p50(v: &mut [f64]) -> f64 {
 }
 
 pub fn section(dir: &Path, out: &mut impl Write) -> Result<()> {
-    crate::settings::progress_line("measuring spill overhead…");
+    dataref_app::progress_line("measuring spill overhead…");
     let root = tempdir_in(dir)?;
     let result = measure(&root, out);
     let _ = std::fs::remove_dir_all(&root);
@@ -139,20 +139,18 @@ fn measure(root: &Path, out: &mut impl Write) -> Result<()> {
     let owner = Principal::new("bench")?;
     let store = LocalStore::open(root, StoreLimits::default(), Arc::new(SystemClock))?;
     let workspace = Arc::new(dataref_workspace::Workspace::for_principal(root, &owner)?);
-    let ctx = RunContext {
-        principal: owner,
+    let shared = SharedContext {
+        home: root.to_path_buf(),
         store: Arc::new(store),
-        workspace,
         // No cap: the call without spilling returns the whole text, like the one with it
         // (the cap's own cost is not spill's).
         limits: Limits {
             max_result_chars: usize::MAX,
             ..Limits::default()
         },
-        progress: Arc::new(NoProgress),
-        cancel: CancellationToken::new(),
         clock: Arc::new(SystemClock),
     };
+    let ctx = shared.context(owner, workspace);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_time()

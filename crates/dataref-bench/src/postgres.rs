@@ -22,7 +22,6 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use super::{bench_store, f, run_json};
-use crate::settings;
 
 const SQL: &str = "SELECT id, amount, name, day, at, flag FROM bench";
 const RUNS: usize = 3;
@@ -51,13 +50,13 @@ pub(super) fn section(
     pandas: Option<&str>,
     out: &mut impl Write,
 ) -> Result<()> {
-    settings::progress_line("starting a throwaway PostgreSQL server…");
+    dataref_app::progress_line("starting a throwaway PostgreSQL server…");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     let pg = TestPostgres::start()?;
-    settings::progress_line(&format!("loading {rows} rows…"));
+    dataref_app::progress_line(&format!("loading {rows} rows…"));
     let load = format!(
         "CREATE ROLE dataref_login LOGIN NOINHERIT;
          CREATE ROLE bench_reader LOGIN;
@@ -77,7 +76,7 @@ pub(super) fn section(
     let conninfo = pg.conninfo("dataref_login");
 
     // The raw binary COPY, twice to warm the caches, then measured.
-    settings::progress_line("measuring raw COPY (binary)…");
+    dataref_app::progress_line("measuring raw COPY (binary)…");
     let client = runtime.block_on(pg.client())?;
     let copy = |client: &tokio_postgres::Client| -> Result<(Duration, u64)> {
         runtime.block_on(async {
@@ -103,7 +102,7 @@ pub(super) fn section(
     }
 
     // dataref: the `query` tool's path (a blocking thread, the source's pool, the role).
-    settings::progress_line("measuring dataref fetch → artifact…");
+    dataref_app::progress_line("measuring dataref fetch → artifact…");
     let (store_dir, store) = bench_store(dir)?;
     let source = SourceConfig {
         name: "bench".into(),
@@ -160,7 +159,7 @@ pub(super) fn section(
 
     let theirs = match pandas {
         Some(_) => {
-            settings::progress_line("measuring pandas.read_sql (psycopg)…");
+            dataref_app::progress_line("measuring pandas.read_sql (psycopg)…");
             match run_json(
                 Command::new(python)
                     .args(["-c", PANDAS_SCRIPT])
@@ -170,7 +169,7 @@ pub(super) fn section(
             ) {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    settings::progress_line(&format!(
+                    dataref_app::progress_line(&format!(
                         "pandas.read_sql with psycopg failed ({e:#}); the comparison is skipped\nhint: `scripts/bench` installs psycopg[binary] into its venv"
                     ));
                     None

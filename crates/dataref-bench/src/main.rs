@@ -1,8 +1,19 @@
-//! `dataref bench`: fetch and describe speed and memory, with `pandas.read_sql` on the same
-//! file and query in the same run; then `run_python`'s sandbox ([`python`]): start-up
-//! latency and the seed's quarter-over-quarter pivot against pandas in-process and against
-//! the seed's Parquet hand-off. Each measured step runs in a process of its own so its peak
-//! RSS is its own.
+//! `dataref-bench` (also run as `dataref bench`, which forwards here, and by
+//! `scripts/bench`): fetch and describe speed and memory, with `pandas.read_sql` on the same
+//! file and query in the same run; exports, charts and spill; then `run_python`'s sandbox
+//! ([`python`]): start-up latency and the seed's quarter-over-quarter pivot against pandas
+//! in-process and against the seed's Parquet hand-off; `--pg`, a throwaway PostgreSQL
+//! ([`postgres`]); and what the model reads (`context`, `first-run`). Each measured step
+//! runs in a process of its own (`dataref-bench bench-worker …`) so its peak RSS is its own.
+//!
+//! Owns every benchmark and what only benchmarks use (the throwaway PostgreSQL of
+//! `dataref-test-support`, tokio-postgres for the raw COPY baseline, the o200k tokenizer
+//! of `context`). Builds what it measures through `dataref-app`, as `serve` does. Nothing
+//! imports it: it is never part of the `dataref` binary.
+#![expect(
+    clippy::disallowed_methods,
+    reason = "benchmark files (samples, stores, baselines) live outside any workspace"
+)]
 
 mod chart;
 mod context;
@@ -19,7 +30,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use dataref_config::Config;
 use dataref_protocol::Principal;
 use dataref_sources::{FetchRequest, ParamValue, SqlPolicy};
@@ -28,9 +39,9 @@ use dataref_store::{
 };
 use serde_json::{Value, json};
 
-use crate::settings;
-
-#[derive(Debug, Args)]
+/// Measure dataref's speed and memory, against pandas in the same run.
+#[derive(Debug, Parser)]
+#[command(name = "dataref-bench", version, about, long_about = None)]
 pub struct BenchArgs {
     /// A section of its own instead of the speed and memory runs.
     #[command(subcommand)]
@@ -88,10 +99,13 @@ enum BenchSection {
     /// The first `run_python` of a session against warm ones: fresh in-process servers,
     /// the seed's pivot sent right after the handshake, with the warm pool and without.
     FirstRun(first_run::FirstRunArgs),
+    /// (internal) one measured step, in a process of its own.
+    #[command(hide = true)]
+    BenchWorker(WorkerArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct WorkerArgs {
+struct WorkerArgs {
     #[command(subcommand)]
     step: WorkerStep,
 }
@@ -114,6 +128,38 @@ enum WorkerStep {
     Export(export::WorkerArgs),
 }
 
+fn main() -> ExitCode {
+    let args = BenchArgs::parse();
+    init_tracing();
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            // The whole chain, once (not also as a log line: both go to stderr).
+            eprintln_error(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr (stdout is the report), filtered by `DATAREF_LOG` (default `warn`).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env(dataref_config::env::DATAREF_LOG)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+#[expect(
+    clippy::print_stderr,
+    reason = "the benchmark's last word on a fatal error"
+)]
+fn eprintln_error(e: &anyhow::Error) {
+    eprintln!("error: {e:#}");
+}
+
 /// The sample query, as `fetch_sales(since = "2025-01-01")` runs it.
 fn sample_sql(config: &Config) -> Result<String> {
     Ok(config
@@ -124,7 +170,7 @@ fn sample_sql(config: &Config) -> Result<String> {
         .clone())
 }
 
-pub fn worker(args: &WorkerArgs) -> Result<ExitCode> {
+fn worker(args: &WorkerArgs) -> Result<ExitCode> {
     let out = match &args.step {
         WorkerStep::Fetch {
             dir,
@@ -216,6 +262,20 @@ fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
     Ok(out)
 }
 
+/// The o200k tokenizer (current OpenAI models'), for what the model reads.
+fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
+    tiktoken_rs::o200k_base().map_err(|e| anyhow::anyhow!("loading the o200k tokenizer: {e}"))
+}
+
+/// The text blocks of a result, joined by newlines.
+fn result_text(r: &dataref_mcp::rmcp::model::CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A fresh store under `dir` with bounds no benchmark reaches, and its directory.
 fn bench_store(dir: &Path) -> Result<(PathBuf, Arc<LocalStore>)> {
     let store_dir = tempdir_in(dir)?;
@@ -304,7 +364,7 @@ fn mb(bytes: f64) -> String {
     format!("{:.0} MB", bytes / 1e6)
 }
 
-pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+fn run(args: &BenchArgs) -> Result<ExitCode> {
     match &args.section {
         Some(BenchSection::Context(a)) => {
             context::run(a)?;
@@ -314,28 +374,24 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             first_run::run(a)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Some(BenchSection::BenchWorker(a)) => return worker(a),
         None => {}
     }
-    let common = crate::Common {
-        home: None,
-        config: None,
-        rows: None,
-    };
     // The data dir, as `serve` finds it: the run_python section uses its runtime.
-    let home = settings::home(&common)?;
+    let home = dataref_app::home(None)?;
     let dir = match &args.dir {
         Some(d) => d.clone(),
         None => home.join("bench"),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating `{}`", dir.display()))?;
-    let exe = std::env::current_exe().context("finding the dataref executable")?;
+    let exe = std::env::current_exe().context("finding the dataref-bench executable")?;
     let pandas = if args.no_pandas {
         None
     } else {
         pandas_available(&args.python)
     };
     if !args.no_pandas && pandas.is_none() {
-        settings::progress_line(&format!(
+        dataref_app::progress_line(&format!(
             "pandas is not importable by `{}`; the comparison is skipped\nhint: `scripts/bench` sets up a venv with pandas, or pass `--python PATH`",
             args.python
         ));
@@ -395,9 +451,9 @@ fn fetch_section(
     for &n in &args.rows {
         let config = Config::builtin_sample(dir.to_path_buf(), n);
         let t = Instant::now();
-        settings::ensure_sample(&config)?;
+        dataref_app::ensure_sample(&config)?;
         let gen_secs = t.elapsed().as_secs_f64();
-        settings::progress_line(&format!("measuring fetch of {n} rows…"));
+        dataref_app::progress_line(&format!("measuring fetch of {n} rows…"));
         let describe = n <= 1_000_000;
         let mut cmd = Command::new(exe);
         cmd.args(["bench-worker", "fetch", "--rows", &n.to_string(), "--dir"])
@@ -408,7 +464,7 @@ fn fetch_section(
         let ours = run_json(&mut cmd)?;
         let theirs = match pandas {
             Some(_) => {
-                settings::progress_line(&format!("measuring pandas.read_sql of {n} rows…"));
+                dataref_app::progress_line(&format!("measuring pandas.read_sql of {n} rows…"));
                 let db = config
                     .sample
                     .as_ref()

@@ -1,0 +1,109 @@
+//! The composition of a dataref server: from a resolved [`Config`], everything a running
+//! server needs, built in one place for every host (`dataref serve` on stdio and
+//! `--http`, `dataref demo`, the benchmarks, and the agent's `chat` and the page to come).
+//!
+//! - [`App::start`]: the built-in sample (generated when the config is it), the artifact
+//!   store, `run_python`'s sandbox (its warm pool starts filling at once, and its start
+//!   sweeps dead servers' job cgroups and directories), the async runtime, the
+//!   `[[upstream]]` MCP servers (connected, with progress on stderr), the tool registry
+//!   (built-ins and upstream tools; a clash names the upstream and what to set) and the
+//!   [`SharedContext`], the one factory of each call's [`RunContext`](dataref_tools::RunContext).
+//! - [`spawn_sweepers`]: the store's sweep of expired artifacts and the spill retention
+//!   sweep, of one workspace ([`SpillSweep::Workspace`]) or of every principal's.
+//! - [`setup`]: the parts one by one: the data dir ([`home`]), the sample, the store, a
+//!   workspace, the sandbox and the wait for its first warm sandbox, its shutdown, the
+//!   open-files limit of an HTTP server.
+//! - [`Sample`]: the built-in sample served to a principal of its own, the Python runtime
+//!   installed first (`demo`, the model-facing benchmarks).
+//!
+//! Owns nothing a person types: argument parsing, config resolution (flag > environment >
+//! file > default), tracing, exit codes and what each command prints are the binaries'
+//! (`dataref`, `dataref-bench`). Must not import clap, anyhow, `dataref-http` (the HTTP
+//! server is wrapped around what this builds, by the binary) or the test support.
+
+mod error;
+mod sample;
+pub mod setup;
+mod sweep;
+mod upstreams;
+
+use std::sync::Arc;
+
+use dataref_config::Config;
+use dataref_mcp::upstream::Upstreams;
+use dataref_sandbox::pool::PythonSandbox;
+use dataref_store::{ArtifactStore, SystemClock};
+use dataref_tools::{ToolRegistry, builtin_registry_builder};
+
+pub use dataref_tools::SharedContext;
+pub use error::{Error, Result};
+pub use sample::Sample;
+pub use setup::{
+    await_first_warm, ensure_sample, home, open_store, progress_line, python_sandbox,
+    shutdown_python, workspace,
+};
+pub use sweep::{SpillSweep, spawn_store_sweeper, spawn_sweepers};
+pub use upstreams::{connect_upstreams, describe};
+
+/// A server's parts, built by [`App::start`].
+pub struct App {
+    /// The async runtime the server, its upstream connections and its sweepers run on.
+    pub runtime: tokio::runtime::Runtime,
+    /// Store, limits, clock and data dir: makes each call's context.
+    pub shared: SharedContext,
+    /// Shut down with [`Upstreams::shutdown`] when the server stops.
+    pub upstreams: Upstreams,
+    pub registry: Arc<ToolRegistry>,
+    /// Kept to shut it down before exiting ([`shutdown_python`]; the registry holds it too).
+    pub python: Option<Arc<PythonSandbox>>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("shared", &self.shared)
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// The sample, the store, the sandbox, the runtime, the upstream servers and the tool
+    /// registry for `config`. A registry that cannot be built (an upstream tool named like
+    /// another) shuts the upstream servers down again before the error is returned.
+    pub fn start(config: &Config) -> Result<Self> {
+        ensure_sample(config)?;
+        let store: Arc<dyn ArtifactStore> = open_store(config)?;
+        let python = python_sandbox(config);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::AsyncRuntime)?;
+        let upstreams = runtime.block_on(connect_upstreams(config))?;
+        let mut builder = builtin_registry_builder(config, python.clone());
+        for tool in upstreams.tools() {
+            builder.register(tool);
+        }
+        let registry = match builder.build() {
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                let e = upstreams::registry_error(e, &upstreams);
+                runtime.block_on(upstreams.shutdown());
+                return Err(Error::Registry(Box::new(e)));
+            }
+        };
+        let shared = SharedContext {
+            home: config.home.clone(),
+            store,
+            limits: config.limits.clone(),
+            clock: Arc::new(SystemClock),
+        };
+        Ok(Self {
+            runtime,
+            shared,
+            upstreams,
+            registry,
+            python,
+        })
+    }
+}
