@@ -22,6 +22,12 @@
 //! on the opened fd. Writes go to a temporary file beside the destination and are renamed
 //! into place ([`AtomicFile`]).
 //!
+//! A tree someone else wrote (the sandbox's `out/`, filled by the model's code) is read
+//! through [`UntrustedDir`] instead: a directory fd whose entries are opened one plain name
+//! at a time with `O_NOFOLLOW`, never through a link, regular single-link files only, within
+//! a byte cap, and listings counted against an [`EntryBudget`]. This crate is the one place
+//! that opens files beneath a root, for workspaces and for trees like that alike.
+//!
 //! Errors ([`WorkspacePathError`]) are written for the model, name only workspace-relative
 //! paths, and carry a [`hint`](WorkspacePathError::hint) with the next step.
 //!
@@ -65,6 +71,7 @@ mod list;
 mod path;
 mod quota;
 mod sweep;
+mod untrusted;
 mod workspace;
 
 pub use atomic::{AtomicFile, Overwrite, TEMP_PREFIX};
@@ -77,4 +84,5 @@ pub use glob::{Glob, GlobError, MAX_GLOB_ALTERNATIVES, MAX_GLOB_BYTES};
 pub use path::WorkspacePath;
 pub use quota::{QuotaRefusal, human_bytes};
 pub use sweep::Swept;
+pub use untrusted::{EntryBudget, FileKind, Names, Refusal, UntrustedDir};
 pub use workspace::{OpenMethod, Workspace};

@@ -13,17 +13,19 @@
 //!
 //! Everything under `out/` was written by code the model controls, the runner included
 //! (the model's code runs in the runner's process and can rewrite `result.json`). So
-//! [`collect`] trusts nothing there: it re-checks every cap, opens files without following
-//! links, and accepts only regular, singly-linked files with plain names.
+//! [`collect`] trusts nothing there: it re-checks every cap and accepts only regular,
+//! singly-linked files with plain names. It opens nothing itself: `out/` is walked through
+//! `dataref_workspace::UntrustedDir` (one name at a time from a directory fd, `O_NOFOLLOW`,
+//! type and links read from the opened fd), the one audited place that opens files beneath
+//! a root.
 
-use std::ffi::CStr;
 use std::fs::{self, File};
 use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use arrow_schema::SchemaRef;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use dataref_workspace::{EntryBudget, FileKind, Refusal, UntrustedDir};
 use serde::{Deserialize, Serialize};
 
 /// The runner script, written into every job as `in/runner.py`.
@@ -610,25 +612,19 @@ struct RawResult {
 pub fn collect(dir: &Path, caps: &ExchangeCaps) -> Result<JobResult, ExchangeError> {
     let layout = JobLayout::new(dir);
     let out_path = layout.out();
-    let out = open_dir(None, &out_path).map_err(io_error("opening", &out_path))?;
+    let out = UntrustedDir::open(&out_path).map_err(io_error("opening", &out_path))?;
     collect_at(&out, dir, caps)
 }
 
 /// [`collect`] from the job's `out/` opened as `out` (the jail's tmpfs, which lives only as
 /// long as a descriptor of it); `dir` names the job in paths reported back.
 pub fn collect_at(
-    out: &OwnedFd,
+    out: &impl AsFd,
     dir: &Path,
     caps: &ExchangeCaps,
 ) -> Result<JobResult, ExchangeError> {
     let layout = JobLayout::new(dir);
-    let out = rustix::fs::openat(
-        out,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| io_error("opening", &layout.out())(e.into()))?;
+    let out = UntrustedDir::reopen(out).map_err(io_error("opening", &layout.out()))?;
 
     let raw = read_result(&out, caps)?;
     let mut job = JobResult {
@@ -671,7 +667,7 @@ pub fn collect_at(
         Vec::new()
     };
     collect_outputs(&out, &layout, &declared, caps, &mut walk, &mut job);
-    match openat_dir(&out, c"files") {
+    match out.open_dir("files") {
         Ok(files) => collect_files(
             &files,
             &layout.out_files(),
@@ -683,7 +679,7 @@ pub fn collect_at(
         ),
         Err(e) => job.skipped.push(Skipped {
             path: "files".to_owned(),
-            reason: skip_for_open_error(e),
+            reason: skip_reason(e),
         }),
     }
     Ok(job)
@@ -711,27 +707,23 @@ fn truncate(text: &str, max: usize) -> String {
     format!("{}… ({} more bytes cut)", &text[..end], text.len() - end)
 }
 
-fn read_result(out: &OwnedFd, caps: &ExchangeCaps) -> Result<RawResult, ExchangeError> {
-    let fd = match open_regular(out, c"result.json") {
-        Ok(fd) => fd,
-        Err(OpenFailure::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+fn read_result(out: &UntrustedDir, caps: &ExchangeCaps) -> Result<RawResult, ExchangeError> {
+    let file = match out.open_file("result.json", caps.result_file_bytes) {
+        Ok((file, _)) => file,
+        Err(Refusal::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ExchangeError::NoResult);
         }
-        Err(e) => {
+        Err(Refusal::Io(e)) => {
             return Err(ExchangeError::BadResult {
                 reason: e.to_string(),
             });
         }
+        Err(refusal) => {
+            return Err(ExchangeError::BadResult {
+                reason: skip_reason(refusal).to_string(),
+            });
+        }
     };
-    let (file, bytes) = fd;
-    if bytes > caps.result_file_bytes {
-        return Err(ExchangeError::BadResult {
-            reason: format!(
-                "{bytes} bytes, over the {}-byte cap",
-                caps.result_file_bytes
-            ),
-        });
-    }
     let mut text = Vec::new();
     file.take(caps.result_file_bytes)
         .read_to_end(&mut text)
@@ -744,7 +736,7 @@ fn read_result(out: &OwnedFd, caps: &ExchangeCaps) -> Result<RawResult, Exchange
 }
 
 struct Walk {
-    entries: usize,
+    entries: EntryBudget,
     max_entries: usize,
     files: usize,
     total_bytes: u64,
@@ -753,7 +745,7 @@ struct Walk {
 impl Walk {
     fn new(caps: &ExchangeCaps) -> Self {
         Self {
-            entries: 0,
+            entries: EntryBudget::new(caps.max_entries),
             max_entries: caps.max_entries,
             files: 0,
             total_bytes: 0,
@@ -762,19 +754,19 @@ impl Walk {
 }
 
 fn collect_outputs(
-    out: &OwnedFd,
+    out: &UntrustedDir,
     layout: &JobLayout,
     declared: &[&str],
     caps: &ExchangeCaps,
     walk: &mut Walk,
     job: &mut JobResult,
 ) {
-    let dir = match openat_dir(out, c"outputs") {
+    let dir = match out.open_dir("outputs") {
         Ok(d) => d,
         Err(e) => {
             job.skipped.push(Skipped {
                 path: "outputs".to_owned(),
-                reason: skip_for_open_error(e),
+                reason: skip_reason(e),
             });
             return;
         }
@@ -804,22 +796,12 @@ fn collect_outputs(
             });
             continue;
         }
-        let cname = match std::ffi::CString::new(name) {
-            Ok(c) => c,
-            Err(_) => {
-                job.skipped.push(Skipped {
-                    path: rel.to_owned(),
-                    reason: SkipReason::BadName,
-                });
-                continue;
-            }
-        };
-        let (file, bytes) = match open_within(&dir, &cname, caps.output_bytes) {
+        let (file, bytes) = match dir.open_file(name, caps.output_bytes) {
             Ok(f) => f,
-            Err(reason) => {
+            Err(e) => {
                 job.skipped.push(Skipped {
                     path: rel.to_owned(),
-                    reason,
+                    reason: skip_reason(e),
                 });
                 continue;
             }
@@ -859,7 +841,7 @@ fn validate_arrow(file: File) -> Result<(SchemaRef, u64, File), SkipReason> {
 }
 
 fn collect_files(
-    dir: &OwnedFd,
+    dir: &UntrustedDir,
     host_dir: &Path,
     prefix: &str,
     depth: usize,
@@ -870,24 +852,17 @@ fn collect_files(
     let rel_prefix = format!("files/{prefix}");
     for (name, rel) in list_entries(dir, &rel_prefix, walk, job) {
         let (name, rel) = (name.as_str(), rel.as_str());
-        let Ok(cname) = std::ffi::CString::new(name) else {
-            job.skipped.push(Skipped {
-                path: rel.to_owned(),
-                reason: SkipReason::BadName,
-            });
-            continue;
-        };
-        let kind = match rustix::fs::statat(dir, cname.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => FileType::from_raw_mode(st.st_mode),
+        let kind = match dir.kind(name) {
+            Ok(kind) => kind,
             Err(e) => {
                 job.skipped.push(Skipped {
                     path: rel.to_owned(),
-                    reason: SkipReason::Unreadable(e.to_string()),
+                    reason: skip_reason(e),
                 });
                 continue;
             }
         };
-        if kind == FileType::Directory {
+        if kind == FileKind::Directory {
             if depth + 1 > caps.max_depth {
                 job.skipped.push(Skipped {
                     path: rel.to_owned(),
@@ -895,7 +870,7 @@ fn collect_files(
                 });
                 continue;
             }
-            match openat_dir(dir, &cname) {
+            match dir.open_dir(name) {
                 Ok(sub) => collect_files(
                     &sub,
                     &host_dir.join(name),
@@ -907,7 +882,7 @@ fn collect_files(
                 ),
                 Err(e) => job.skipped.push(Skipped {
                     path: rel.to_owned(),
-                    reason: skip_for_open_error(e),
+                    reason: skip_reason(e),
                 }),
             }
             continue;
@@ -919,12 +894,12 @@ fn collect_files(
             });
             continue;
         }
-        let (file, bytes) = match open_within(dir, &cname, caps.file_bytes) {
+        let (file, bytes) = match dir.open_file(name, caps.file_bytes) {
             Ok(f) => f,
-            Err(reason) => {
+            Err(e) => {
                 job.skipped.push(Skipped {
                     path: rel.to_owned(),
-                    reason,
+                    reason: skip_reason(e),
                 });
                 continue;
             }
@@ -951,13 +926,13 @@ fn collect_files(
 /// order so that which files fall over a cap does not depend on the file system's order.
 /// Entries with other names are recorded as skipped.
 fn list_entries(
-    dir: &OwnedFd,
+    dir: &UntrustedDir,
     rel_prefix: &str,
     walk: &mut Walk,
     job: &mut JobResult,
 ) -> Vec<(String, String)> {
-    let entries = match rustix::fs::Dir::read_from(dir) {
-        Ok(d) => d,
+    let listed = match dir.names(&mut walk.entries) {
+        Ok(listed) => listed,
         Err(e) => {
             job.skipped.push(Skipped {
                 path: rel_prefix.trim_end_matches('/').to_owned(),
@@ -966,24 +941,8 @@ fn list_entries(
             return Vec::new();
         }
     };
-    let mut names: Vec<Vec<u8>> = Vec::new();
-    let mut over = false;
-    for entry in entries {
-        let Ok(entry) = entry else { break };
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        walk.entries += 1;
-        if walk.entries > walk.max_entries {
-            over = true;
-            break;
-        }
-        names.push(name.to_vec());
-    }
-    names.sort();
-    let mut accepted = Vec::with_capacity(names.len());
-    for raw in names {
+    let mut accepted = Vec::with_capacity(listed.names.len());
+    for raw in listed.names {
         let shown = String::from_utf8_lossy(&raw).into_owned();
         let rel = format!("{rel_prefix}{shown}");
         match std::str::from_utf8(&raw) {
@@ -994,7 +953,7 @@ fn list_entries(
             }),
         }
     }
-    if over {
+    if listed.cut {
         job.skipped.push(Skipped {
             path: format!("{rel_prefix}…"),
             reason: SkipReason::TooMany(walk.max_entries),
@@ -1003,87 +962,18 @@ fn list_entries(
     accepted
 }
 
-fn open_dir(parent: Option<&OwnedFd>, path: &Path) -> std::io::Result<OwnedFd> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = match parent {
-        Some(p) => rustix::fs::openat(p, path, flags, Mode::empty())?,
-        None => rustix::fs::open(path, flags, Mode::empty())?,
-    };
-    Ok(fd)
-}
-
-fn openat_dir(parent: &OwnedFd, name: &CStr) -> std::io::Result<OwnedFd> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    Ok(rustix::fs::openat(parent, name, flags, Mode::empty())?)
-}
-
-fn skip_for_open_error(e: std::io::Error) -> SkipReason {
-    // O_NOFOLLOW on a symlink fails with ELOOP; O_DIRECTORY on anything else with ENOTDIR.
-    match e.raw_os_error() {
-        Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() => SkipReason::Symlink,
-        Some(code) if code == rustix::io::Errno::NOTDIR.raw_os_error() => {
-            SkipReason::NotRegular("not a directory")
-        }
-        _ => SkipReason::Unreadable(e.to_string()),
+/// What `dataref-workspace` refused, in the words of a skipped entry.
+fn skip_reason(refusal: Refusal) -> SkipReason {
+    match refusal {
+        Refusal::Symlink => SkipReason::Symlink,
+        Refusal::HardLinked { .. } => SkipReason::HardLink,
+        // A link where a directory is expected: `O_DIRECTORY | O_NOFOLLOW` says `ENOTDIR`.
+        Refusal::NotADirectory => SkipReason::NotRegular("not a directory"),
+        Refusal::NotRegular(kind) => SkipReason::NotRegular(kind.description()),
+        Refusal::TooLarge { bytes, cap } => SkipReason::TooLarge { bytes, cap },
+        Refusal::BadName => SkipReason::BadName,
+        other => SkipReason::Unreadable(other.to_string()),
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-enum OpenFailure {
-    #[error(transparent)]
-    Io(std::io::Error),
-    #[error("{0}")]
-    Rejected(SkipReason),
-}
-
-impl OpenFailure {
-    fn into_skip(self) -> SkipReason {
-        match self {
-            Self::Io(e) => skip_for_open_error(e),
-            Self::Rejected(r) => r,
-        }
-    }
-}
-
-/// Opens `name` in `dir` only if it is a regular file with one link. `NOFOLLOW` refuses a
-/// symlink and `NONBLOCK` keeps a FIFO from blocking the open; `fstat` on the opened file
-/// (not the name) decides, so nothing can be swapped between check and use.
-/// A regular, single-link file of at most `cap` bytes, or why it is skipped.
-fn open_within(dir: &OwnedFd, name: &CStr, cap: u64) -> Result<(File, u64), SkipReason> {
-    let (file, bytes) = open_regular(dir, name).map_err(OpenFailure::into_skip)?;
-    if bytes > cap {
-        return Err(SkipReason::TooLarge { bytes, cap });
-    }
-    Ok((file, bytes))
-}
-
-fn open_regular(dir: &OwnedFd, name: &CStr) -> Result<(File, u64), OpenFailure> {
-    let flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(dir, name, flags, Mode::empty())
-        .map_err(|e| OpenFailure::Io(e.into()))?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| OpenFailure::Io(e.into()))?;
-    let kind = FileType::from_raw_mode(st.st_mode);
-    let reject = |kind: FileType| -> Option<&'static str> {
-        match kind {
-            FileType::RegularFile => None,
-            FileType::Directory => Some("a directory"),
-            FileType::Symlink => Some("a symbolic link"),
-            FileType::Fifo => Some("a FIFO"),
-            FileType::Socket => Some("a socket"),
-            FileType::CharacterDevice => Some("a character device"),
-            FileType::BlockDevice => Some("a block device"),
-            FileType::Unknown => Some("an unknown kind of file"),
-        }
-    };
-    if let Some(what) = reject(kind) {
-        return Err(OpenFailure::Rejected(SkipReason::NotRegular(what)));
-    }
-    if st.st_nlink != 1 {
-        return Err(OpenFailure::Rejected(SkipReason::HardLink));
-    }
-    let bytes = u64::try_from(st.st_size).unwrap_or(0);
-    Ok((File::from(fd), bytes))
 }
 
 #[cfg(test)]

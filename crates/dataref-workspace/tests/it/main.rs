@@ -16,6 +16,7 @@ mod prop;
 mod quota;
 mod race;
 mod resolve;
+mod untrusted;
 mod write;
 
 use std::fs;
