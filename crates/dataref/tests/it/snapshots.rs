@@ -30,8 +30,12 @@ const COMMON_FILTERS: &[(&str, &str)] = &[
     // Times in file names: `20261201-180247`, `20261129T225927Z`.
     (r"\b\d{8}-\d{6}\b", "[stamp]"),
     (r"\b\d{8}T\d{6}Z", "[stamp]"),
-    // A table file is named by the dataRef it shows (lower-cased) and its arguments' hash.
-    (r"table-data-[a-z0-9_-]{22}-", "table-data-[ref]-"),
+    // A table file is named by the dataRef it shows, as a slug (lower-cased, runs of `-`
+    // and `_` made one `-`, so of varying length), and its arguments' hash.
+    (
+        r"table-data-[a-z0-9-]+-[0-9a-f]{8}\.html",
+        "table-data-[ref]-[hash].html",
+    ),
     // A chart or table file's argument hash: `-1a2b3c4d.png`.
     (r"-[0-9a-f]{8}\.(png|svg|html)", "-[hash].$1"),
     // Durations, in JSON and in JSON inside a text block.
@@ -118,7 +122,12 @@ async fn one_result_per_built_in_tool() {
         r#"{"source": "sample", "sql": "SELECT COUNT(*) AS orders FROM sales"}"#,
     )
     .expect("write args");
-    let principal = format!("snapshots-{}", std::process::id());
+    // A pid alone may come back on a long-lived machine; with the time it does not.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos();
+    let principal = format!("snapshots-{}-{nanos}", std::process::id());
     let home = runtime_home();
     let client = connect(
         &home,
