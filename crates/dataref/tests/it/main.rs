@@ -16,6 +16,7 @@ mod http_edges;
 mod jsonrpc;
 mod ops;
 mod postgres;
+mod snapshots;
 mod tools_list;
 mod transcript;
 
