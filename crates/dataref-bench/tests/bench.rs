@@ -55,3 +55,25 @@ fn bench_context_and_first_run_print_their_tables() {
         "{first}"
     );
 }
+
+/// What a person reads before running a bench: `--help` of the binary and of each section,
+/// a reviewed diff when it changes.
+#[test]
+fn help_of_every_section() {
+    let mut doc = String::new();
+    for command in [&[][..], &["context"], &["first-run"]] {
+        let out = Command::new(BIN)
+            .args(command)
+            .arg("--help")
+            .env_remove("DATAREF_CONFIG")
+            .output()
+            .expect("run dataref-bench --help");
+        assert!(out.status.success(), "{command:?}");
+        doc.push_str(&format!(
+            "$ dataref-bench {}--help\n{}\n",
+            command.iter().map(|c| format!("{c} ")).collect::<String>(),
+            String::from_utf8_lossy(&out.stdout)
+        ));
+    }
+    insta::assert_snapshot!("help", doc);
+}
