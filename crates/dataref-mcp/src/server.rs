@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use dataref_config::Limits;
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, Clock};
-use dataref_tools::{NoProgress, RunContext, ToolCall, ToolRegistry, execute_tool_call};
+use dataref_tool::{NoProgress, RunContext, ToolCall, ToolRegistry, execute_tool_call};
 use dataref_workspace::{Workspace, WorkspaceError};
 #[expect(
     deprecated,
@@ -325,7 +325,8 @@ impl ServerHandler for DatarefServer {
             .arguments
             .map_or_else(|| Value::Object(Map::new()), Value::Object);
         let name = request.name.into_owned();
-        let call = ToolCall::new(name.clone(), args);
+        // The request id names the call in the log and in its outcome.
+        let call = ToolCall::new(name.clone(), args).with_id(context.id.to_string());
         let registry = &self.inner.registry;
         // The request's token: `notifications/cancelled` cancels it, and the tool's
         // producer polls it and removes its partial artifact.
@@ -354,7 +355,7 @@ impl ServerHandler for DatarefServer {
             let log_steps = progress::log_steps(steps, &log, &name, LOGGER, done.clone());
             tokio::join!(run, forward, log_steps).0
         };
-        if outcome.is_error {
+        if outcome.is_error() {
             let first = outcome.text.lines().next().unwrap_or_default();
             log.send(
                 Level::Warning,

@@ -1,4 +1,3 @@
-use dataref_sources::SourceError;
 use dataref_store::StoreError;
 use dataref_workspace::WorkspacePathError;
 
@@ -47,47 +46,6 @@ impl From<WorkspacePathError> for ToolError {
     }
 }
 
-impl From<SourceError> for ToolError {
-    fn from(e: SourceError) -> Self {
-        if let SourceError::Connect {
-            source_name,
-            problem: dataref_sources::ConnectProblem::Busy,
-            ..
-        } = &e
-        {
-            // Not an outage: every connection is in use by other calls for now.
-            return Self::respond(
-                format!("the data source `{source_name}` is busy with other calls"),
-                Some("try the call again in a few seconds".into()),
-            );
-        }
-        if let SourceError::Connect { source_name, .. } = &e {
-            // The operator's problem: logged in full (with the hint about `url`); the model
-            // learns only that the source is down, never the URL or host names.
-            tracing::warn!(error = %e, hint = e.hint().unwrap_or_default(), "source unavailable");
-            return Self::respond(
-                format!("the data source `{source_name}` is not available right now"),
-                Some(
-                    "tell the person; an operator must check the source (`dataref doctor`)".into(),
-                ),
-            );
-        }
-        if e.is_caller_error() {
-            Self::respond(e.to_string(), e.hint())
-        } else {
-            match e.hint() {
-                // A source that cannot be opened is the operator's problem, but saying so
-                // (without host paths) lets the model tell the person.
-                Some(_) => Self::respond(
-                    "the data source is not available right now",
-                    Some("tell the person; an operator must check the source configuration".into()),
-                ),
-                None => Self::Fatal(e.to_string()),
-            }
-        }
-    }
-}
-
 /// Building the registry failed: a configuration or programming error, reported at start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -96,39 +54,4 @@ pub enum ToolsError {
     DuplicateName(String),
     #[error("tool `{name}` has an invalid input schema: {message}")]
     BadSchema { name: String, message: String },
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn said(e: SourceError) -> (String, Option<String>) {
-        match ToolError::from(e) {
-            ToolError::RespondToModel { message, hint } => (message, hint),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// A busy pool is the model's to retry; a source that is down is the operator's, and the
-    /// model never sees why (the URL may name hosts).
-    #[test]
-    fn busy_pools_say_try_again_and_outages_hide_the_details() {
-        let (message, hint) = said(SourceError::Connect {
-            source_name: "warehouse".into(),
-            message: "every connection of the pool was busy for 5000 ms".into(),
-            problem: dataref_sources::ConnectProblem::Busy,
-        });
-        assert!(message.contains("busy"), "{message}");
-        assert!(hint.is_some_and(|h| h.contains("again")));
-        let (message, hint) = said(SourceError::Connect {
-            source_name: "warehouse".into(),
-            message: "connection refused at db.internal:5432".into(),
-            problem: dataref_sources::ConnectProblem::Unreachable,
-        });
-        assert_eq!(
-            message,
-            "the data source `warehouse` is not available right now"
-        );
-        assert!(hint.is_some_and(|h| h.contains("dataref doctor")));
-    }
 }

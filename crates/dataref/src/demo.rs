@@ -11,7 +11,8 @@ use dataref_mcp::rmcp;
 use dataref_mcp::{DatarefServer, connect_in_process};
 use dataref_protocol::DataRef;
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{NoProgress, RunContext, builtin_registry_with};
+use dataref_tool::{NoProgress, RunContext};
+use dataref_tools::builtin_registry_with;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -83,7 +84,7 @@ pub fn run(common: &Common) -> Result<ExitCode> {
 /// `demo` and `bench context` open an in-process MCP session on.
 pub(crate) struct Sample {
     pub runtime: tokio::runtime::Runtime,
-    pub registry: Arc<dataref_tools::ToolRegistry>,
+    pub registry: Arc<dataref_tool::ToolRegistry>,
     pub ctx: RunContext,
     pub store: Arc<dataref_store::LocalStore>,
     /// Rows of the sample database.
@@ -178,7 +179,7 @@ pub(crate) fn result_text(r: &CallToolResult) -> String {
 }
 
 async fn play(
-    registry: Arc<dataref_tools::ToolRegistry>,
+    registry: Arc<dataref_tool::ToolRegistry>,
     ctx: RunContext,
     store: Arc<dataref_store::LocalStore>,
     sample_rows: u64,

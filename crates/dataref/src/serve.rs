@@ -11,7 +11,8 @@ use dataref_mcp::upstream::{self, Upstreams};
 use dataref_mcp::{DatarefServer, SharedContext};
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{NoProgress, RunContext, ToolsError, builtin_registry_builder};
+use dataref_tool::{NoProgress, RunContext, ToolsError};
+use dataref_tools::builtin_registry_builder;
 use tokio_util::sync::CancellationToken;
 
 use crate::{Common, settings};
@@ -38,7 +39,7 @@ pub fn run(
     let served = runtime.block_on(async move {
         spawn_sweeper(store.clone(), config.store.sweep_interval);
         if config.spill.enabled {
-            dataref_tools::spawn_spill_sweeper(
+            dataref_tool::spawn_spill_sweeper(
                 workspace.clone(),
                 Arc::new(SystemClock),
                 &config.spill,
@@ -86,7 +87,7 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         spawn_sweeper(store.clone(), config.store.sweep_interval);
         let clock: Arc<dyn dataref_store::Clock> = Arc::new(SystemClock);
         if config.spill.enabled {
-            dataref_tools::spawn_all_spill_sweeper(
+            dataref_tool::spawn_all_spill_sweeper(
                 config.home.clone(),
                 clock.clone(),
                 &config.spill,
@@ -234,7 +235,7 @@ struct Started {
     runtime: tokio::runtime::Runtime,
     store: Arc<dyn ArtifactStore>,
     upstreams: Upstreams,
-    registry: Arc<dataref_tools::ToolRegistry>,
+    registry: Arc<dataref_tool::ToolRegistry>,
     /// Kept to shut it down before exiting (the registry holds it too).
     python: Option<Arc<dataref_sandbox::pool::PythonSandbox>>,
 }
