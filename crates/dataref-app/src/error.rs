@@ -9,7 +9,7 @@ use dataref_protocol::{Principal, PrincipalError};
 use dataref_sandbox::pool::SandboxError;
 use dataref_sources::SourceError;
 use dataref_store::StoreError;
-use dataref_tools::ToolsError;
+use dataref_tool::ToolsError;
 use dataref_workspace::WorkspaceError;
 
 /// A start-up failure of [`App`](crate::App) or one of its parts.

@@ -9,7 +9,7 @@ use dataref_config::Config;
 use dataref_protocol::Principal;
 use dataref_sandbox::pool::PythonSandbox;
 use dataref_store::ArtifactStore;
-use dataref_tools::{RunContext, ToolRegistry};
+use dataref_tool::{RunContext, ToolRegistry};
 
 use crate::App;
 use crate::error::{Error, Result};

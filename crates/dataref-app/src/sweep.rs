@@ -31,10 +31,10 @@ pub fn spawn_sweepers(
     if config.spill.enabled {
         match spill {
             SpillSweep::Workspace(ws) => {
-                dataref_tools::spawn_spill_sweeper(ws, clock, &config.spill);
+                dataref_tool::spawn_spill_sweeper(ws, clock, &config.spill);
             }
             SpillSweep::AllPrincipals => {
-                dataref_tools::spawn_all_spill_sweeper(config.home.clone(), clock, &config.spill);
+                dataref_tool::spawn_all_spill_sweeper(config.home.clone(), clock, &config.spill);
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use dataref_config::{Config, UpstreamTransport};
 use dataref_mcp::upstream::{self, Upstreams};
-use dataref_tools::ToolsError;
+use dataref_tool::ToolsError;
 
 use crate::error::{Error, Result};
 use crate::setup::progress_line;

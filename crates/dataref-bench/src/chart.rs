@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use dataref_config::Config;
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tools::{SharedContext, ToolCall, execute_tool_call};
+use dataref_tool::{SharedContext, ToolCall, execute_tool_call};
 use serde_json::{Value, json};
 
 use super::fetch_sample;
@@ -88,7 +88,7 @@ pub fn section(dir: &Path, out: &mut impl Write) -> Result<()> {
             let t = Instant::now();
             let o = runtime.block_on(execute_tool_call(&registry, call, &ctx));
             times.push(t.elapsed().as_secs_f64());
-            if o.is_error {
+            if o.is_error() {
                 bail!("render_chart {args} failed: {}", o.text);
             }
             points = o.structured.map_or(Value::Null, |s| s["points"].clone());

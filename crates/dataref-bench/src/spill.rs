@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use dataref_config::{Limits, SpillConfig};
 use dataref_protocol::{Principal, ToolSpec};
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
-use dataref_tools::{
+use dataref_tool::{
     RunContext, SharedContext, Tool, ToolCall, ToolError, ToolOutput, ToolRegistry,
     execute_tool_call,
 };
@@ -174,7 +174,7 @@ fn measure(root: &Path, out: &mut impl Write) -> Result<()> {
                 let t = Instant::now();
                 let o = runtime.block_on(execute_tool_call(registry, call, &ctx));
                 times.push(t.elapsed().as_secs_f64());
-                if o.is_error {
+                if o.is_error() {
                     bail!("the payload call failed: {}", o.text);
                 }
             }

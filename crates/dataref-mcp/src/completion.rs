@@ -11,7 +11,7 @@
 //! hint, the prompt or read that follows says what is wrong.
 
 use dataref_protocol::DataRef;
-use dataref_tools::RunContext;
+use dataref_tool::RunContext;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CompleteRequestParams, CompleteResult, CompletionInfo, Reference};
 use serde_json::Value;

@@ -1,14 +1,16 @@
 //! The MCP server of dataref, on [`rmcp`].
 //!
-//! - [`DatarefServer`]: built from the [`ToolRegistry`](dataref_tools::ToolRegistry) and
-//!   either a base [`RunContext`](dataref_tools::RunContext) (one fixed principal: stdio,
+//! - [`DatarefServer`]: built from the [`ToolRegistry`](dataref_tool::ToolRegistry) and
+//!   either a base [`RunContext`](dataref_tool::RunContext) (one fixed principal: stdio,
 //!   in-process) or a [`SharedContext`] (store, limits, clock, data dir: each request runs
 //!   as the [`Caller`] the HTTP layer authenticated, in that principal's workspace). It
 //!   serves:
 //!   - `tools/list`: every registered tool with its input and output schemas, title and
 //!     hints (`readOnlyHint`, `openWorldHint`, `destructiveHint: false` when read-only);
-//!   - `tools/call`: through [`execute_tool_call`](dataref_tools::execute_tool_call), so
-//!     every failure is an `isError` result the model can act on, never a protocol error.
+//!   - `tools/call`: through [`execute_tool_call`](dataref_tool::execute_tool_call) under
+//!     the request id as the call id, so every failure is an `isError` result (its
+//!     [`OutcomeKind`](dataref_tool::OutcomeKind) says which) the model can act on, never
+//!     a protocol error.
 //!     The request's cancellation reaches the tool (`notifications/cancelled` stops a
 //!     fetch and removes its partial artifact), and when the request carries a
 //!     `progressToken`, the tool's progress goes out as `notifications/progress`
@@ -16,7 +18,7 @@
 //!   - resources: the principal's live tables as `dataref://artifacts/{dataRef}`, read as
 //!     a bounded CSV preview. Unknown, expired and someone else's references all answer
 //!     "resource not found" (`-32002`). The files of the session's workspace (from the
-//!     [`RunContext`](dataref_tools::RunContext)) as `dataref://files/{path}`, the path
+//!     [`RunContext`](dataref_tool::RunContext)) as `dataref://files/{path}`, the path
 //!     percent-encoded: listed (at most 200, newest modified first, after the tables),
 //!     read whole up to 20 MiB with the MIME type of their extension, as text or a base64
 //!     blob. Every path is resolved and opened beneath the workspace root, so `..`,
@@ -36,7 +38,7 @@
 //!   with references.
 //! - [`upstream`]: the MCP client side. Other MCP servers (`[[upstream]]`: a child process
 //!   on stdio, or Streamable HTTP) are connected at start and each of their tools becomes
-//!   a [`Tool`](dataref_tools::Tool) named `prefix + name`, registered next to the
+//!   a [`Tool`](dataref_tool::Tool) named `prefix + name`, registered next to the
 //!   built-in ones; calls are forwarded with cancellation and a timeout, results mapped to
 //!   text, structured content and attachments.
 //! - [`StreamableHttp`]: rmcp's Streamable HTTP service (both protocol revisions) for a
@@ -64,8 +66,8 @@
 //! use rmcp::model::CallToolRequestParams;
 //!
 //! # async fn demo(
-//! #     registry: Arc<dataref_tools::ToolRegistry>,
-//! #     ctx: dataref_tools::RunContext,
+//! #     registry: Arc<dataref_tool::ToolRegistry>,
+//! #     ctx: dataref_tool::RunContext,
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! let server = DatarefServer::new(registry, ctx);
 //!
@@ -109,7 +111,7 @@ pub mod upstream;
 
 /// The per-request context factory; defined next to `RunContext`, re-exported for the
 /// HTTP side that builds a [`DatarefServer::per_request`].
-pub use dataref_tools::SharedContext;
+pub use dataref_tool::SharedContext;
 pub use host::{Caller, DownloadLinks};
 pub use rmcp;
 pub use serve::{InProcessSession, McpServeError, connect_in_process};

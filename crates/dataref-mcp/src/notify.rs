@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use dataref_protocol::{Principal, Timestamp};
-use dataref_tools::RunContext;
+use dataref_tool::RunContext;
 use rmcp::model::ResourceUpdatedNotificationParam;
 #[expect(
     deprecated,

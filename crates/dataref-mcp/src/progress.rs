@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dataref_tools::ProgressSink;
+use dataref_tool::ProgressSink;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{Peer, RoleServer};
 use tokio::sync::{mpsc, watch};

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use dataref_protocol::{DataRef, Description, ToolSpec, object_schema};
 use dataref_store::{ArtifactMeta, StoreError};
-use dataref_tools::{RunContext, ToolRegistry};
+use dataref_tool::{RunContext, ToolRegistry};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     GetPromptResult, JsonObject, ListPromptsResult, Prompt, PromptArgument, PromptMessage, Role,

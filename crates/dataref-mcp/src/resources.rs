@@ -15,7 +15,7 @@ pub(crate) mod files;
 
 use dataref_protocol::DataRef;
 use dataref_store::{ArtifactMeta, StoreError, Table, cell_to_json};
-use dataref_tools::RunContext;
+use dataref_tool::RunContext;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     Annotations, CacheScope, ListResourceTemplatesResult, ListResourcesResult, MetaObject,

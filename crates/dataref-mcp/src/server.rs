@@ -6,7 +6,7 @@ mod workspaces;
 use std::sync::{Arc, OnceLock};
 
 use dataref_protocol::Principal;
-use dataref_tools::{
+use dataref_tool::{
     NoProgress, RunContext, SharedContext, ToolCall, ToolRegistry, execute_tool_call,
 };
 use dataref_workspace::{Workspace, WorkspaceError};
@@ -285,7 +285,8 @@ impl ServerHandler for DatarefServer {
             .arguments
             .map_or_else(|| Value::Object(Map::new()), Value::Object);
         let name = request.name.into_owned();
-        let call = ToolCall::new(name.clone(), args);
+        // The request id names the call in the log and in its outcome.
+        let call = ToolCall::new(name.clone(), args).with_id(context.id.to_string());
         let registry = &self.inner.registry;
         // The request's token: `notifications/cancelled` cancels it, and the tool's
         // producer polls it and removes its partial artifact.
@@ -314,7 +315,7 @@ impl ServerHandler for DatarefServer {
             let log_steps = progress::log_steps(steps, &log, &name, LOGGER, done.clone());
             tokio::join!(run, forward, log_steps).0
         };
-        if outcome.is_error {
+        if outcome.is_error() {
             let first = outcome.text.lines().next().unwrap_or_default();
             log.send(
                 Level::Warning,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use dataref_protocol::{Principal, ToolSpec, percent_decode};
-use dataref_tools::{Attachment, CallOutcome};
+use dataref_tool::{Attachment, CallOutcome};
 use rmcp::model::{
     Annotations, CallToolResult, ContentBlock, EmbeddedResource, ImageContent, JsonObject,
     Resource, ResourceContents, Role, TextContent, Tool, ToolAnnotations,
@@ -62,11 +62,12 @@ fn schema_object(tool: &str, schema: &Value) -> JsonObject {
 /// `structuredContent`, and a copy of that JSON would cost a host that passes every
 /// block to the model as much again.
 pub(crate) fn to_call_result(outcome: CallOutcome) -> CallToolResult {
+    let is_error = outcome.is_error();
     let CallOutcome {
-        is_error,
         structured,
         text,
         attachments,
+        ..
     } = outcome;
     let mut content = Vec::with_capacity(1 + attachments.len());
     if !text.is_empty() || attachments.is_empty() {
@@ -156,6 +157,7 @@ fn attachment_block(attachment: Attachment) -> Option<ContentBlock> {
 
 #[cfg(test)]
 mod tests {
+    use dataref_tool::OutcomeKind;
     use serde_json::json;
 
     use super::*;
@@ -194,7 +196,8 @@ mod tests {
     #[test]
     fn an_empty_text_with_a_link_is_the_link_alone() {
         let outcome = CallOutcome {
-            is_error: false,
+            call_id: "1".into(),
+            kind: OutcomeKind::Ok,
             structured: Some(json!({"path": "charts/c.png", "points": 3})),
             text: String::new(),
             attachments: vec![Attachment::ResourceLink {
@@ -215,7 +218,8 @@ mod tests {
     #[test]
     fn outcome_becomes_text_structured_and_links() {
         let outcome = CallOutcome {
-            is_error: false,
+            call_id: "1".into(),
+            kind: OutcomeKind::Ok,
             structured: Some(json!({"a": 1})),
             text: r#"{"a":1}"#.into(),
             attachments: vec![Attachment::ResourceLink {
@@ -244,7 +248,8 @@ mod tests {
     #[test]
     fn images_tables_and_documents_are_for_the_user() {
         let outcome = CallOutcome {
-            is_error: false,
+            call_id: "1".into(),
+            kind: OutcomeKind::Ok,
             structured: Some(json!({"points": 3})),
             text: r#"{"points":3}"#.into(),
             attachments: vec![

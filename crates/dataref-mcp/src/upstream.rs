@@ -19,10 +19,16 @@
 //! `${NAME}` in `env` and `headers` values is replaced from dataref's environment when
 //! connecting; an unset variable is an error naming the upstream and the variable.
 //!
+//! The registry is the caller's: this crate needs only the framework (`dataref-tool`), and
+//! the built-in tools come from `dataref_tools::builtin_registry_builder` in the host.
+//!
 //! ```no_run
-//! # async fn demo(config: dataref_config::Config) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(
+//! #     config: dataref_config::Config,
+//! #     mut builder: dataref_tool::ToolRegistryBuilder,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
+//! // `builder`: the built-in tools, registered but not built yet.
 //! let upstreams = dataref_mcp::upstream::connect(&config.upstreams).await?;
-//! let mut builder = dataref_tools::builtin_registry_builder(&config, None);
 //! for tool in upstreams.tools() {
 //!     builder.register(tool);
 //! }
@@ -42,7 +48,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dataref_config::UpstreamConfig;
 use dataref_protocol::{ToolAnnotations, ToolSpec};
-use dataref_tools::{RunContext, Tool, ToolError, ToolOutput};
+use dataref_tool::{RunContext, Tool, ToolError, ToolOutput};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::ServiceError;
 use serde_json::{Map, Value};
@@ -189,7 +195,7 @@ pub struct Upstreams {
 
 impl Upstreams {
     /// Every mounted tool of every server, in configuration order, ready for
-    /// [`ToolRegistryBuilder::register`](dataref_tools::ToolRegistryBuilder::register).
+    /// [`ToolRegistryBuilder::register`](dataref_tool::ToolRegistryBuilder::register).
     pub fn tools(&self) -> impl Iterator<Item = Arc<dyn Tool>> + '_ {
         self.servers.iter().flat_map(Upstream::tools)
     }

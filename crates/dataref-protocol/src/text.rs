@@ -46,7 +46,8 @@ fn hex_value(b: u8) -> Option<u8> {
     }
 }
 
-/// The MIME type of a workspace file by the extension of its last name (case-insensitive).
+/// The MIME type of a workspace file by the extension of its last name (case-insensitive):
+/// the one table for the file tools, the MCP resources and the HTTP downloads.
 /// For an unknown extension the contents decide when they are at hand (UTF-8 is
 /// `text/plain`, anything else `application/octet-stream`); without them it is unknown.
 pub fn mime_type(path: &str, contents: Option<&[u8]>) -> Option<&'static str> {
@@ -72,7 +73,7 @@ pub fn mime_type(path: &str, contents: Option<&[u8]>) -> Option<&'static str> {
         Some("xml") => Some("application/xml"),
         Some("xlsx") => Some("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
         Some("parquet") => Some("application/vnd.apache.parquet"),
-        Some("arrow") => Some("application/vnd.apache.arrow.file"),
+        Some("arrow" | "feather") => Some("application/vnd.apache.arrow.file"),
         Some("zip") => Some("application/zip"),
         Some("gz") => Some("application/gzip"),
         Some("py") => Some("text/x-python"),
@@ -115,6 +116,11 @@ mod tests {
             Some("application/vnd.apache.parquet")
         );
         assert_eq!(mime_type("notes.md", None), Some("text/markdown"));
+        assert_eq!(mime_type("x.webp", None), Some("image/webp"));
+        assert_eq!(
+            mime_type("t.feather", None),
+            Some("application/vnd.apache.arrow.file")
+        );
         // A dot in a directory name, or a leading dot, is no extension.
         assert_eq!(mime_type("v1.2/Makefile", None), None);
         assert_eq!(mime_type(".csv", None), None);

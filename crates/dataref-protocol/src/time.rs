@@ -47,6 +47,12 @@ impl Timestamp {
         self.0
     }
 
+    /// `20261129T223501Z`: the RFC 3339 form without separators, for file names (spill
+    /// files, a run's directory).
+    pub fn compact(self) -> String {
+        self.to_string().replace(['-', ':'], "")
+    }
+
     /// Parses `YYYY-MM-DDTHH:MM:SSZ` (the form [`Display`](fmt::Display) writes).
     pub fn parse_rfc3339(s: &str) -> Option<Self> {
         let b = s.as_bytes();
@@ -111,6 +117,12 @@ impl schemars::JsonSchema for Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_times() {
+        let t = Timestamp(1_764_460_800 + 3661);
+        assert_eq!(t.compact(), "20251130T010101Z");
+    }
 
     #[test]
     fn civil_round_trip() {

@@ -17,8 +17,9 @@ use std::sync::Arc;
 use dataref_config::Config;
 use dataref_sandbox::pool::PythonSandbox;
 use dataref_sources::Sources;
+use dataref_tool::{CallToolTool, ToolRegistry, ToolRegistryBuilder, ToolsError};
 
-use crate::{ToolRegistry, ToolRegistryBuilder, ToolsError};
+use crate::support::ExportCsv;
 
 pub use describe_data::DescribeDataTool;
 pub use fetch::FetchTool;
@@ -89,7 +90,8 @@ pub fn builtin_registry_builder(
     b.register(Arc::new(ListFilesTool::new()));
     b.register(Arc::new(CopyFileTool::new()));
     b.register(Arc::new(export_data::ExportDataTool::new()));
-    b.register(Arc::new(crate::CallToolTool::new()));
+    b.register(Arc::new(CallToolTool::new()));
     b.spill(config.spill.clone());
+    b.records_csv(Arc::new(ExportCsv));
     b
 }

@@ -12,7 +12,7 @@ use dataref_mcp::rmcp;
 use dataref_mcp::{DatarefServer, connect_in_process};
 use dataref_protocol::DataRef;
 use dataref_store::ArtifactStore;
-use dataref_tools::RunContext;
+use dataref_tool::RunContext;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Map, Value, json};
 
@@ -97,7 +97,7 @@ fn content_as_seen(r: &CallToolResult) -> String {
 }
 
 async fn play(
-    registry: Arc<dataref_tools::ToolRegistry>,
+    registry: Arc<dataref_tool::ToolRegistry>,
     ctx: RunContext,
     store: Arc<dyn ArtifactStore>,
     sample_rows: u64,

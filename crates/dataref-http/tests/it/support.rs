@@ -10,7 +10,8 @@ use dataref_mcp::rmcp::model::{
 use dataref_mcp::rmcp::service::NotificationContext;
 use dataref_mcp::rmcp::{ClientHandler, RoleClient};
 use dataref_store::{ArtifactStore, Clock, LocalStore, StoreLimits, SystemClock};
-use dataref_tools::{ToolRegistry, builtin_registry};
+use dataref_tool::ToolRegistry;
+use dataref_tools::builtin_registry;
 use serde_json::Value;
 use tempfile::TempDir;
 

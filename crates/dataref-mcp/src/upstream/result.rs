@@ -2,7 +2,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use dataref_tools::{Attachment, ToolError, ToolOutput};
+use dataref_tool::{Attachment, ToolError, ToolOutput};
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::Value;
 

@@ -124,7 +124,7 @@ struct Chatty {
 }
 
 #[async_trait::async_trait]
-impl dataref_tools::Tool for Chatty {
+impl dataref_tool::Tool for Chatty {
     fn spec(&self) -> &dataref_protocol::ToolSpec {
         &self.spec
     }
@@ -132,8 +132,8 @@ impl dataref_tools::Tool for Chatty {
     async fn call(
         &self,
         _args: serde_json::Map<String, serde_json::Value>,
-        ctx: &dataref_tools::RunContext,
-    ) -> Result<dataref_tools::ToolOutput, dataref_tools::ToolError> {
+        ctx: &dataref_tool::RunContext,
+    ) -> Result<dataref_tool::ToolOutput, dataref_tool::ToolError> {
         for i in 1..=2_000u32 {
             ctx.progress
                 .report(f64::from(i), Some(2_000.0), Some(format!("{i} counted")));
@@ -141,14 +141,14 @@ impl dataref_tools::Tool for Chatty {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        Ok(dataref_tools::ToolOutput::new(json!({"counted": 2_000})))
+        Ok(dataref_tool::ToolOutput::new(json!({"counted": 2_000})))
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_is_throttled_and_ends_with_the_last_report() -> anyhow::Result<()> {
     let env = Env::new(1_000)?;
-    let mut b = dataref_tools::ToolRegistry::builder();
+    let mut b = dataref_tool::ToolRegistry::builder();
     b.register(std::sync::Arc::new(Chatty {
         spec: dataref_protocol::ToolSpec {
             name: "chatty".into(),
@@ -165,12 +165,12 @@ async fn progress_is_throttled_and_ends_with_the_last_report() -> anyhow::Result
         env.home.path(),
         &principal,
     )?);
-    let ctx = dataref_tools::RunContext {
+    let ctx = dataref_tool::RunContext {
         principal,
         store: env.store.clone(),
         workspace,
         limits: env.config.limits.clone(),
-        progress: std::sync::Arc::new(dataref_tools::NoProgress),
+        progress: std::sync::Arc::new(dataref_tool::NoProgress),
         cancel: tokio_util::sync::CancellationToken::new(),
         clock: std::sync::Arc::new(dataref_store::SystemClock),
     };

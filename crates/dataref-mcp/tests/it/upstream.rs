@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use dataref_config::{UpstreamConfig, UpstreamTransport};
 use dataref_mcp::DatarefServer;
 use dataref_mcp::upstream::{Upstream, UpstreamError, Upstreams, connect_with_env};
-use dataref_tools::{Attachment, RunContext, Tool, ToolError, ToolOutput};
+use dataref_tool::{Attachment, RunContext, Tool, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
 use crate::support::{Env, Recorder, call, is_error, text};

@@ -2,16 +2,17 @@
 
 use async_trait::async_trait;
 use dataref_protocol::{DataRef, StatsTable, ToolSpec};
+use dataref_tool::TypedTool;
+use dataref_tool::{RunContext, ToolError, ToolOutput};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::tool::{TypedTool, blocking, output, spec_for};
-use crate::{RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, output, spec_for};
 
 /// Arguments of `describe_data`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct DescribeArgs {
+pub struct DescribeArgs {
     /// The table to describe.
     data_ref: DataRef,
     /// Only these columns (default: all).

@@ -11,9 +11,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::records::{find_records, records_to_batch};
-use crate::tool::{TypedTool, blocking, spec_for};
-use crate::{Attachment, RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, spec_for};
+use dataref_tool::TypedTool;
+use dataref_tool::records::{find_records, records_to_batch};
+use dataref_tool::{Attachment, RunContext, ToolError, ToolOutput};
 
 /// Where exports go in the workspace.
 pub const EXPORTS_DIR: &str = "exports";
@@ -46,7 +47,7 @@ impl FormatArg {
 /// Arguments of `export_data`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ExportArgs {
+pub struct ExportArgs {
     /// A dataRef, or a workspace table file (`.arrow`, `.csv`, `.json`, `.ndjson`).
     source: String,
     format: FormatArg,
@@ -426,7 +427,7 @@ fn read_json_records(
             ),
         )
     };
-    let bytes = crate::tool::read_capped(file, path.as_str(), MAX_JSON_SOURCE_BYTES, too_big)?;
+    let bytes = dataref_tool::read_capped(file, path.as_str(), MAX_JSON_SOURCE_BYTES, too_big)?;
     let not_json = |e: serde_json::Error| {
         let (what, hint) = match layout {
             JsonLayout::Document => (

@@ -9,10 +9,10 @@ use dataref_config::{ColumnType, ParamType, QueryConfig, SourceConfig};
 use dataref_protocol::{Description, ToolAnnotations, ToolSpec, object_schema};
 use dataref_sources::{FetchRequest, ParamValue, Sources, SqlPolicy};
 use dataref_store::{Lineage, SampleOptions, describe};
+use dataref_tool::{RunContext, Tool, ToolError, ToolOutput};
 use serde_json::{Map, Value, json};
 
-use crate::tool::{blocking, output};
-use crate::{RunContext, Tool, ToolError, ToolOutput};
+use crate::support::{blocking, output, source_error};
 
 pub struct FetchTool {
     spec: ToolSpec,
@@ -105,7 +105,7 @@ impl Tool for FetchTool {
         args: Map<String, Value>,
         ctx: &RunContext,
     ) -> Result<ToolOutput, ToolError> {
-        let params = dataref_sources::bind_params(&self.query, &args)?;
+        let params = dataref_sources::bind_params(&self.query, &args).map_err(source_error)?;
         let lineage = Lineage::new(self.spec.name.clone(), Value::Object(args));
         let d = produce(
             ctx,
@@ -151,14 +151,16 @@ pub(crate) async fn produce(
             progress.report(rows as f64, None, Some(format!("{rows} rows fetched")));
         };
         let is_cancelled = || cancel.is_cancelled();
-        let fetched = sources.fetch(
-            &req,
-            store.as_ref(),
-            &owner,
-            lineage,
-            &report,
-            &is_cancelled,
-        )?;
+        let fetched = sources
+            .fetch(
+                &req,
+                store.as_ref(),
+                &owner,
+                lineage,
+                &report,
+                &is_cancelled,
+            )
+            .map_err(source_error)?;
         let table = store.open_table(&owner, &fetched.meta.data_ref)?;
         let mut d = describe(
             &table,

@@ -15,8 +15,8 @@ pub use copy_file::CopyFileTool;
 pub use list_files::ListFilesTool;
 pub use read_file::ReadFileTool;
 
-/// The MIME type of a file, guessed from its extension (case-insensitive);
-/// `application/octet-stream` when the extension is unknown.
+/// The MIME type of a file, guessed from its extension (case-insensitive, by
+/// [`dataref_protocol::mime_type`]); `application/octet-stream` when the extension is unknown.
 ///
 /// ```
 /// assert_eq!(dataref_tools::mime_type_for("charts/sales.PNG"), "image/png");
@@ -29,51 +29,13 @@ pub fn mime_type_for(path: &str) -> &'static str {
 /// The MIME type for a known extension; `None` lets each caller pick its own default
 /// (text or bytes, depending on what it found in the file).
 pub(crate) fn known_mime_type(path: &str) -> Option<&'static str> {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    let (stem, ext) = name.rsplit_once('.')?;
-    // `.gitignore` is a name, not an extension.
-    if stem.is_empty() {
-        return None;
-    }
-    let mime = match ext.to_ascii_lowercase().as_str() {
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "svg" => "image/svg+xml",
-        "pdf" => "application/pdf",
-        "csv" => "text/csv",
-        "tsv" => "text/tab-separated-values",
-        "json" => "application/json",
-        "ndjson" | "jsonl" => "application/x-ndjson",
-        "txt" | "log" => "text/plain",
-        "md" => "text/markdown",
-        "html" | "htm" => "text/html",
-        "xml" => "application/xml",
-        "xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-        "parquet" => "application/vnd.apache.parquet",
-        "arrow" | "feather" => "application/vnd.apache.arrow.file",
-        "zip" => "application/zip",
-        "gz" => "application/gzip",
-        "py" => "text/x-python",
-        "toml" => "application/toml",
-        "yaml" | "yml" => "application/yaml",
-        _ => return None,
-    };
-    Some(mime)
+    dataref_protocol::mime_type(path, None)
 }
 
 /// The `dataref://files/{path}` URI of a workspace path, as the MCP server lists it:
 /// unreserved characters and `/` as they are, every other byte percent-encoded.
 pub(crate) fn file_uri(path: &str) -> String {
-    let mut uri = String::from("dataref://files/");
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
-            uri.push(char::from(b));
-        } else {
-            uri.push_str(&format!("%{b:02X}"));
-        }
-    }
-    uri
+    format!("dataref://files/{}", dataref_protocol::percent_encode(path))
 }
 
 /// The last part of a workspace path: a link's name (the URI holds the whole path).
@@ -134,6 +96,10 @@ mod tests {
         assert_eq!(mime_type_for(".gitignore"), "application/octet-stream");
         assert_eq!(mime_type_for("dir.csv/README"), "application/octet-stream");
         assert_eq!(known_mime_type("x.unknown"), None);
+        assert_eq!(
+            mime_type_for("t.feather"),
+            "application/vnd.apache.arrow.file"
+        );
     }
 
     #[test]

@@ -2,11 +2,12 @@
 
 use async_trait::async_trait;
 use dataref_protocol::{DataRef, Timestamp, ToolSpec};
+use dataref_tool::TypedTool;
+use dataref_tool::{RunContext, ToolError, ToolOutput};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tool::{TypedTool, blocking, output, spec_for};
-use crate::{RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, output, spec_for};
 
 /// Column names listed per artifact, at most: a list of wide tables stays short.
 const LISTED_COLUMNS: usize = 20;
@@ -18,7 +19,7 @@ fn is_zero(n: &u64) -> bool {
 /// Arguments of `list_artifacts`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ListArgs {
+pub struct ListArgs {
     /// At most this many (default: the server's limit, usually 50).
     #[serde(default)]
     limit: Option<usize>,

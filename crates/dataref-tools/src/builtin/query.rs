@@ -8,13 +8,14 @@ use dataref_config::{SourceConfig, SourceKind};
 use dataref_protocol::{Description, ToolAnnotations, ToolSpec, object_schema};
 use dataref_sources::{Sources, SqlPolicy};
 use dataref_store::Lineage;
+use dataref_tool::parse_args;
+use dataref_tool::{RunContext, Tool, ToolError, ToolOutput};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::fetch::produce;
-use crate::tool::{output, parse_args};
-use crate::{RunContext, Tool, ToolError, ToolOutput};
+use crate::support::output;
 
 /// Arguments of `query`.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -4,13 +4,14 @@
 use async_trait::async_trait;
 use dataref_chart::{ChartError, ChartKind, ChartSpec, SortOrder};
 use dataref_protocol::{DataRef, ToolSpec};
+use dataref_tool::TypedTool;
+use dataref_tool::{Attachment, RunContext, ToolError, ToolOutput};
 use dataref_workspace::Overwrite;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::files::{file_name, file_stem, file_uri};
-use crate::tool::{TypedTool, blocking, output, spec_for};
-use crate::{Attachment, RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, output, spec_for};
 
 /// Where charts are written in the caller's workspace.
 pub const CHARTS_DIR: &str = "charts";
@@ -63,7 +64,7 @@ impl From<Sort> for SortOrder {
 /// Arguments of `render_chart`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct ChartArgs {
+pub struct ChartArgs {
     /// The table to draw.
     data_ref: DataRef,
     /// The column on the horizontal axis (for a histogram: the values to bin).

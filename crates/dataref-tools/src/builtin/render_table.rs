@@ -7,14 +7,15 @@ use std::cmp::Ordering;
 use async_trait::async_trait;
 use dataref_protocol::{DataRef, ToolSpec};
 use dataref_store::{Table, cell_to_json, did_you_mean};
+use dataref_tool::TypedTool;
+use dataref_tool::{Attachment, RunContext, ToolError, ToolOutput};
 use dataref_workspace::Overwrite;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::files::{file_name, file_stem, file_uri};
-use crate::tool::{TypedTool, blocking, output, spec_for};
-use crate::{Attachment, RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, output, spec_for};
 
 /// Where HTML tables are written in the caller's workspace.
 pub const TABLES_DIR: &str = "tables";
@@ -29,7 +30,7 @@ const MAX_CELL_CHARS: usize = 200;
 /// Arguments of `render_table`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct TableArgs {
+pub struct TableArgs {
     /// The table to show.
     data_ref: DataRef,
     /// These columns, in order (default: the first 40).

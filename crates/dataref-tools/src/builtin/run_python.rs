@@ -23,13 +23,14 @@ use dataref_sandbox::runtime::exchange::{
     CollectedFile, CollectedOutput, ExchangeCaps, ExchangeError, InputName, PythonError, SkipReason,
 };
 use dataref_store::{ArtifactStore, Lineage, SampleOptions, UntrustedIpc, describe};
+use dataref_tool::TypedTool;
+use dataref_tool::{RunContext, ToolError, ToolOutput};
 use dataref_workspace::{Overwrite, Workspace};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::tool::{TypedTool, blocking, output, spec_for};
-use crate::{RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, output, spec_for};
 
 /// stdout and stderr each come back cut to this many bytes (head and tail).
 pub const STREAM_SHOWN_BYTES: usize = 2048;
@@ -46,7 +47,7 @@ const MAX_CODE_FILE_BYTES: u64 = 1 << 20;
 /// Arguments of `run_python`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RunPythonArgs {
+pub struct RunPythonArgs {
     /// Python source (or `code_file`); `pd` and `np` are imported.
     #[serde(default)]
     #[schemars(length(min = 1, max = 200_000))]
@@ -437,7 +438,7 @@ fn read_code_file(workspace: &Workspace, requested: &str) -> Result<String, Tool
             ),
         )
     };
-    let bytes = crate::tool::read_capped(file, path.as_str(), MAX_CODE_FILE_BYTES, too_big)?;
+    let bytes = dataref_tool::read_capped(file, path.as_str(), MAX_CODE_FILE_BYTES, too_big)?;
     let code = String::from_utf8(bytes).map_err(|e| {
         ToolError::respond(
             format!(
@@ -753,7 +754,7 @@ fn save_file(file: CollectedFile, workspace: &Workspace) -> Result<FileOut, Tool
 
 /// A name for this run's directory under [`RUNS_DIR`]: time, then a random suffix.
 fn run_id(ctx: &RunContext) -> String {
-    let stamp = crate::tool::compact_time(ctx.clock.now());
+    let stamp = ctx.clock.now().compact();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{stamp}-{}-{n}", std::process::id())

@@ -2,7 +2,7 @@
 //! files land in the workspace, the person gets the image or the table, the model gets a
 //! few numbers.
 
-use dataref_tools::{Attachment, CallOutcome, ToolCall};
+use dataref_tool::{Attachment, CallOutcome, ToolCall};
 use serde_json::{Value, json};
 
 use super::{Fixture, error_text, fixture_with, run};
@@ -13,12 +13,12 @@ async fn sales(f: &Fixture) -> Value {
         ToolCall::new("fetch_sales", json!({"since": "2025-01-01"})),
     )
     .await;
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     o.structured.unwrap()["dataRef"].clone()
 }
 
 fn ok(o: &CallOutcome) -> &Value {
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     o.structured.as_ref().unwrap()
 }
 
@@ -94,7 +94,7 @@ async fn every_kind_draws_on_the_sample() {
     for mut args in calls {
         args["dataRef"] = data_ref.clone();
         let o = run(&f, ToolCall::new("render_chart", args.clone())).await;
-        assert!(!o.is_error, "{args}: {}", o.text);
+        assert!(!o.is_error(), "{args}: {}", o.text);
         assert!(matches!(
             &o.attachments[..],
             [Attachment::ResourceLink { .. }]
@@ -222,5 +222,5 @@ async fn a_table_goes_to_the_person_and_the_model_gets_counts() {
         ToolCall::new("render_table", json!({"dataRef": data_ref, "limit": 5000})),
     )
     .await;
-    assert!(o.is_error, "{}", o.text);
+    assert!(o.is_error(), "{}", o.text);
 }

@@ -11,7 +11,7 @@ use arrow_array::{
 };
 use calamine::{Data, Reader, Xlsx};
 use dataref_store::{Lineage, Table};
-use dataref_tools::{Attachment, CallOutcome, ToolCall};
+use dataref_tool::{Attachment, CallOutcome, ToolCall};
 use serde_json::{Value, json};
 
 use super::{Fixture, error_text, fixture_with};
@@ -28,7 +28,7 @@ async fn call(f: &Fixture, args: Value) -> CallOutcome {
 }
 
 fn ok(o: &CallOutcome) -> Value {
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     o.structured.clone().unwrap()
 }
 

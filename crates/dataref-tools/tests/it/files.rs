@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use dataref_tools::{CallOutcome, ToolCall};
+use dataref_tool::{CallOutcome, ToolCall};
 use dataref_workspace::{Overwrite, TEMP_PREFIX};
 use serde_json::{Value, json};
 
@@ -45,7 +45,7 @@ async fn call(f: &Fixture, tool: &str, args: Value) -> CallOutcome {
 }
 
 fn ok(o: &CallOutcome) -> &Value {
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     let v = o.structured.as_ref().unwrap();
     assert_eq!(serde_json::to_string(v).unwrap(), o.text);
     v

@@ -11,7 +11,7 @@ use dataref_config::Config;
 use dataref_protocol::Principal;
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_test_support::TestPostgres;
-use dataref_tools::{CallOutcome, NoProgress, RunContext, ToolCall, ToolRegistry};
+use dataref_tool::{CallOutcome, NoProgress, RunContext, ToolCall, ToolRegistry};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -125,14 +125,14 @@ pg_role = "us_analyst"
     }
 
     async fn call(&self, who: &str, tool: &str, args: Value) -> CallOutcome {
-        dataref_tools::execute_tool_call(&self.registry, ToolCall::new(tool, args), &self.ctx(who))
+        dataref_tool::execute_tool_call(&self.registry, ToolCall::new(tool, args), &self.ctx(who))
             .await
     }
 
     async fn ok(&self, who: &str, tool: &str, args: Value) -> Value {
         let args_shown = args.to_string();
         let o = self.call(who, tool, args).await;
-        assert!(!o.is_error, "{tool} {args_shown}: {}", o.text);
+        assert!(!o.is_error(), "{tool} {args_shown}: {}", o.text);
         o.structured.unwrap()
     }
 }

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use dataref_protocol::Principal;
 use dataref_sandbox::pool::{PythonSandbox, SandboxSettings};
 use dataref_sandbox::runtime::RuntimeSpec;
-use dataref_tools::{
-    NoProgress, RUNS_DIR, RunContext, STREAM_SHOWN_BYTES, ToolCall, execute_tool_call,
-};
+use dataref_tool::{NoProgress, RunContext, ToolCall, execute_tool_call};
+use dataref_tools::{RUNS_DIR, STREAM_SHOWN_BYTES};
 use dataref_workspace::{Overwrite, Workspace};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -52,7 +51,7 @@ fn fixture() -> Fixture {
 
 async fn fetch_since(f: &Fixture, since: &str) -> (String, u64) {
     let o = run(f, ToolCall::new("fetch_sales", json!({"since": since}))).await;
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     let d = o.structured.unwrap();
     (
         d["dataRef"].as_str().unwrap().to_owned(),
@@ -67,7 +66,7 @@ async fn fetch(f: &Fixture) -> String {
 /// A `run_python` call that produced a result (`ok` may still be false).
 async fn python(f: &Fixture, args: Value) -> Value {
     let o = run(f, ToolCall::new("run_python", args)).await;
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     let v = o.structured.unwrap();
     assert_eq!(serde_json::to_string(&v).unwrap(), o.text);
     // Clients validate structured content against the declared output schema (the MCP
@@ -170,7 +169,7 @@ async fn totals_come_back_as_result_and_a_new_artifact() {
         ToolCall::new("describe_data", json!({"dataRef": totals_ref})),
     )
     .await;
-    assert!(!d.is_error, "{}", d.text);
+    assert!(!d.is_error(), "{}", d.text);
     assert_eq!(d.structured.unwrap()["rows"].as_u64(), Some(lines));
     let listed = run(&f, ToolCall::new("list_artifacts", json!({}))).await;
     assert!(listed.text.contains(totals_ref), "{}", listed.text);
@@ -470,7 +469,7 @@ async fn long_stdout_and_stderr_are_cut_and_kept_whole_in_the_workspace() {
         ),
     )
     .await;
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     let read = o.structured.unwrap();
     assert_eq!(read["totalLines"], json!(200), "{read}");
     assert_eq!(
@@ -839,7 +838,7 @@ async fn ten_thousand_files_and_a_hundred_thousand_columns_stay_a_short_result()
         ("list_artifacts", json!({})),
     ] {
         let o = run(&f, ToolCall::new(tool, args)).await;
-        assert!(!o.is_error, "{tool}: {}", o.text);
+        assert!(!o.is_error(), "{tool}: {}", o.text);
         assert!(
             o.text.chars().count() <= f.ctx.limits.max_result_chars,
             "{tool}: {} characters",

@@ -4,17 +4,18 @@ use std::io;
 
 use async_trait::async_trait;
 use dataref_protocol::ToolSpec;
+use dataref_tool::TypedTool;
+use dataref_tool::{RunContext, ToolError, ToolOutput};
 use dataref_workspace::{EntryKind, Overwrite, WorkspacePathError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tool::{TypedTool, blocking, output, spec_for};
-use crate::{RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, output, spec_for};
 
 /// Arguments of `copy_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct CopyArgs {
+pub struct CopyArgs {
     /// The file to copy, relative to your workspace.
     src: String,
     /// The new path, e.g. `reports/q3-sales.csv`.

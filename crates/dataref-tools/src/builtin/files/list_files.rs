@@ -2,13 +2,14 @@
 
 use async_trait::async_trait;
 use dataref_protocol::{Timestamp, ToolSpec};
+use dataref_tool::TypedTool;
+use dataref_tool::{RunContext, ToolError, ToolOutput};
 use dataref_workspace::{EntryKind, Glob, Listing, TEMP_PREFIX, TreeOptions};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::thousands;
-use crate::tool::{TypedTool, blocking, output, spec_for};
-use crate::{RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, output, spec_for};
 
 const DEFAULT_MAX_ENTRIES: usize = 200;
 const MAX_ENTRIES: usize = 1_000;
@@ -19,7 +20,7 @@ const HIDDEN_SLACK: usize = 32;
 /// Arguments of `list_files`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct ListArgs {
+pub struct ListArgs {
     /// A directory relative to your workspace (default: its root).
     #[serde(default)]
     path: Option<String>,

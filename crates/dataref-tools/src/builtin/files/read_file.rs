@@ -6,13 +6,14 @@ use std::io::{self, BufRead, BufReader, Read};
 
 use async_trait::async_trait;
 use dataref_protocol::ToolSpec;
+use dataref_tool::TypedTool;
+use dataref_tool::{RunContext, ToolError, ToolOutput};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::{known_mime_type, mime_type_for, thousands};
-use crate::tool::{TypedTool, blocking, output, spec_for};
-use crate::{RunContext, ToolError, ToolOutput};
+use crate::support::{blocking, output, spec_for};
 
 const DEFAULT_LIMIT: u64 = 200;
 const MAX_LIMIT: u64 = 2_000;
@@ -38,7 +39,7 @@ const READ_BUFFER: usize = 64 * 1024;
 /// Arguments of `read_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct ReadArgs {
+pub struct ReadArgs {
     /// Relative to your workspace, e.g. `notes.md`.
     path: String,
     /// The first line, from 1; to go on, the `offset` that `note` names.

@@ -69,6 +69,13 @@ pub trait Tool: Send + Sync {
         true
     }
 
+    /// The call may change something outside the result it returns (writes a file,
+    /// stores an artifact, calls out): everything not annotated read-only. An agent loop
+    /// can ask before such a call, or refuse to repeat it.
+    fn is_mutating(&self) -> bool {
+        !self.spec().annotations.read_only
+    }
+
     async fn call(
         &self,
         args: Map<String, Value>,
@@ -77,9 +84,10 @@ pub trait Tool: Send + Sync {
 }
 
 /// A tool whose arguments arrive already deserialised into its own type. Every such tool
-/// is a [`Tool`] through the impl below, so the parsing step is written once.
+/// is a [`Tool`] through the impl below, so the parsing step is written once (and
+/// [`Tool::schemas_are_ours`] and [`Tool::is_mutating`] keep their defaults).
 #[async_trait]
-pub(crate) trait TypedTool: Send + Sync {
+pub trait TypedTool: Send + Sync {
     type Args: serde::de::DeserializeOwned + Send;
 
     fn spec(&self) -> &ToolSpec;
@@ -112,49 +120,18 @@ impl<T: TypedTool> Tool for T {
     }
 }
 
-/// Makes a `ToolSpec` whose schemas come from Rust types, with annotations.
-pub(crate) fn spec_for<I: schemars::JsonSchema, O: schemars::JsonSchema>(
-    name: &str,
-    description: &str,
-    read_only: bool,
-    open_world: bool,
-) -> ToolSpec {
-    let mut spec = ToolSpec::from_types::<I, O>(name, description);
-    spec.annotations.read_only = read_only;
-    spec.annotations.open_world = open_world;
-    spec
-}
-
 /// Arguments that passed the input schema, as the tool's own type. A failure here means the
 /// schema and the type disagree, which the model can still act on.
-pub(crate) fn parse_args<T: serde::de::DeserializeOwned>(
+pub fn parse_args<T: serde::de::DeserializeOwned>(
     args: Map<String, Value>,
 ) -> Result<T, ToolError> {
     serde_json::from_value(Value::Object(args))
         .map_err(|e| ToolError::respond(format!("invalid arguments: {e}"), None))
 }
 
-/// A tool's result as JSON.
-pub(crate) fn output<T: serde::Serialize>(value: T) -> Result<ToolOutput, ToolError> {
-    serde_json::to_value(value)
-        .map(ToolOutput::new)
-        .map_err(|e| ToolError::Fatal(format!("serialising the result: {e}")))
-}
-
-/// Runs store and source work (file I/O, SQLite, statistics) off the async threads.
-pub(crate) async fn blocking<T, F>(what: &'static str, f: F) -> Result<T, ToolError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, ToolError> + Send + 'static,
-{
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ToolError::Fatal(format!("{what} task ended abnormally: {e}")))?
-}
-
 /// The whole of an opened workspace file, at most `max` bytes: checked on its size first and
 /// again while reading (it may grow meanwhile). Over the cap is `too_big(size)`.
-pub(crate) fn read_capped(
+pub fn read_capped(
     file: std::fs::File,
     shown: &str,
     max: u64,
@@ -176,18 +153,4 @@ pub(crate) fn read_capped(
         return Err(too_big(bytes.len() as u64));
     }
     Ok(bytes)
-}
-
-/// `20261129T223501Z`: a timestamp for file names (the RFC 3339 form without separators).
-pub(crate) fn compact_time(t: dataref_protocol::Timestamp) -> String {
-    t.to_string().replace(['-', ':'], "")
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn compact_times() {
-        let t = dataref_protocol::Timestamp(1_764_460_800 + 3661);
-        assert_eq!(super::compact_time(t), "20251130T010101Z");
-    }
 }

@@ -15,7 +15,7 @@
 
 use serde_json::{Value, json};
 
-use crate::{CallOutcome, RunContext, spill};
+use crate::{CallOutcome, OutcomeKind, RunContext, ToolRegistry, spill};
 
 /// Room the cut note of a plain-text result takes.
 const NOTE_CHARS: usize = 200;
@@ -63,7 +63,7 @@ pub(crate) async fn cap(
     max_chars: usize,
     structured_text: bool,
     ctx: &RunContext,
-    spill: &dataref_config::SpillConfig,
+    registry: &ToolRegistry,
 ) -> CallOutcome {
     if outcome.text.len() <= max_chars {
         return outcome;
@@ -72,7 +72,7 @@ pub(crate) async fn cap(
     if total <= max_chars {
         return outcome;
     }
-    if outcome.is_error || outcome.structured.is_none() {
+    if outcome.is_error() || outcome.structured.is_none() {
         return cut_text(outcome, total, max_chars);
     }
     // The whole goes to the workspace first, so the cut loses nothing (a spill synopsis
@@ -85,7 +85,7 @@ pub(crate) async fn cap(
     let written = if is_synopsis(&outcome) {
         outcome.clone()
     } else {
-        spill::spill(outcome.clone(), tool, 0, structured_text, spill, ctx).await
+        spill::spill(outcome.clone(), tool, 0, structured_text, registry, ctx).await
     };
     let field = |name: &str| {
         written
@@ -99,7 +99,8 @@ pub(crate) async fn cap(
         field("table").and_then(|t| t.get("dataRef").and_then(Value::as_str).map(str::to_owned));
     let truncated = truncation(&outcome.text, total, max_chars, path, data_ref);
     CallOutcome {
-        is_error: false,
+        call_id: outcome.call_id,
+        kind: OutcomeKind::TooLarge,
         text: truncated.to_string(),
         structured: Some(truncated),
         attachments: outcome.attachments,
@@ -171,6 +172,10 @@ fn cut_text(mut outcome: CallOutcome, total: usize, max_chars: usize) -> CallOut
     ));
     outcome.text = text;
     outcome.structured = None;
+    // A failed call stays what it was; a result that was cut is too large.
+    if !outcome.is_error() {
+        outcome.kind = OutcomeKind::TooLarge;
+    }
     outcome
 }
 
@@ -211,7 +216,8 @@ mod tests {
     #[test]
     fn plain_text_is_cut_with_a_note() {
         let o = CallOutcome {
-            is_error: true,
+            call_id: "call-1".into(),
+            kind: OutcomeKind::ToolFailed,
             structured: None,
             text: "x".repeat(1000),
             attachments: vec![],
@@ -220,5 +226,10 @@ mod tests {
         assert!(c.text.chars().count() <= 500, "{}", c.text.len());
         assert!(c.text.contains("1000 characters"));
         assert!(c.structured.is_none());
+        assert_eq!(
+            c.kind,
+            OutcomeKind::ToolFailed,
+            "an error stays the error it was"
+        );
     }
 }

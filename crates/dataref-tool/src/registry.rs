@@ -4,7 +4,7 @@ use std::sync::Arc;
 use dataref_config::SpillConfig;
 use dataref_protocol::ToolSpec;
 
-use crate::{Tool, ToolsError, cap, listed};
+use crate::{RecordsCsv, Tool, ToolsError, cap, listed};
 
 pub(crate) struct Entry {
     pub tool: Arc<dyn Tool>,
@@ -27,6 +27,7 @@ pub(crate) struct Entry {
 pub struct ToolRegistryBuilder {
     tools: Vec<Arc<dyn Tool>>,
     spill: SpillConfig,
+    records_csv: Option<Arc<dyn RecordsCsv>>,
 }
 
 impl ToolRegistryBuilder {
@@ -42,6 +43,13 @@ impl ToolRegistryBuilder {
     /// When results are spilled to the caller's workspace (default: [`SpillConfig::default`]).
     pub fn spill(&mut self, spill: SpillConfig) -> &mut Self {
         self.spill = spill;
+        self
+    }
+
+    /// How flat records in a spilled result are written as CSV (and then stored as a table
+    /// artifact); without one they are spilled as JSON only.
+    pub fn records_csv(&mut self, writer: Arc<dyn RecordsCsv>) -> &mut Self {
+        self.records_csv = Some(writer);
         self
     }
 
@@ -87,6 +95,7 @@ impl ToolRegistryBuilder {
             entries,
             order,
             spill: self.spill,
+            records_csv: self.records_csv,
         })
     }
 }
@@ -97,6 +106,7 @@ pub struct ToolRegistry {
     /// Registration order, which is the order tools are listed in.
     order: Vec<String>,
     spill: SpillConfig,
+    records_csv: Option<Arc<dyn RecordsCsv>>,
 }
 
 impl ToolRegistry {
@@ -123,6 +133,11 @@ impl ToolRegistry {
     /// The spill settings the registry was built with.
     pub fn spill_config(&self) -> &SpillConfig {
         &self.spill
+    }
+
+    /// The CSV writer for spilled records, when the registry was given one.
+    pub fn records_csv(&self) -> Option<Arc<dyn RecordsCsv>> {
+        self.records_csv.clone()
     }
 
     /// Characters above which `name`'s results are spilled; `None` when they never are.

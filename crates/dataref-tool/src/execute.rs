@@ -1,9 +1,10 @@
 //! `execute_tool_call`: the one place every failure branch of a tool call is handled.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use serde_json::{Map, Value};
-use tracing::{error, info};
+use tracing::{Instrument, error, info};
 
 use crate::delegate::{CALL_TOOL, CallToolArgs, merge, read_args_file};
 use crate::registry::Entry;
@@ -19,6 +20,10 @@ pub enum CallArguments {
 /// One call the model asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
+    /// The caller's id for this call (the MCP request id, the model's `tool_call` id), or
+    /// one generated here (`call-N`) when the caller gives none. It names the call's
+    /// tracing span and comes back as [`CallOutcome::call_id`].
+    pub id: String,
     pub name: String,
     pub arguments: CallArguments,
 }
@@ -26,6 +31,7 @@ pub struct ToolCall {
 impl ToolCall {
     pub fn new(name: impl Into<String>, arguments: Value) -> Self {
         Self {
+            id: generated_id(),
             name: name.into(),
             arguments: CallArguments::Json(arguments),
         }
@@ -33,8 +39,87 @@ impl ToolCall {
 
     pub fn from_json_text(name: impl Into<String>, text: impl Into<String>) -> Self {
         Self {
+            id: generated_id(),
             name: name.into(),
             arguments: CallArguments::Text(text.into()),
+        }
+    }
+
+    /// The same call under the caller's id.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+}
+
+/// `call-1`, `call-2`, …: unique in this process, for calls whose caller gave no id.
+fn generated_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("call-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// How a call ended: one kind per branch of [`execute_tool_call`], so a caller (the MCP
+/// server, the agent loop) decides by the kind and never by the text. Match it without a
+/// `_` arm: a new kind is then a compile error wherever it matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutcomeKind {
+    /// The tool ran; the result is as it returned it.
+    Ok,
+    /// The tool ran; its result was over the spill threshold and is in the caller's
+    /// workspace: `structured` is the synopsis ([`SpillSynopsis`](crate::SpillSynopsis)).
+    Spilled,
+    /// The tool ran; its result was over `limits.max_result_chars` even so: `structured`
+    /// is the truncation object (the whole in the workspace when it could be written), or
+    /// a text result was cut with a note saying so.
+    TooLarge,
+    /// No tool of that name (nor, for `call_tool`, of its target's); the hint names the
+    /// close ones.
+    UnknownTool,
+    /// The arguments were not one JSON object or broke the input schema, or `call_tool`'s
+    /// argument file could not be used.
+    InvalidArguments,
+    /// The tool refused or failed in a way the model can act on
+    /// ([`ToolError::RespondToModel`]).
+    ToolFailed,
+    /// A fault of the server ([`ToolError::Fatal`], a result lost while spilling): logged
+    /// in full, the model told without internals.
+    ServerFault,
+    /// The tool panicked; caught, and the server goes on.
+    Panicked,
+    /// Stopped at `limits.tool_timeout`.
+    TimedOut,
+    /// The caller cancelled the call.
+    Cancelled,
+}
+
+impl OutcomeKind {
+    /// The call failed: MCP's `isError`, an error observation for the agent loop.
+    pub fn is_error(self) -> bool {
+        match self {
+            Self::Ok | Self::Spilled | Self::TooLarge => false,
+            Self::UnknownTool
+            | Self::InvalidArguments
+            | Self::ToolFailed
+            | Self::ServerFault
+            | Self::Panicked
+            | Self::TimedOut
+            | Self::Cancelled => true,
+        }
+    }
+
+    /// `ok`, `unknown_tool`, …: the kind as logs and metrics name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Spilled => "spilled",
+            Self::TooLarge => "too_large",
+            Self::UnknownTool => "unknown_tool",
+            Self::InvalidArguments => "invalid_arguments",
+            Self::ToolFailed => "tool_failed",
+            Self::ServerFault => "server_fault",
+            Self::Panicked => "panicked",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -42,7 +127,9 @@ impl ToolCall {
 /// What goes back to the model (and, in attachments, to the person).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallOutcome {
-    pub is_error: bool,
+    /// The id of the [`ToolCall`] this answers.
+    pub call_id: String,
+    pub kind: OutcomeKind,
     /// The structured result, when the call succeeded and it fit under the cap.
     pub structured: Option<Value>,
     /// What the model reads: the JSON text of the result, or the error with its hint.
@@ -51,13 +138,20 @@ pub struct CallOutcome {
 }
 
 impl CallOutcome {
-    pub(crate) fn error(message: &str, hint: Option<&str>) -> Self {
+    /// The call failed ([`OutcomeKind::is_error`]).
+    pub fn is_error(&self) -> bool {
+        self.kind.is_error()
+    }
+
+    /// A failed call's outcome; its call id is set by [`execute_tool_call`].
+    pub(crate) fn error(kind: OutcomeKind, message: &str, hint: Option<&str>) -> Self {
         let text = match hint {
             Some(h) => format!("error: {message}\nhint: {h}"),
             None => format!("error: {message}"),
         };
         Self {
-            is_error: true,
+            call_id: String::new(),
+            kind,
             structured: None,
             text,
             attachments: Vec::new(),
@@ -67,12 +161,26 @@ impl CallOutcome {
 
 /// Runs one tool call and turns every failure into an observation the model can act on.
 /// Never panics and never returns a server error: a panic in a tool becomes an internal
-/// error result and the server keeps serving.
+/// error result and the server keeps serving. The call runs in a `tool_call` span with
+/// the principal, the tool and the call id; the outcome carries the same id.
 pub async fn execute_tool_call(
     registry: &ToolRegistry,
     call: ToolCall,
     ctx: &RunContext,
 ) -> CallOutcome {
+    let span = tracing::info_span!(
+        "tool_call",
+        principal = %ctx.principal,
+        tool = %call.name,
+        call_id = %call.id,
+    );
+    let id = call.id.clone();
+    let mut outcome = execute(registry, call, ctx).instrument(span).await;
+    outcome.call_id = id;
+    outcome
+}
+
+async fn execute(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallOutcome {
     let started = Instant::now();
     let name = call.name.clone();
     let ran = run(registry, call, ctx).await;
@@ -88,7 +196,7 @@ pub async fn execute_tool_call(
                 target,
                 threshold,
                 ran.structured_text,
-                registry.spill_config(),
+                registry,
                 ctx,
             )
             .await
@@ -103,14 +211,15 @@ pub async fn execute_tool_call(
         ctx.limits.max_result_chars,
         structured_text,
         ctx,
-        registry.spill_config(),
+        registry,
     )
     .await;
     info!(
         tool = %name,
         target = %target,
         principal = %ctx.principal,
-        is_error = outcome.is_error,
+        outcome = outcome.kind.as_str(),
+        is_error = outcome.is_error(),
         chars = outcome.text.chars().count(),
         ms = started.elapsed().as_millis() as u64,
         "tool call"
@@ -177,11 +286,11 @@ async fn expand<'r>(
     let respond = |e: ToolError| -> Box<CallOutcome> {
         Box::new(match e {
             ToolError::RespondToModel { message, hint } => {
-                CallOutcome::error(&message, hint.as_deref())
+                CallOutcome::error(OutcomeKind::InvalidArguments, &message, hint.as_deref())
             }
             ToolError::Fatal(detail) => {
                 error!(tool = CALL_TOOL, %detail, "reading the argument file failed");
-                internal_error(CALL_TOOL)
+                internal_error(OutcomeKind::ServerFault, CALL_TOOL)
             }
         })
     };
@@ -192,6 +301,7 @@ async fn expand<'r>(
     } = crate::tool::parse_args(args).map_err(respond)?;
     if tool == CALL_TOOL {
         return Err(Box::new(CallOutcome::error(
+            OutcomeKind::InvalidArguments,
             "call_tool cannot call itself",
             Some("name the tool that should run in `tool`"),
         )));
@@ -225,8 +335,11 @@ async fn invoke(
     let tool = entry.tool.clone();
     let cancel = ctx.cancel.child_token();
     let call_ctx = ctx.for_call(ctx.progress.clone(), cancel.clone());
-    // A task of its own, so a panic in the tool is caught here and not in the server.
-    let mut handle = tokio::spawn(async move { tool.call(args, &call_ctx).await });
+    // A task of its own, so a panic in the tool is caught here and not in the server; in
+    // the call's span, so what the tool logs is under the call.
+    let mut handle = tokio::spawn(
+        async move { tool.call(args, &call_ctx).await }.instrument(tracing::Span::current()),
+    );
     let timeout = ctx.limits.tool_timeout;
     let result = tokio::select! {
         r = &mut handle => r,
@@ -234,6 +347,7 @@ async fn invoke(
             cancel.cancel();
             handle.abort();
             return (CallOutcome::error(
+                OutcomeKind::TimedOut,
                 &format!("`{name}` did not finish within {} and was stopped", human(timeout)),
                 Some("narrow the request (fewer rows, a smaller date range) or aggregate at the source"),
             ), false);
@@ -241,7 +355,10 @@ async fn invoke(
         () = ctx.cancel.cancelled() => {
             cancel.cancel();
             handle.abort();
-            return (CallOutcome::error(&format!("`{name}` was cancelled"), None), false);
+            return (
+                CallOutcome::error(OutcomeKind::Cancelled, &format!("`{name}` was cancelled"), None),
+                false,
+            );
         }
     };
     match result {
@@ -255,7 +372,8 @@ async fn invoke(
             };
             (
                 CallOutcome {
-                    is_error: false,
+                    call_id: String::new(),
+                    kind: OutcomeKind::Ok,
                     structured: Some(out.structured).filter(|v| !v.is_null() || structured_text),
                     text,
                     attachments: out.attachments,
@@ -263,16 +381,22 @@ async fn invoke(
                 structured_text,
             )
         }
-        Ok(Err(ToolError::RespondToModel { message, hint })) => {
-            (CallOutcome::error(&message, hint.as_deref()), false)
-        }
+        Ok(Err(ToolError::RespondToModel { message, hint })) => (
+            CallOutcome::error(OutcomeKind::ToolFailed, &message, hint.as_deref()),
+            false,
+        ),
         Ok(Err(ToolError::Fatal(detail))) => {
             error!(tool = %name, %detail, "tool failed");
-            (internal_error(name), false)
+            (internal_error(OutcomeKind::ServerFault, name), false)
         }
         Err(join) => {
             error!(tool = %name, panic = join.is_panic(), "tool task ended abnormally");
-            (internal_error(name), false)
+            let kind = if join.is_panic() {
+                OutcomeKind::Panicked
+            } else {
+                OutcomeKind::ServerFault
+            };
+            (internal_error(kind, name), false)
         }
     }
 }
@@ -285,8 +409,10 @@ fn human(d: std::time::Duration) -> String {
     }
 }
 
-fn internal_error(tool: &str) -> CallOutcome {
+/// A server fault or a panic, as the model reads it (no internals).
+fn internal_error(kind: OutcomeKind, tool: &str) -> CallOutcome {
     CallOutcome::error(
+        kind,
         &format!("`{tool}` failed because of a server fault; the details are in the server log"),
         Some("try again once; if it fails again, tell the person"),
     )
@@ -305,7 +431,11 @@ fn unknown_tool(registry: &ToolRegistry, name: &str) -> CallOutcome {
             list(&names)
         )
     };
-    CallOutcome::error(&format!("unknown tool `{name}`"), Some(&hint))
+    CallOutcome::error(
+        OutcomeKind::UnknownTool,
+        &format!("unknown tool `{name}`"),
+        Some(&hint),
+    )
 }
 
 fn list(names: &[String]) -> String {
@@ -322,6 +452,7 @@ fn parse_arguments(arguments: CallArguments) -> Result<Map<String, Value>, Box<C
         CallArguments::Text(t) if t.trim().is_empty() => Value::Object(Map::new()),
         CallArguments::Text(t) => serde_json::from_str(&t).map_err(|e| {
             Box::new(CallOutcome::error(
+                OutcomeKind::InvalidArguments,
                 &format!("the arguments are not valid JSON: {e}"),
                 Some("send one JSON object whose keys are the tool's parameters"),
             ))
@@ -331,6 +462,7 @@ fn parse_arguments(arguments: CallArguments) -> Result<Map<String, Value>, Box<C
         Value::Object(m) => Ok(m),
         Value::Null => Ok(Map::new()),
         other => Err(Box::new(CallOutcome::error(
+            OutcomeKind::InvalidArguments,
             &format!(
                 "the arguments must be a JSON object, not {}",
                 dataref_protocol::json_kind(&other)
@@ -377,6 +509,7 @@ fn validate(
         None => String::new(),
     };
     Some(CallOutcome::error(
+        OutcomeKind::InvalidArguments,
         &format!(
             "invalid arguments for `{tool}`{source}: {}",
             problems.join("; ")

@@ -16,7 +16,7 @@ const MAX_COLUMNS: usize = 1_000;
 /// The flat records inside a JSON value: the value itself when it is an array of objects,
 /// or, for an object, its one field holding such an array (e.g. `{"rows": [...], "count": 3}`
 /// → the `rows` array; two such fields → None). Empty arrays are not records.
-pub(crate) fn find_records(value: &Value) -> Option<&[Value]> {
+pub fn find_records(value: &Value) -> Option<&[Value]> {
     match value {
         Value::Array(_) => as_records(value),
         Value::Object(fields) => {
@@ -45,7 +45,7 @@ fn as_records(value: &Value) -> Option<&[Value]> {
 /// → Utf8; anything mixed → Utf8 (non-strings as their JSON text). None (not a table) when
 /// any record is not an object, any value is an object or array, there are no columns, or
 /// more than 1,000 columns.
-pub(crate) fn records_to_batch(records: &[Value]) -> Option<RecordBatch> {
+pub fn records_to_batch(records: &[Value]) -> Option<RecordBatch> {
     let mut names: Vec<&str> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
     let mut seen: Vec<Seen> = Vec::new();

@@ -9,7 +9,9 @@
 //! - JSON carried as text (an MCP server's text block) is written as indented JSON, so
 //!   line-oriented tools find their way in it; other text is written as it came.
 //! - Flat records (an array of objects, or an object's one such array) are also written as
-//!   CSV and stored as a table artifact.
+//!   CSV and stored as a table artifact, when the registry was given a [`RecordsCsv`]
+//!   (writing CSV is `dataref-export`'s, which the framework does not import; without one
+//!   the records stay in the JSON file only).
 //! - A failed call's full error text is spilled too; the model gets its first line and
 //!   the path.
 //! - Spilling never fails a call: when the disk is full the result goes on as it is (and
@@ -20,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use arrow_array::RecordBatch;
 use dataref_config::SpillConfig;
-use dataref_export::{ExportOptions, Format, Formulas};
 use dataref_protocol::{DataRef, Principal, Timestamp};
 use dataref_store::Lineage;
 use dataref_workspace::{EntryKind, Overwrite, Swept, Workspace, WorkspacePathError};
@@ -29,7 +31,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tracing::warn;
 
-use crate::{CallOutcome, RunContext, records};
+use crate::{CallOutcome, OutcomeKind, RunContext, ToolRegistry, records};
 
 /// The workspace directory spill files go to.
 pub const SPILL_DIR: &str = ".spill";
@@ -38,6 +40,28 @@ pub const SPILL_COLUMNS_LISTED: usize = 50;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Writes the flat records found in a spilled result as CSV, beside the JSON. The host
+/// gives one to [`ToolRegistryBuilder::records_csv`](crate::ToolRegistryBuilder::records_csv)
+/// (the built-in registry gives `dataref-export`'s); without one, records are spilled as
+/// JSON only, with no CSV and no table artifact.
+pub trait RecordsCsv: Send + Sync {
+    /// Writes every row of `batch`, with a header line, to `out`.
+    fn write_csv(
+        &self,
+        batch: &RecordBatch,
+        out: &mut (dyn Write + Send),
+    ) -> Result<CsvWritten, Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// What a [`RecordsCsv`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsvWritten {
+    /// Data rows (the header not counted).
+    pub rows: u64,
+    /// The column names as written, in order.
+    pub columns: Vec<String>,
 }
 
 /// What the model gets instead of a spilled result (also its `structuredContent`).
@@ -114,7 +138,7 @@ pub(crate) async fn spill(
     tool: &str,
     threshold: usize,
     structured_text: bool,
-    config: &SpillConfig,
+    registry: &ToolRegistry,
     ctx: &RunContext,
 ) -> CallOutcome {
     // Bytes bound characters from above: most results skip the count.
@@ -127,7 +151,8 @@ pub(crate) async fn spill(
     }
     let job = Job {
         tool: tool.to_owned(),
-        preview_chars: config.preview_chars,
+        preview_chars: registry.spill_config().preview_chars,
+        csv: registry.records_csv(),
         workspace: ctx.workspace.clone(),
         store: ctx.store.clone(),
         principal: ctx.principal.clone(),
@@ -143,6 +168,7 @@ pub(crate) async fn spill(
             // The outcome went with the task; say what happened rather than lose the call.
             warn!(tool, "spill task ended abnormally: {e}");
             return CallOutcome::error(
+                OutcomeKind::ServerFault,
                 &format!("the result of `{tool}` was lost while being written to the workspace"),
                 Some("call the tool again"),
             );
@@ -160,6 +186,7 @@ pub(crate) async fn spill(
 struct Job {
     tool: String,
     preview_chars: usize,
+    csv: Option<Arc<dyn RecordsCsv>>,
     workspace: Arc<Workspace>,
     store: Arc<dyn dataref_store::ArtifactStore>,
     principal: dataref_protocol::Principal,
@@ -182,7 +209,7 @@ enum SpillError {
         source: std::io::Error,
     },
     #[error("writing the CSV: {0}")]
-    Csv(#[from] dataref_export::ExportError),
+    Csv(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl Job {
@@ -194,7 +221,7 @@ impl Job {
     ) -> Result<Spilled, SpillError> {
         let text = outcome.text.as_str();
         let preview = preview(text, self.preview_chars);
-        if outcome.is_error {
+        if outcome.is_error() {
             return self.write_text(text, characters, preview, true);
         }
         // Our own tools' results are already a value; other JSON arrives as text and is
@@ -227,11 +254,14 @@ impl Job {
             }
             Json::Text(_) => None,
         };
-        let table = value
-            .and_then(records::find_records)
-            .and_then(records::records_to_batch)
-            .map(|batch| self.write_table(&path, &batch))
-            .transpose()?;
+        let table = match &self.csv {
+            Some(csv) => value
+                .and_then(records::find_records)
+                .and_then(records::records_to_batch)
+                .map(|batch| self.write_table(csv.as_ref(), &path, &batch))
+                .transpose()?,
+            None => None,
+        };
         let hint = match &table {
             Some(t) => table_hint(&path, t),
             None => text_hint(&path),
@@ -293,7 +323,7 @@ impl Job {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
             let name = format!(
                 "{SPILL_DIR}/{}-{}-{n}.{ext}",
-                crate::tool::compact_time(self.now),
+                self.now.compact(),
                 safe_name(&self.tool)
             );
             match self.workspace.create_atomic(&name, Overwrite::Refuse) {
@@ -321,28 +351,17 @@ impl Job {
     /// that refuses, e.g. over quota, leaves the CSV without a dataRef).
     fn write_table(
         &self,
+        writer: &dyn RecordsCsv,
         json_path: &str,
-        batch: &arrow_array::RecordBatch,
+        batch: &RecordBatch,
     ) -> Result<SpilledTable, SpillError> {
-        let schema = batch.schema();
-        let options = ExportOptions {
-            formulas: Formulas::Keep,
-            ..ExportOptions::default()
-        };
         let csv_name = match json_path.strip_suffix(".json") {
             Some(stem) => format!("{stem}.csv"),
             None => format!("{json_path}.csv"),
         };
         let mut file = self.workspace.create_atomic(&csv_name, Overwrite::Refuse)?;
         let mut w = BufWriter::new(&mut file);
-        let exported = dataref_export::export(
-            Format::Csv,
-            &schema,
-            std::slice::from_ref(batch),
-            &options,
-            &mut w,
-            &|| false,
-        )?;
+        let exported = writer.write_csv(batch, &mut w).map_err(SpillError::Csv)?;
         w.flush().map_err(|source| SpillError::Write {
             path: csv_name.clone(),
             source,
@@ -371,7 +390,7 @@ impl Job {
 
     fn store_table(
         &self,
-        batch: &arrow_array::RecordBatch,
+        batch: &RecordBatch,
         lineage: Lineage,
     ) -> Result<DataRef, dataref_store::StoreError> {
         let mut writer = self
@@ -391,7 +410,8 @@ impl Spilled {
                 synopsis.path, synopsis.preview, synopsis.hint
             );
             return CallOutcome {
-                is_error: true,
+                call_id: original.call_id,
+                kind: original.kind,
                 structured: None,
                 text,
                 attachments: original.attachments,
@@ -399,7 +419,8 @@ impl Spilled {
         }
         let structured = serde_json::to_value(&synopsis).unwrap_or(Value::Null);
         CallOutcome {
-            is_error: false,
+            call_id: original.call_id,
+            kind: OutcomeKind::Spilled,
             text: structured.to_string(),
             structured: Some(structured),
             attachments: original.attachments,

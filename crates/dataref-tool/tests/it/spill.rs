@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use dataref_config::SpillConfig;
 use dataref_protocol::{DataRef, ToolSpec};
 use dataref_store::SystemClock;
-use dataref_tools::{
+use dataref_tool::{
     CallOutcome, RunContext, Tool, ToolCall, ToolError, ToolOutput, ToolRegistry,
     execute_tool_call, sweep_spill,
 };
@@ -96,6 +96,7 @@ fn fixture_spill(spill: SpillConfig) -> Fixture {
     }
     b.register(Arc::new(Echo::new()));
     b.spill(spill);
+    b.records_csv(Arc::new(dataref_tools::ExportCsv));
     f.registry = b.build().unwrap();
     f
 }
@@ -109,7 +110,7 @@ fn read(f: &Fixture, path: &str) -> String {
 }
 
 fn synopsis(o: &CallOutcome) -> Value {
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     let Some(s) = o.structured.clone() else {
         panic!("no synopsis in {}", o.text)
     };
@@ -194,7 +195,7 @@ async fn json_in_text_is_written_as_json() {
         json!({"path": s["path"], "offset": 5, "limit": 3}),
     )
     .await;
-    assert!(!r.is_error, "{}", r.text);
+    assert!(!r.is_error(), "{}", r.text);
     assert!(r.text.contains("#3 0x7f in start_thread"), "{}", r.text);
 }
 
@@ -222,7 +223,7 @@ async fn records_are_spilled_as_json_csv_and_a_table() {
     assert_eq!(t.meta.lineage.tool, "echo");
     // And the next tool takes it by reference.
     let d = call(&f, "describe_data", json!({"dataRef": r.to_string()})).await;
-    assert!(!d.is_error, "{}", d.text);
+    assert!(!d.is_error(), "{}", d.text);
     assert!(d.text.contains("\"price\""), "{}", d.text);
     // …or the CSV by path.
     let e = call(
@@ -231,7 +232,7 @@ async fn records_are_spilled_as_json_csv_and_a_table() {
         json!({"source": table["csv"], "format": "xlsx", "filename": "items"}),
     )
     .await;
-    assert!(!e.is_error, "{}", e.text);
+    assert!(!e.is_error(), "{}", e.text);
     assert!(s["hint"].as_str().unwrap().contains(&r.to_string()));
 }
 
@@ -239,7 +240,7 @@ async fn records_are_spilled_as_json_csv_and_a_table() {
 async fn a_long_error_is_spilled_whole() {
     let f = fixture_spill(SpillConfig::default());
     let o = call(&f, "echo", json!({"error": 5000})).await;
-    assert!(o.is_error);
+    assert!(o.is_error());
     assert!(o.structured.is_none());
     assert!(o.text.chars().count() < 1000, "{}", o.text);
     let path = o
@@ -326,14 +327,14 @@ async fn a_full_disk_does_not_fail_the_call() {
     }
     f.ctx.workspace = Arc::new(dataref_workspace::Workspace::open(&dir).unwrap());
     let o = call(&f, "echo", json!({"char": "x", "count": 10_000})).await;
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     assert!(
         o.text.contains("[cut: this result has 10000 characters"),
         "{}",
         &o.text[..100]
     );
     let o = call(&f, "echo", json!({"records": 500})).await;
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     assert!(o.text.contains("[cut:"));
 }
 
@@ -366,7 +367,7 @@ async fn old_spill_files_are_swept_and_copies_kept() {
         json!({"src": paths[0], "dst": "kept/answer.txt"}),
     )
     .await;
-    assert!(!c.is_error, "{}", c.text);
+    assert!(!c.is_error(), "{}", c.text);
     let eight_days_ago = SystemTime::now() - Duration::from_secs(8 * 86_400);
     for p in [&paths[0], &paths[1]] {
         let file = std::fs::File::options()
@@ -422,7 +423,7 @@ async fn call_tool_merges_overrides_over_the_file() {
         json!({"tool": "echo", "args_file": "args.json", "overrides": {"label": "mine", "nested": {"b": 3}}}),
     )
     .await;
-    assert!(!o.is_error, "{}", o.text);
+    assert!(!o.is_error(), "{}", o.text);
     assert_eq!(
         o.structured.unwrap(),
         json!({"label": "mine", "body": "libpthread.so.0", "nested": {"a": 1, "b": 3}})
@@ -459,7 +460,7 @@ async fn call_tool_refuses_what_it_cannot_run() {
         json!({"tool": "echo", "args_file": "max.json"}),
     )
     .await;
-    assert!(!o.is_error, "{}", &o.text[..200.min(o.text.len())]);
+    assert!(!o.is_error(), "{}", &o.text[..200.min(o.text.len())]);
     write_ws(&f, "over.json", &pad((1 << 20) + 1));
     let o = call(
         &f,
@@ -467,7 +468,7 @@ async fn call_tool_refuses_what_it_cannot_run() {
         json!({"tool": "echo", "args_file": "over.json"}),
     )
     .await;
-    assert!(o.is_error);
+    assert!(o.is_error());
     assert!(
         o.text.contains("1048577 bytes") && o.text.contains("1 MiB"),
         "{}",
@@ -482,7 +483,7 @@ async fn call_tool_refuses_what_it_cannot_run() {
         json!({"tool": "echo", "args_file": "a.json", "overrides": {"count": "many"}}),
     )
     .await;
-    assert!(o.is_error);
+    assert!(o.is_error());
     assert!(
         o.text.contains(
             "invalid arguments for `echo` (from `a.json` with `overrides` merged on top): `count`"
@@ -511,7 +512,11 @@ async fn call_tool_refuses_what_it_cannot_run() {
         (json!({"tool": "echo"}), "invalid arguments for `call_tool`"),
     ] {
         let o = call(&f, "call_tool", args.clone()).await;
-        assert!(o.is_error && o.text.contains(expect), "{args}: {}", o.text);
+        assert!(
+            o.is_error() && o.text.contains(expect),
+            "{args}: {}",
+            o.text
+        );
     }
     write_ws(&f, "list.json", b"[1, 2]");
     let o = call(
