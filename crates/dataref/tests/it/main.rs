@@ -14,6 +14,7 @@ mod cleanup;
 mod http;
 mod http_edges;
 mod jsonrpc;
+mod layers;
 mod ops;
 mod postgres;
 mod snapshots;
