@@ -25,8 +25,7 @@ use dataref_config::{Config, Limits};
 use dataref_protocol::Principal;
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_tool::{
-    CallOutcome, NoProgress, RunContext, Tool, ToolCall, ToolError, ToolOutput, ToolRegistry,
-    execute_tool_call,
+    CallOutcome, NoProgress, RunContext, ToolCall, ToolRegistry, execute_tool_call,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
