@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use dataref_protocol::Principal;
 use dataref_tool::{
-    NoProgress, RunContext, SharedContext, ToolCall, ToolRegistry, execute_tool_call,
+    NoProgress, OutcomeKind, RunContext, SharedContext, ToolCall, ToolRegistry, execute_tool_call,
 };
 use dataref_workspace::{Workspace, WorkspaceError};
 #[expect(
@@ -323,10 +323,8 @@ impl ServerHandler for DatarefServer {
                 json!({"tool": name, "message": format!("`{name}` failed: {}", first.trim_start_matches("error: "))}),
             )
             .await;
-        } else if let Some(spilled) = outcome
-            .structured
-            .as_ref()
-            .filter(|s| s.get("spilled") == Some(&Value::Bool(true)))
+        } else if let (OutcomeKind::Spilled, Some(spilled)) =
+            (outcome.kind, outcome.structured.as_ref())
         {
             let path = spilled
                 .get("path")

@@ -10,6 +10,10 @@
     clippy::unwrap_used,
     reason = "test helpers fail by panicking, like the tests that call them"
 )]
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers fail the test on setup errors"
+)]
 
 mod outcome;
 mod spill;
