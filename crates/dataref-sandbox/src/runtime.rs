@@ -24,8 +24,9 @@ use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use dataref_protocol::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// What a package is needed for; only [`PinRole::Core`] packages are required of an
@@ -532,9 +533,7 @@ fn build(base: &Path, temp: &Path, progress: &dyn Fn(&str)) -> Result<Manifest, 
         base_prefix: found.base_prefix,
         pinned: pinned_map(),
         installed: found.packages,
-        created_unix_secs: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created_unix_secs: u64::try_from(Timestamp::now().unix_seconds()).unwrap_or(0),
     };
     let path = temp.join(MANIFEST);
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| RuntimeError::Io {
