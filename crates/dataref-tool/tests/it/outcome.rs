@@ -170,3 +170,94 @@ fn fixture_registry() -> ToolRegistry {
     let config = dataref_config::Config::builtin_sample(home.path().to_owned(), 10);
     dataref_tools::builtin_registry_with(&config, None).expect("registry")
 }
+
+/// A tool that logs one event while it runs.
+struct Chatty {
+    spec: ToolSpec,
+}
+
+#[async_trait]
+impl Tool for Chatty {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, _: Map<String, Value>, _: &RunContext) -> Result<ToolOutput, ToolError> {
+        tracing::info!("working");
+        Ok(ToolOutput::new(json!({"done": true})))
+    }
+}
+
+/// What the layer saw: each `tool_call` span's fields, and the span each event was in.
+#[derive(Default)]
+struct Seen {
+    spans: Vec<Vec<(String, String)>>,
+    events_in: Vec<Option<String>>,
+}
+
+struct Record(Arc<std::sync::Mutex<Seen>>);
+
+struct Fields(Vec<(String, String)>);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Record
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() == "tool_call" {
+            let mut fields = Fields(Vec::new());
+            attrs.record(&mut fields);
+            self.0.lock().expect("lock").spans.push(fields.0);
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let span = ctx.event_span(event).map(|s| s.name().to_owned());
+        self.0.lock().expect("lock").events_in.push(span);
+    }
+}
+
+#[tokio::test]
+async fn each_call_runs_in_a_span_with_principal_tool_and_id() {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let mut f = fixture();
+    let mut b = ToolRegistry::builder();
+    b.register(Arc::new(Chatty {
+        spec: ToolSpec::from_types::<Value, Value>("chatty", "logs"),
+    }));
+    f.registry = b.build().expect("registry");
+    let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+    let subscriber = tracing_subscriber::registry().with(Record(seen.clone()));
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let o = run(&f, ToolCall::new("chatty", json!({})).with_id("toolu_7")).await;
+    assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.text);
+
+    let seen = seen.lock().expect("lock");
+    assert_eq!(
+        seen.spans,
+        vec![vec![
+            ("principal".to_owned(), "alice".to_owned()),
+            ("tool".to_owned(), "chatty".to_owned()),
+            ("call_id".to_owned(), "toolu_7".to_owned()),
+        ]]
+    );
+    // What the tool logs is under its call.
+    assert!(
+        seen.events_in.contains(&Some("tool_call".to_owned())),
+        "{:?}",
+        seen.events_in
+    );
+}
