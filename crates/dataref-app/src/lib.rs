@@ -7,7 +7,8 @@
 //!   sweeps dead servers' job cgroups and directories), the async runtime, the
 //!   `[[upstream]]` MCP servers (connected, with progress on stderr), the tool registry
 //!   (built-ins and upstream tools; a clash names the upstream and what to set) and the
-//!   [`SharedContext`], the one factory of each call's [`RunContext`](dataref_tool::RunContext).
+//!   [`SharedContext`], the one factory of each call's
+//!   [`RunContext`](dataref_tool::RunContext).
 //! - [`spawn_sweepers`]: the store's sweep of expired artifacts and the spill retention
 //!   sweep, of one workspace ([`SpillSweep::Workspace`]) or of every principal's.
 //! - [`setup`]: the parts one by one: the data dir ([`home`]), the sample, the store, a
@@ -33,10 +34,9 @@ use dataref_config::Config;
 use dataref_mcp::upstream::Upstreams;
 use dataref_sandbox::pool::PythonSandbox;
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tool::ToolRegistry;
+use dataref_tool::{SharedContext, ToolRegistry};
 use dataref_tools::builtin_registry_builder;
 
-pub use dataref_tool::SharedContext;
 pub use error::{Error, Result};
 pub use sample::Sample;
 pub use setup::{

@@ -2,7 +2,7 @@
 //!
 //! - [`DatarefServer`]: built from the [`ToolRegistry`](dataref_tool::ToolRegistry) and
 //!   either a base [`RunContext`](dataref_tool::RunContext) (one fixed principal: stdio,
-//!   in-process) or a [`SharedContext`] (store, limits, clock, data dir: each request runs
+//!   in-process) or a [`SharedContext`](dataref_tool::SharedContext) (store, limits, clock, data dir: each request runs
 //!   as the [`Caller`] the HTTP layer authenticated, in that principal's workspace). It
 //!   serves:
 //!   - `tools/list`: every registered tool with its input and output schemas, title and
@@ -109,9 +109,6 @@ mod streamable;
 mod tools;
 pub mod upstream;
 
-/// The per-request context factory; defined next to `RunContext`, re-exported for the
-/// HTTP side that builds a [`DatarefServer::per_request`].
-pub use dataref_tool::SharedContext;
 pub use host::{Caller, DownloadLinks};
 pub use rmcp;
 pub use serve::{InProcessSession, McpServeError, connect_in_process};

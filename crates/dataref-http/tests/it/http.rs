@@ -12,6 +12,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use dataref_config::{HttpConfig, JwtConfig, JwtKey, PrincipalConfig};
 use dataref_http::{HttpError, HttpOptions, HttpServer};
+use dataref_mcp::DatarefServer;
 use dataref_mcp::rmcp::model::{
     CallToolRequestParams, CallToolResult, ProtocolVersion, ReadResourceRequestParams,
 };
@@ -19,8 +20,8 @@ use dataref_mcp::rmcp::service::RunningService;
 use dataref_mcp::rmcp::transport::StreamableHttpClientTransport;
 use dataref_mcp::rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use dataref_mcp::rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
-use dataref_mcp::{DatarefServer, SharedContext};
 use dataref_protocol::Principal;
+use dataref_tool::SharedContext;
 use ring::{digest, hmac, rand, signature};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

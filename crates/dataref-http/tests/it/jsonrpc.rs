@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use dataref_config::HttpConfig;
 use dataref_http::{HttpOptions, HttpServer};
-use dataref_mcp::{DatarefServer, SharedContext};
+use dataref_mcp::DatarefServer;
 use dataref_protocol::Principal;
+use dataref_tool::SharedContext;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

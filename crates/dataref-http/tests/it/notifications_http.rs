@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use dataref_config::{HttpConfig, PrincipalConfig};
 use dataref_http::{HttpError, HttpOptions, HttpServer};
+use dataref_mcp::DatarefServer;
 use dataref_mcp::rmcp::model::{
     CallToolRequestParams, LoggingLevel, ProtocolVersion, ServerNotification,
     SetLevelRequestParams, SubscriptionFilter,
@@ -20,8 +21,8 @@ use dataref_mcp::rmcp::service::RunningService;
 use dataref_mcp::rmcp::transport::StreamableHttpClientTransport;
 use dataref_mcp::rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use dataref_mcp::rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
-use dataref_mcp::{DatarefServer, SharedContext};
 use dataref_protocol::Principal;
+use dataref_tool::SharedContext;
 use ring::digest;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
