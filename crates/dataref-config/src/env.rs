@@ -12,10 +12,25 @@ pub const DATAREF_CONFIG: &str = "DATAREF_CONFIG";
 pub const DATAREF_PRINCIPAL: &str = "DATAREF_PRINCIPAL";
 /// Log filter for stderr, in `tracing` `EnvFilter` syntax (e.g. `dataref=debug`).
 pub const DATAREF_LOG: &str = "DATAREF_LOG";
+/// Base URL of the OpenAI-compatible Chat Completions endpoint an agent profile uses when
+/// it names no `url` (e.g. `https://api.openai.com/v1`, `http://localhost:11434/v1`).
+/// Without either, no model is configured.
+pub const DATAREF_LLM_URL: &str = "DATAREF_LLM_URL";
+/// The model an agent profile uses when it names no `model` (e.g. `gpt-4o-mini`).
+pub const DATAREF_LLM_MODEL: &str = "DATAREF_LLM_MODEL";
+/// The API key sent to the model endpoint when a profile names no `api_key`. Read when the
+/// model is called, never kept in the resolved config (which holds `${DATAREF_LLM_API_KEY}`).
+pub const DATAREF_LLM_API_KEY: &str = "DATAREF_LLM_API_KEY";
 /// Used to find the default data directory.
 pub const XDG_DATA_HOME: &str = "XDG_DATA_HOME";
 /// Used to find the default data directory.
 pub const HOME: &str = "HOME";
+
+/// The process environment as a lookup for [`expand`] and for resolution
+/// (`Config::from_toml_str_with_env` takes any other, e.g. in tests).
+pub fn process(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
 
 /// Why a value could not be expanded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -34,8 +34,10 @@
 )]
 
 mod access;
+pub mod agent;
 pub mod env;
 mod error;
+pub mod http_tool;
 mod raw;
 mod resolve;
 mod spill;
@@ -43,7 +45,12 @@ mod units;
 mod upstream;
 
 pub use access::{HttpConfig, JwtConfig, JwtKey, PrincipalConfig};
+pub use agent::{AgentConfig, AgentLimits, Approval, ModelEndpoint, PromptSource};
 pub use error::ConfigError;
+pub use http_tool::{
+    HttpAuth, HttpMethod, HttpParam, HttpToolConfig, JsonType, ParamLocation, PathPiece,
+    UrlTemplate,
+};
 pub use resolve::{
     ColumnType, Config, Limits, ParamConfig, ParamType, PythonConfig, QueryConfig, SampleSpec,
     SourceConfig, SourceKind, StoreConfig,

@@ -33,6 +33,81 @@ pub(crate) struct RawConfig {
     pub charts: RawCharts,
     #[serde(default)]
     pub tables: RawTables,
+    #[serde(default)]
+    pub agents: BTreeMap<String, RawAgent>,
+    #[serde(default)]
+    pub http_tools: BTreeMap<String, RawHttpTool>,
+}
+
+/// `[http_tools.NAME]`: an HTTP API as a tool.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttpTool {
+    pub description: String,
+    pub method: Option<String>,
+    pub url: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub auth_header: Option<String>,
+    pub auth_value: Option<String>,
+    pub timeout: Option<RawDuration>,
+    pub max_response_bytes: Option<RawSize>,
+    pub read_only: Option<bool>,
+    pub principal_header: Option<String>,
+    #[serde(default)]
+    pub params: BTreeMap<String, RawHttpParam>,
+}
+
+/// `[http_tools.NAME.params.P]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHttpParam {
+    #[serde(rename = "in")]
+    pub location: String,
+    #[serde(rename = "type")]
+    pub ty: Option<String>,
+    pub description: Option<String>,
+    pub required: Option<bool>,
+    pub default: Option<toml::Value>,
+    #[serde(rename = "enum")]
+    pub values: Option<Vec<toml::Value>>,
+}
+
+/// `[agents.NAME]`: one agent profile.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAgent {
+    pub url: Option<String>,
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+    pub timeout: Option<RawDuration>,
+    pub max_retries: Option<u32>,
+    pub encoding: Option<String>,
+    pub temperature: Option<f32>,
+    pub max_tokens: Option<u32>,
+    pub stream: Option<bool>,
+    pub prompt: Option<String>,
+    pub prompt_file: Option<String>,
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+    pub tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub limits: RawAgentLimits,
+    /// Tool or pattern → `allow`/`ask`/`deny`; `default` for the rest.
+    #[serde(default)]
+    pub approval: BTreeMap<String, String>,
+}
+
+/// `[agents.NAME.limits]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAgentLimits {
+    pub max_turns: Option<u32>,
+    pub max_tool_calls: Option<u32>,
+    pub wall_time: Option<RawDuration>,
+    pub context_tokens: Option<usize>,
+    pub result_tokens: Option<usize>,
+    pub answer_tokens: Option<usize>,
 }
 
 /// `[charts]`: what a `render_chart` result carries besides the link to the file.

@@ -6,7 +6,9 @@ use dataref_protocol::Principal;
 use serde_json::Value;
 
 use crate::access::{HttpConfig, PrincipalConfig, resolve_http, resolve_principals};
+use crate::agent::{AgentConfig, default_agents, resolve_agents};
 use crate::error::{ConfigError, invalid, is_identifier};
+use crate::http_tool::{HttpToolConfig, resolve_http_tools};
 use crate::raw::{RawConfig, RawParam, RawPython, RawQuery, RawSource};
 use crate::spill::{SpillConfig, resolve_spill};
 use crate::units::{duration, size};
@@ -34,6 +36,11 @@ pub struct Config {
     pub principals: BTreeMap<Principal, PrincipalConfig>,
     /// `dataref serve --http` (`[http]`).
     pub http: HttpConfig,
+    /// Agent profiles by name (`[agents.NAME]`); a file without `[agents]` (and the
+    /// built-in sample) has the one profile `default`, its endpoint from the environment.
+    pub agents: BTreeMap<String, AgentConfig>,
+    /// HTTP APIs declared as tools (`[http_tools.NAME]`), by tool name.
+    pub http_tools: BTreeMap<String, HttpToolConfig>,
 }
 
 /// `run_python`: the runtime, the warm pool and each job's limits (`[python]`).
@@ -319,12 +326,22 @@ impl Config {
     /// Reads and resolves a config file. Relative source paths are taken from the file's
     /// directory.
     pub fn load(path: &Path, home: PathBuf) -> Result<Self, ConfigError> {
+        Self::load_with_env(path, home, &crate::env::process)
+    }
+
+    /// [`Config::load`] with the environment read through `env` (`DATAREF_LLM_*` for the
+    /// agent profiles' defaults) instead of the process's.
+    pub fn load_with_env(
+        path: &Path,
+        home: PathBuf,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::from_toml_str(&text, base, home).map_err(|e| match e {
+        Self::from_toml_str_with_env(&text, base, home, env).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: path.to_owned(),
                 message,
@@ -335,16 +352,37 @@ impl Config {
 
     /// Resolves config text; `base` is the directory relative paths are taken from.
     pub fn from_toml_str(text: &str, base: &Path, home: PathBuf) -> Result<Self, ConfigError> {
+        Self::from_toml_str_with_env(text, base, home, &crate::env::process)
+    }
+
+    /// [`Config::from_toml_str`] with the environment read through `env` instead of the
+    /// process's (resolution reads only `DATAREF_LLM_*`, for the agent profiles' defaults;
+    /// `${NAME}` in values is expanded later, where each value is used).
+    pub fn from_toml_str_with_env(
+        text: &str,
+        base: &Path,
+        home: PathBuf,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: PathBuf::from("dataref.toml"),
             message: e.to_string(),
         })?;
-        Self::resolve(raw, base, home)
+        Self::resolve(raw, base, home, env)
     }
 
     /// The built-in sample: one SQLite source `sample` and the query `sales` (tool
     /// `fetch_sales(since)`), used when no config file is given.
     pub fn builtin_sample(home: PathBuf, rows: u64) -> Self {
+        Self::builtin_sample_with_env(home, rows, &crate::env::process)
+    }
+
+    /// [`Config::builtin_sample`] with the agent profile's endpoint from `env`.
+    pub fn builtin_sample_with_env(
+        home: PathBuf,
+        rows: u64,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
         let path = home.join("sample").join(format!("sales-{rows}.sqlite"));
         let source = SourceConfig {
             name: "sample".into(),
@@ -386,6 +424,8 @@ impl Config {
             upstreams: Vec::new(),
             principals: BTreeMap::new(),
             http: HttpConfig::default(),
+            agents: default_agents(env),
+            http_tools: BTreeMap::new(),
         }
     }
 
@@ -406,7 +446,12 @@ impl Config {
             .and_then(|p| p.pg_password.as_deref())
     }
 
-    fn resolve(raw: RawConfig, base: &Path, home: PathBuf) -> Result<Self, ConfigError> {
+    fn resolve(
+        raw: RawConfig,
+        base: &Path,
+        home: PathBuf,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let principal = match &raw.server.principal {
             None => default_principal(),
             Some(p) => Principal::new(p).map_err(|e| {
@@ -506,6 +551,9 @@ impl Config {
             Some(h) => resolve_http(h, base)?,
             None => HttpConfig::default(),
         };
+        let agents = resolve_agents(raw.agents, base, env)?;
+        let query_tools: Vec<String> = queries.values().map(QueryConfig::tool_name).collect();
+        let http_tools = resolve_http_tools(raw.http_tools, &query_tools)?;
         Ok(Self {
             home,
             principal,
@@ -519,6 +567,8 @@ impl Config {
             upstreams,
             principals,
             http,
+            agents,
+            http_tools,
         })
     }
 }

@@ -32,7 +32,8 @@ pub use run_python::{RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, sandbox_settin
 
 /// Every built-in tool for `config`: one `fetch_<name>` per configured query, `query` when
 /// a source allows SQL, `describe_data`, `list_artifacts`, `run_python` (unless
-/// `[python] enabled = false`), `read_file`, `list_files` and `copy_file`. `run_python`
+/// `[python] enabled = false`), `read_file`, `list_files`, `copy_file`, and one tool per
+/// `[http_tools.NAME]`. `run_python`
 /// gets a sandbox of its own that starts nothing until its first call.
 pub fn builtin_registry(config: &Config) -> Result<ToolRegistry, ToolsError> {
     let python = config
@@ -91,6 +92,9 @@ pub fn builtin_registry_builder(
     b.register(Arc::new(CopyFileTool::new()));
     b.register(Arc::new(export_data::ExportDataTool::new()));
     b.register(Arc::new(CallToolTool::new()));
+    for http in config.http_tools.values() {
+        b.register(Arc::new(crate::http_tool::HttpTool::new(http.clone())));
+    }
     b.spill(config.spill.clone());
     b.records_csv(Arc::new(ExportCsv));
     b

@@ -5,7 +5,8 @@
 //!   written through it, files into the workspace, streams cut head+tail), `render_chart`
 //!   and `render_table` (an image or tables for the person as attachments), `export_data`,
 //!   the file tools `read_file`, `list_files`, `copy_file` over the caller's workspace, and
-//!   `call_tool`; [`builtin_registry_builder`] when a server adds more (an upstream MCP
+//!   `call_tool`, and one [`HttpTool`] per `[http_tools.NAME]` (an internal HTTP API
+//!   declared in config); [`builtin_registry_builder`] when a server adds more (an upstream MCP
 //!   server's tools) before building. The registry is given `dataref-export`'s CSV writer
 //!   for spilled records ([`ExportCsv`]).
 //! - [`sandbox_settings`]: `run_python`'s sandbox from the config; [`mime_type_for`]: the
@@ -33,10 +34,12 @@
 //! ```
 
 mod builtin;
+mod http_tool;
 mod support;
 
 pub use builtin::{
     RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, builtin_registry, builtin_registry_builder,
     builtin_registry_with, mime_type_for, sandbox_settings,
 };
+pub use http_tool::{EnvLookup, HttpTool};
 pub use support::ExportCsv;

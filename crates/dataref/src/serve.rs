@@ -28,6 +28,7 @@ pub fn run(
         upstreams,
         registry,
         python,
+        ..
     } = App::start(&config)?;
     // The client's `initialize` waits in the pipe until the first warm sandbox is ready, so
     // that a `run_python` right after the handshake is a warm run.
@@ -68,6 +69,7 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         upstreams,
         registry,
         python,
+        ..
     } = App::start(&config)?;
     let served = runtime.block_on(async move {
         spawn_sweepers(

@@ -15,6 +15,7 @@
 mod charts;
 mod export;
 mod files;
+mod http_tool;
 mod postgres;
 mod python;
 
