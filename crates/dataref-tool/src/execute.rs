@@ -180,6 +180,45 @@ pub async fn execute_tool_call(
     outcome
 }
 
+/// The call as it will really run, without running it: for `call_tool`, its target with
+/// the expanded arguments (the argument file read, the overrides merged on top, the
+/// target's schema checked); any other call with its arguments parsed and checked. A call
+/// that could not run is the observation [`execute_tool_call`] would have given (its id
+/// kept). The agent loop shows the person this call for approval, checks its policy on
+/// the target, and then runs this call, so what was approved is what runs (the argument
+/// file is not read a second time).
+pub async fn expand_call(
+    registry: &ToolRegistry,
+    call: ToolCall,
+    ctx: &RunContext,
+) -> Result<ToolCall, CallOutcome> {
+    let id = call.id.clone();
+    let fail = |mut o: CallOutcome| {
+        o.call_id = id.clone();
+        o
+    };
+    let Some(entry) = registry.entry(&call.name) else {
+        return Err(fail(unknown_tool(registry, &call.name)));
+    };
+    let args = parse_arguments(call.arguments).map_err(|o| fail(*o))?;
+    if let Some(o) = validate(entry, &call.name, &args, None) {
+        return Err(fail(o));
+    }
+    if call.name != CALL_TOOL {
+        return Ok(ToolCall {
+            id: call.id,
+            name: call.name,
+            arguments: CallArguments::Json(Value::Object(args)),
+        });
+    }
+    let (target, expanded) = expand(registry, args, ctx).await.map_err(|o| fail(*o))?;
+    Ok(ToolCall {
+        id: call.id,
+        name: target.spec.name.clone(),
+        arguments: CallArguments::Json(Value::Object(expanded)),
+    })
+}
+
 async fn execute(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallOutcome {
     let started = Instant::now();
     let name = call.name.clone();

@@ -64,7 +64,9 @@ mod tool;
 pub use context::{NoProgress, ProgressSink, RunContext, SharedContext};
 pub use delegate::{CALL_TOOL, CallToolTool, MAX_ARGS_FILE_BYTES};
 pub use error::{ToolError, ToolsError};
-pub use execute::{CallArguments, CallOutcome, OutcomeKind, ToolCall, execute_tool_call};
+pub use execute::{
+    CallArguments, CallOutcome, OutcomeKind, ToolCall, execute_tool_call, expand_call,
+};
 pub use registry::{ToolRegistry, ToolRegistryBuilder};
 pub use spill::{
     CsvWritten, RecordsCsv, SPILL_DIR, SpillSynopsis, SpilledTable, spawn_all_spill_sweeper,

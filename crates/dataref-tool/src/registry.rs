@@ -145,6 +145,26 @@ impl ToolRegistry {
         self.entries.get(name).and_then(|e| e.spill_threshold)
     }
 
+    /// A registry of the tools named in `names` only (in this registry's order), with the
+    /// same spill settings and CSV writer: an agent profile's tool set. A `call_tool` in it
+    /// reaches only the tools in it, because its calls are resolved by this registry. A name
+    /// this registry lacks is left out (the caller resolved the names against it).
+    pub fn subset(&self, names: &[String]) -> Result<ToolRegistry, ToolsError> {
+        let mut builder = ToolRegistryBuilder::new();
+        for name in &self.order {
+            if names.contains(name)
+                && let Some(e) = self.entries.get(name)
+            {
+                builder.register(e.tool.clone());
+            }
+        }
+        builder.spill(self.spill.clone());
+        if let Some(csv) = &self.records_csv {
+            builder.records_csv(csv.clone());
+        }
+        builder.build()
+    }
+
     pub fn names(&self) -> Vec<String> {
         self.order.clone()
     }
