@@ -57,6 +57,10 @@ pub enum Error {
     PythonRuntime(#[source] Box<SandboxError>),
     #[error("starting the async runtime")]
     AsyncRuntime(#[source] std::io::Error),
+    /// An `[agents.NAME]` profile that cannot be resolved (an unknown tool ID or template
+    /// variable, an unreadable prompt file), or the session database.
+    #[error("{}{}", .0, .0.hint().map(|h| format!("\nhint: {h}")).unwrap_or_default())]
+    Agents(Box<dataref_agent::SendError>),
     /// An `[[upstream]]` server that cannot be reached or listed.
     #[error("{0}\nhint: {hint}", hint = .0.hint())]
     Upstream(Box<UpstreamError>),

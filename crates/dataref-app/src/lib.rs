@@ -30,6 +30,7 @@ mod upstreams;
 
 use std::sync::Arc;
 
+use dataref_agent::AgentHost;
 use dataref_config::Config;
 use dataref_mcp::upstream::Upstreams;
 use dataref_sandbox::pool::PythonSandbox;
@@ -57,6 +58,8 @@ pub struct App {
     pub registry: Arc<ToolRegistry>,
     /// Kept to shut it down before exiting ([`shutdown_python`]; the registry holds it too).
     pub python: Option<Arc<PythonSandbox>>,
+    /// The `[agents.NAME]` profiles on this registry, and their sessions.
+    pub agents: Arc<AgentHost>,
 }
 
 impl std::fmt::Debug for App {
@@ -93,6 +96,13 @@ impl App {
                 return Err(Error::Registry(Box::new(e)));
             }
         };
+        let agents = match AgentHost::build(config, &registry) {
+            Ok(a) => Arc::new(a),
+            Err(e) => {
+                runtime.block_on(upstreams.shutdown());
+                return Err(Error::Agents(Box::new(e)));
+            }
+        };
         let shared = SharedContext {
             home: config.home.clone(),
             store,
@@ -105,6 +115,7 @@ impl App {
             upstreams,
             registry,
             python,
+            agents,
         })
     }
 }

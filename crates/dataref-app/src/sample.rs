@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use dataref_agent::AgentHost;
+use dataref_agent::scripted::ScriptedAnalyst;
 use dataref_config::Config;
 use dataref_protocol::Principal;
 use dataref_sandbox::pool::PythonSandbox;
@@ -26,6 +28,9 @@ pub struct Sample {
     pub rows: u64,
     /// `run_python`'s sandbox (`bench first-run` watches its pool).
     pub python: Option<Arc<PythonSandbox>>,
+    /// The sample's agent (`default`), answered by the scripted analyst unless
+    /// `DATAREF_LLM_URL` names an endpoint.
+    pub agents: Arc<AgentHost>,
 }
 
 impl std::fmt::Debug for Sample {
@@ -63,9 +68,12 @@ impl Sample {
             upstreams,
             registry,
             python,
+            agents,
         } = App::start(&config)?;
         // The built-in sample mounts no upstream servers.
         drop(upstreams);
+        // Without an endpoint, the sample's agent is the scripted analyst (it says so).
+        agents.set_fallback(Arc::new(ScriptedAnalyst));
         if let Some(sandbox) = &python {
             // The first run installs the runtime from PyPI: say so, step by step, on stderr.
             sandbox
@@ -86,6 +94,7 @@ impl Sample {
             store: shared.store,
             rows,
             python,
+            agents,
         })
     }
 }

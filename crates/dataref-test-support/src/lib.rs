@@ -13,6 +13,10 @@
 //! # let _ = url; Ok(()) }
 //! ```
 //!
+//! [`ScriptedModel`] ([`model_server`]): a scripted OpenAI-compatible model server on
+//! `127.0.0.1:0` (Chat Completions, streamed or not, errors, dropped connections), for the
+//! agent's gateway and loop tests.
+//!
 //! Owns: fixtures for tests and benchmarks only. It is never a normal dependency of a
 //! crate that ships in the release binary (a dev-dependency, or a dependency of
 //! `dataref-bench`).
@@ -21,6 +25,10 @@
     clippy::disallowed_methods,
     reason = "a test server's temp dir is made and inspected directly, outside any workspace"
 )]
+
+pub mod model_server;
+
+pub use model_server::{Call, Received, Reply, ScriptedModel};
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -7,6 +7,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+// The seed's question (which product lines lost the most revenue from one quarter to the
+// next?) as code: the same the agent's scripted analyst sends.
+use dataref_agent::scripted::QOQ_CODE;
+use dataref_agent::{AgentEvent, AgentHost, EventSink, NoOneToAsk, Send};
 use dataref_app::Sample;
 use dataref_mcp::rmcp;
 use dataref_mcp::{DatarefServer, connect_in_process};
@@ -15,30 +19,12 @@ use dataref_store::ArtifactStore;
 use dataref_tool::RunContext;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::{Common, settings};
 
 /// Rows whose JSON is tokenized to estimate the cost of returning every row.
 const NAIVE_SAMPLE_ROWS: usize = 2_000;
-
-/// The seed's question: which product lines lost the most revenue from one quarter to the
-/// next? The full delta table is stored as an artifact; only the top five come back.
-const QOQ_CODE: &str = "\
-q = sales.assign(quarter=sales['date'].dt.to_period('Q').astype(str))
-pivot = q.pivot_table(index='line', columns='quarter', values='revenue', aggfunc='sum', fill_value=0.0)
-prev, last = pivot.columns[-2], pivot.columns[-1]
-delta = pd.DataFrame({'line': pivot.index, 'previous': pivot[prev].values, 'latest': pivot[last].values})
-delta['delta'] = delta['latest'] - delta['previous']
-delta['pct'] = delta['delta'] / delta['previous'].where(delta['previous'] != 0)
-delta = delta.sort_values('delta').reset_index(drop=True)
-outputs['qoq_delta'] = delta
-outputs['biggest_losers'] = delta.head(10)
-for by in ('region', 'channel'):
-    outputs[f'revenue_by_{by}'] = q.pivot_table(index=by, columns='quarter', values='revenue', aggfunc='sum').reset_index()
-top = delta.head(5)
-result = {'from': prev, 'to': last, 'lost_most': [
-    {'line': r.line, 'delta': round(r.delta, 2), 'pct': round(r.pct * 100, 1)} for r in top.itertuples()]}
-";
 
 /// Reads a spilled `list_artifacts` result (a workspace file passed in `files`) into a
 /// table: one row per artifact. `{path}` is the spill file's workspace path.
@@ -74,9 +60,111 @@ pub fn run(common: &Common) -> Result<ExitCode> {
         ctx,
         store,
         rows,
+        agents,
         ..
     } = sample;
-    runtime.block_on(play(registry, ctx, store, rows))
+    runtime.block_on(async {
+        play(registry, ctx.clone(), store, rows).await?;
+        agent_section(&agents, ctx).await
+    })
+}
+
+/// The same question through the agent loop: the scripted analyst when no endpoint is
+/// configured (it says so), the endpoint of `DATAREF_LLM_URL` otherwise; the tokens sent
+/// per turn.
+async fn agent_section(agents: &AgentHost, ctx: RunContext) -> Result<ExitCode> {
+    let agent = agents
+        .agent(None)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .clone();
+    let endpoint = agents
+        .model_of(&agent)
+        .map(|m| m.endpoint().to_owned())
+        .unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "\nthe agent: the same question through the loop (agent `{}`, model: {endpoint})",
+        agent.name
+    )?;
+    writeln!(out, "question: {}", dataref_agent::scripted::QUESTION)?;
+    drop(out);
+    let steps = StepLines::default();
+    let sent = agents
+        .send(Send {
+            ctx,
+            agent: None,
+            session: None,
+            message: dataref_agent::scripted::QUESTION.to_owned(),
+            events: &steps,
+            approver: &NoOneToAsk,
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut out = std::io::stdout().lock();
+    for line in steps.lines() {
+        writeln!(out, "  {line}")?;
+    }
+    writeln!(out, "answer:\n{}\n", sent.run.answer.trim_end())?;
+    writeln!(
+        out,
+        "| turn | tokens sent (o200k, counted here) | prompt tokens (provider) | completion tokens (provider) |"
+    )?;
+    writeln!(out, "|---:|---:|---:|---:|")?;
+    let mut sum = 0;
+    for r in &sent.run.requests {
+        sum += r.context_tokens;
+        writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            r.turn, r.context_tokens, r.usage.prompt_tokens, r.usage.completion_tokens
+        )?;
+    }
+    writeln!(
+        out,
+        "| total | {sum} | {} | {} |",
+        sent.run.usage.prompt_tokens, sent.run.usage.completion_tokens
+    )?;
+    writeln!(
+        out,
+        "session {} (continue it with `dataref chat --session {}`)",
+        sent.session, sent.session
+    )?;
+    Ok(if sent.run.stopped.is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The run's tool steps, one line each.
+#[derive(Default)]
+struct StepLines(std::sync::Mutex<Vec<String>>);
+
+impl StepLines {
+    fn lines(&self) -> Vec<String> {
+        self.0.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
+
+impl EventSink for StepLines {
+    fn event(&self, event: AgentEvent) {
+        let line = match event {
+            AgentEvent::ToolCallFinished {
+                tool,
+                outcome,
+                summary,
+                ms,
+                ..
+            } => format!("{tool} → {outcome}: {summary} ({ms} ms)"),
+            AgentEvent::Error { message, .. } => format!("error: {message}"),
+            _ => return,
+        };
+        if let Ok(mut l) = self.0.lock() {
+            l.push(line);
+        }
+    }
 }
 
 fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
@@ -101,7 +189,7 @@ async fn play(
     ctx: RunContext,
     store: Arc<dyn ArtifactStore>,
     sample_rows: u64,
-) -> Result<ExitCode> {
+) -> Result<()> {
     let bpe = tokenizer()?;
     let session = connect_in_process(DatarefServer::new(registry, ctx.clone()), ())
         .await
@@ -345,7 +433,7 @@ async fn play(
     drop(out);
     client.cancel().await.ok();
     session.server.abort();
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 async fn call(

@@ -16,6 +16,7 @@
     reason = "the binary owns its data directory checks (doctor), and config paths"
 )]
 
+mod chat;
 mod demo;
 mod doctor;
 mod forward;
@@ -86,6 +87,30 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Talk with an agent on the terminal: streamed answers, one line per tool step,
+    /// approvals asked here. Ctrl-C cancels the turn; /exit or Ctrl-D leaves.
+    #[command(long_about = CHAT_HELP)]
+    Chat {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
+    /// Ask an agent one question; the answer on stdout (`--json` for scripts).
+    Ask {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        agent: AgentArgs,
+        /// The question.
+        question: String,
+        /// Print one JSON object: answer, session, steps, stop reason and token usage.
+        #[arg(long)]
+        json: bool,
+        /// Approve every call the profile's policy would ask about (there is no one to ask).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Check the data dir, config, sources and runtimes; say what is missing and how to fix it.
     Doctor {
         #[command(flatten)]
@@ -111,6 +136,43 @@ enum Command {
         args: Vec<OsString>,
     },
 }
+
+/// Which agent, session and principal `chat` and `ask` use.
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// The `[agents.NAME]` profile (default: `default`, or the only one).
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
+    /// Continue this session (or start one with this id); default: a new session.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Whose tools, artifacts and sessions (default: `$DATAREF_PRINCIPAL`, else config).
+    #[arg(long, value_name = "NAME")]
+    principal: Option<String>,
+}
+
+impl AgentArgs {
+    fn options(&self) -> chat::Options<'_> {
+        chat::Options {
+            agent: self.agent.as_deref(),
+            session: self.session.clone(),
+            principal: self.principal.as_deref(),
+        }
+    }
+}
+
+const CHAT_HELP: &str = "\
+Talk with an agent on the terminal.
+
+The agent is an `[agents.NAME]` profile of dataref.toml; without one, the default agent
+runs on the endpoint of `DATAREF_LLM_URL` (an OpenAI-compatible base URL such as
+https://api.openai.com/v1, http://localhost:8000/v1 for vLLM, http://localhost:8080/v1 for
+llama.cpp's server or http://localhost:11434/v1 for Ollama), with `DATAREF_LLM_MODEL` and
+`DATAREF_LLM_API_KEY`. Answers stream to stdout; each tool step is one line on stderr.
+Calls the profile's approval policy says `ask` about are shown with the arguments that
+will really be sent, and wait for y/N. Ctrl-C cancels the running turn (the tool in it
+too); /new starts a new session; /exit or Ctrl-D leaves. Sessions are kept under the data
+dir: `--session ID` continues one.";
 
 #[derive(Debug, Subcommand)]
 enum TokenCommand {
@@ -161,6 +223,14 @@ fn main() -> ExitCode {
             command: TokenCommand::New { name },
         } => serve::new_token(&name),
         Command::Demo { common } => demo::run(&common),
+        Command::Chat { common, agent } => chat::chat(&common, agent.options()),
+        Command::Ask {
+            common,
+            agent,
+            question,
+            json,
+            yes,
+        } => chat::ask(&common, agent.options(), &question, json, yes),
         Command::Doctor { common, http } => doctor::run(&common, http.as_deref()),
         Command::Bench { args } => forward::bench(&args),
     };

@@ -24,6 +24,7 @@ const STACK: &[&str] = &[
     "dataref-chart",
     "dataref-tool",
     "dataref-tools",
+    "dataref-agent",
     "dataref-mcp",
     "dataref-http",
     "dataref-app",
@@ -41,7 +42,10 @@ const OWNERS: &[(&str, &[&str])] = &[
     ("plotters", &["dataref-chart"]),
     ("parquet", &["dataref-export"]),
     ("rust_xlsxwriter", &["dataref-export"]),
-    ("rusqlite", &["dataref-store", "dataref-sources"]),
+    (
+        "rusqlite",
+        &["dataref-store", "dataref-sources", "dataref-agent"],
+    ),
     (
         "tokio-postgres",
         &["dataref-sources", "dataref-test-support", "dataref-bench"],

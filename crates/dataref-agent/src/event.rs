@@ -1,0 +1,77 @@
+//! What a run tells the person while it goes: the CLI prints these, the HTTP agent API
+//! sends them as SSE, the page shows them.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One thing that happened in a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// Text of the model's answer, as it streams.
+    TextDelta { text: String },
+    /// A tool call is about to run (after its approval, when it needed one).
+    ToolCallStarted {
+        call_id: String,
+        tool: String,
+        /// One line: the tool and its main arguments.
+        summary: String,
+    },
+    /// A tool call ended.
+    ToolCallFinished {
+        call_id: String,
+        tool: String,
+        /// `ok`, `spilled`, `tool_failed`, … ([`dataref_tool::OutcomeKind::as_str`]), or
+        /// `denied`, `refused` for calls the loop did not run.
+        outcome: String,
+        /// One line: what came back (a dataRef and its rows, the error).
+        summary: String,
+        ms: u64,
+    },
+    /// A call waits for the person's yes or no. `arguments` are what will really be sent
+    /// (for `call_tool`, the target's expanded arguments).
+    ApprovalNeeded {
+        call_id: String,
+        tool: String,
+        arguments: Value,
+    },
+    /// Tokens of one model request.
+    Usage {
+        turn: u32,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        /// What the context manager counted for the request (our tokenizer).
+        context_tokens: u64,
+    },
+    /// The run's answer. `stopped` says which limit ended it, when one did.
+    Final {
+        text: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stopped: Option<String>,
+    },
+    /// The run failed (the model could not be reached, …); the history is kept.
+    Error {
+        message: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hint: Option<String>,
+    },
+}
+
+/// Where a run's events go.
+pub trait EventSink: Send + Sync {
+    fn event(&self, event: AgentEvent);
+}
+
+/// Drops every event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn event(&self, _event: AgentEvent) {}
+}
+
+impl EventSink for tokio::sync::mpsc::UnboundedSender<AgentEvent> {
+    fn event(&self, event: AgentEvent) {
+        let _ = self.send(event);
+    }
+}

@@ -1,0 +1,219 @@
+//! [`AgentHost`]: the agents of one server (every `[agents.NAME]` resolved against the
+//! registry) and their sessions, and [`AgentHost::send`], the one way a person's message
+//! reaches an agent — the CLI's `chat` and `ask`, the HTTP agent API and the
+//! `/v1/chat/completions` facade all go through it: history loaded, the run, the run
+//! appended to the session.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use dataref_config::Config;
+use dataref_protocol::Principal;
+use dataref_tool::{RunContext, ToolRegistry};
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::Approver;
+use crate::event::EventSink;
+use crate::llm::ChatModel;
+use crate::message::Message;
+use crate::profile::{Agent, ProfileError};
+use crate::run::{RunInput, RunOutcome};
+use crate::session::{SessionError, SessionStore};
+
+/// Why a message could not be sent (the run itself never fails: its failures are in its
+/// outcome).
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error(transparent)]
+    Agent(#[from] ProfileError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("session `{0}` is answering another message; wait for it to finish")]
+    Busy(String),
+}
+
+impl SendError {
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::Agent(e) => e.hint(),
+            Self::Session(SessionError::NotFound(_)) => {
+                Some("list your sessions, or leave the session out to start a new one".into())
+            }
+            Self::Session(_) => None,
+            Self::Busy(_) => Some("send one message at a time per session".into()),
+        }
+    }
+}
+
+/// One message to an agent.
+pub struct Send<'a> {
+    pub ctx: RunContext,
+    /// The profile; `None` is the default one.
+    pub agent: Option<&'a str>,
+    /// The session to continue; `None` starts a new one. An id the principal has no session
+    /// of starts a session with that id.
+    pub session: Option<String>,
+    pub message: String,
+    pub events: &'a dyn EventSink,
+    pub approver: &'a dyn Approver,
+    pub cancel: CancellationToken,
+}
+
+/// What a send did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sent {
+    pub session: String,
+    pub agent: String,
+    pub run: RunOutcome,
+}
+
+/// The agents of a server and their sessions.
+pub struct AgentHost {
+    agents: BTreeMap<String, Arc<Agent>>,
+    default: String,
+    pub sessions: Arc<SessionStore>,
+    /// The model of an agent whose profile names no endpoint (the scripted analyst, for
+    /// the demo); `None`: such an agent answers that it has no endpoint.
+    fallback: OnceLock<Arc<dyn ChatModel>>,
+    busy: Mutex<HashSet<(Principal, String)>>,
+}
+
+impl std::fmt::Debug for AgentHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHost")
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .field("default", &self.default)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentHost {
+    /// Every profile of `config`, resolved against `registry`; sessions under `home`.
+    pub fn build(config: &Config, registry: &ToolRegistry) -> Result<Self, SendError> {
+        let mut agents = BTreeMap::new();
+        for profile in config.agents.values() {
+            let agent = Agent::resolve(profile, config, registry)?;
+            agents.insert(profile.name.clone(), Arc::new(agent));
+        }
+        let default =
+            if agents.contains_key(dataref_config::agent::DEFAULT_AGENT) || agents.len() != 1 {
+                dataref_config::agent::DEFAULT_AGENT.to_owned()
+            } else {
+                agents.keys().next().cloned().unwrap_or_default()
+            };
+        let sessions = Arc::new(SessionStore::open(&config.home)?);
+        Ok(Self {
+            agents,
+            default,
+            sessions,
+            fallback: OnceLock::new(),
+            busy: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Agents without an endpoint use `model` (the demo's scripted analyst); set once.
+    pub fn set_fallback(&self, model: Arc<dyn ChatModel>) {
+        let _ = self.fallback.set(model);
+    }
+
+    /// The model that answers for `agent`: its endpoint, else the fallback.
+    pub fn model_of(&self, agent: &Agent) -> Option<Arc<dyn ChatModel>> {
+        agent.model.clone().or_else(|| self.fallback.get().cloned())
+    }
+
+    /// The profile named `name`, or the default one.
+    pub fn agent(&self, name: Option<&str>) -> Result<&Arc<Agent>, ProfileError> {
+        let name = name.unwrap_or(&self.default);
+        self.agents.get(name).ok_or_else(|| {
+            ProfileError::NoSuchAgent(
+                name.to_owned(),
+                self.agents
+                    .keys()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        })
+    }
+
+    /// The profiles' names.
+    pub fn names(&self) -> Vec<String> {
+        self.agents.keys().cloned().collect()
+    }
+
+    /// The default profile's name.
+    pub fn default_name(&self) -> &str {
+        &self.default
+    }
+
+    /// Whether `agent` can answer: it has an endpoint, or the host a fallback.
+    pub fn has_model(&self, agent: &Agent) -> bool {
+        agent.model.is_some() || self.fallback.get().is_some()
+    }
+
+    /// Sends one message: the session's history loaded (a new session when none is
+    /// named), the run, and the run appended to the session in one transaction. Refused
+    /// while the same session answers another message.
+    pub async fn send(&self, send: Send<'_>) -> Result<Sent, SendError> {
+        let agent = self.agent(send.agent)?.clone();
+        let principal = send.ctx.principal.clone();
+        let id = match send.session {
+            Some(id) => {
+                SessionStore::check_id(&id)?;
+                id
+            }
+            None => SessionStore::new_id(),
+        };
+        let history: Vec<Message> = match self.sessions.history(&principal, &id, Some(&agent.name))
+        {
+            Ok(h) => h,
+            Err(SessionError::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let _guard = self.claim(&principal, &id)?;
+        let now = send.ctx.clock.now();
+        let run = agent
+            .run(RunInput {
+                ctx: send.ctx,
+                history,
+                message: send.message,
+                model: self.fallback.get().cloned(),
+                events: send.events,
+                approver: send.approver,
+                cancel: send.cancel,
+            })
+            .await;
+        self.sessions
+            .append_run(&principal, &id, &agent.name, now, &run)?;
+        Ok(Sent {
+            session: id,
+            agent: agent.name.clone(),
+            run,
+        })
+    }
+
+    fn claim(&self, principal: &Principal, id: &str) -> Result<Claim<'_>, SendError> {
+        let key = (principal.clone(), id.to_owned());
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        if !busy.insert(key.clone()) {
+            return Err(SendError::Busy(id.to_owned()));
+        }
+        Ok(Claim { host: self, key })
+    }
+}
+
+/// A session marked busy until dropped.
+struct Claim<'a> {
+    host: &'a AgentHost,
+    key: (Principal, String),
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.host
+            .busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}

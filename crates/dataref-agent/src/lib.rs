@@ -1,0 +1,32 @@
+//! dataref's agent runtime: the loop that makes dataref the agent, on the same
+//! [`ToolRegistry`](dataref_tool::ToolRegistry) and
+//! [`execute_tool_call`](dataref_tool::execute_tool_call) the MCP server uses.
+//!
+//! - [`llm`]: the gateway ([`ChatModel`](llm::ChatModel)) and its OpenAI-compatible client.
+//! - [`tokens`], [`window`]: token counts with the model's tokenizer, and the context
+//!   manager (repair, trimming that never splits a call from its result, the result cap).
+//! - [`prompt`]: system prompt templates.
+//! - [`event`]: what a run reports while it goes.
+
+pub mod event;
+pub mod llm;
+pub mod message;
+pub mod prompt;
+pub mod tokens;
+pub mod window;
+
+pub use event::{AgentEvent, EventSink, NoEvents};
+pub use message::{AssistantToolCall, Message, Role, ToolDefinition, Usage};
+pub mod approval;
+pub mod profile;
+pub mod run;
+pub mod session;
+
+pub use approval::{ApprovalRequest, ApproveAll, Approver, Decision, NoOneToAsk};
+pub use profile::{Agent, ProfileError};
+pub use run::{RequestStats, RunInput, RunOutcome, Stopped};
+pub use session::{SessionError, SessionInfo, SessionStore};
+pub mod host;
+pub mod scripted;
+
+pub use host::{AgentHost, Send, SendError, Sent};

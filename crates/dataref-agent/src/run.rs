@@ -1,0 +1,700 @@
+//! The ReAct loop: the model thinks and calls tools, every call goes through
+//! [`execute_tool_call`], and the observations go back, until a final answer or a limit —
+//! which the final message then says.
+//!
+//! Per turn: the history is repaired and fitted into the budget; the model answers
+//! (streamed as [`AgentEvent::TextDelta`]); each call is expanded ([`expand_call`]: for
+//! `call_tool`, the target with the arguments from its file), checked against the profile's
+//! approval policy on what will really run, asked for when the policy says `ask`, and run:
+//! read-only calls of a turn in parallel, mutating ones one at a time, results in call
+//! order. A call repeated with identical arguments runs once more with a warning, and is
+//! refused after that. The history keeps the calls as the model wrote them.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use dataref_config::Approval;
+use dataref_tool::{
+    CallOutcome, OutcomeKind, RunContext, ToolCall, execute_tool_call, expand_call,
+};
+use futures_util::future::join_all;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::{ApprovalRequest, Approver, Decision};
+use crate::event::{AgentEvent, EventSink};
+use crate::llm::{ChatModel, ChatRequest, LlmError, TextSink};
+use crate::message::{AssistantToolCall, Message, Role, Usage};
+use crate::profile::Agent;
+use crate::window::{self, WindowError};
+
+/// Why a run ended before the model gave its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    MaxTurns(u32),
+    MaxToolCalls(u32),
+    WallTime(Duration),
+    Cancelled,
+    /// The model could not be reached or answered something unreadable.
+    Model(String),
+    /// The context budget cannot hold even the system prompt, the tools and the message.
+    Context(String),
+}
+
+impl Stopped {
+    /// `max_turns`, `max_tool_calls`, …: as events and the API name it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::MaxTurns(_) => "max_turns",
+            Self::MaxToolCalls(_) => "max_tool_calls",
+            Self::WallTime(_) => "wall_time",
+            Self::Cancelled => "cancelled",
+            Self::Model(_) => "model_error",
+            Self::Context(_) => "context_budget",
+        }
+    }
+
+    /// The sentence the final message carries.
+    pub fn sentence(&self) -> String {
+        match self {
+            Self::MaxTurns(n) => format!(
+                "I stopped before finishing: this run reached its limit of {n} model turns \
+                 (max_turns). Ask me to continue, or raise the limit."
+            ),
+            Self::MaxToolCalls(n) => format!(
+                "I stopped before finishing: this run reached its limit of {n} tool calls \
+                 (max_tool_calls). Ask me to continue, or raise the limit."
+            ),
+            Self::WallTime(d) => format!(
+                "I stopped before finishing: this run reached its time limit of {}s \
+                 (wall_time). Ask me to continue, or raise the limit.",
+                d.as_secs()
+            ),
+            Self::Cancelled => "The run was cancelled.".to_owned(),
+            Self::Model(m) => format!("I could not finish: {m}"),
+            Self::Context(m) => format!("I could not start: {m}"),
+        }
+    }
+}
+
+/// One run's inputs besides the agent.
+pub struct RunInput<'a> {
+    /// The caller's context: principal, workspace, store, limits, clock.
+    pub ctx: RunContext,
+    /// The conversation so far (no system prompt).
+    pub history: Vec<Message>,
+    /// The person's new message.
+    pub message: String,
+    /// The model to use when the profile names none (the demo's scripted model).
+    pub model: Option<std::sync::Arc<dyn ChatModel>>,
+    pub events: &'a dyn EventSink,
+    pub approver: &'a dyn Approver,
+    /// Cancels the turn and the tool running in it.
+    pub cancel: CancellationToken,
+}
+
+/// One model request of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestStats {
+    pub turn: u32,
+    /// What the provider counted (0 when it sent no usage).
+    pub usage: Usage,
+    /// What our tokenizer counted for the request (messages and tools).
+    pub context_tokens: u64,
+    /// History messages left out to fit the budget.
+    pub dropped: usize,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The messages this run added, the person's first (append them to the session).
+    pub messages: Vec<Message>,
+    /// The final text the person reads (the limit's sentence included when one ended it).
+    pub answer: String,
+    pub stopped: Option<Stopped>,
+    pub requests: Vec<RequestStats>,
+    /// Sum of the provider's usage.
+    pub usage: Usage,
+    /// Tool calls run (or refused) in this run.
+    pub tool_calls: u32,
+}
+
+impl RunOutcome {
+    /// Every tool-call observation of the run, by call id (the tool messages).
+    pub fn observations(&self) -> impl Iterator<Item = &Message> {
+        self.messages.iter().filter(|m| m.role == Role::Tool)
+    }
+}
+
+/// How often an identical call runs: the second time with a warning, never a third.
+const REPEAT_WARN: u32 = 2;
+
+struct Streamed<'a> {
+    events: &'a dyn EventSink,
+}
+
+impl TextSink for Streamed<'_> {
+    fn text(&self, delta: &str) {
+        self.events.event(AgentEvent::TextDelta {
+            text: delta.to_owned(),
+        });
+    }
+}
+
+/// A call after its checks: either ready to run (expanded) or already answered.
+enum Prepared {
+    Run {
+        call: ToolCall,
+        shown: String,
+        warn: Option<String>,
+        mutating: bool,
+    },
+    Answered {
+        tool: String,
+        outcome: String,
+        text: String,
+    },
+}
+
+impl Agent {
+    /// Runs one message of the person to the agent's answer (or a limit).
+    pub async fn run(&self, input: RunInput<'_>) -> RunOutcome {
+        let RunInput {
+            ctx,
+            mut history,
+            message,
+            model,
+            events,
+            approver,
+            cancel,
+        } = input;
+        let limits = &self.config.limits;
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + limits.wall_time;
+        let first_new = {
+            window::repair(&mut history);
+            history.push(Message::user(message));
+            history.len() - 1
+        };
+        let mut out = RunOutcome {
+            messages: Vec::new(),
+            answer: String::new(),
+            stopped: None,
+            requests: Vec::new(),
+            usage: Usage::default(),
+            tool_calls: 0,
+        };
+        let Some(model) = self.model.clone().or(model) else {
+            return finish(
+                out,
+                history,
+                first_new,
+                events,
+                Some(Stopped::Model(format!(
+                    "agent `{}` has no model endpoint; set DATAREF_LLM_URL and DATAREF_LLM_MODEL",
+                    self.name
+                ))),
+                String::new(),
+            );
+        };
+        let system = match self.system_prompt(&ctx) {
+            Ok(s) => Message::system(s),
+            Err(e) => {
+                return finish(
+                    out,
+                    history,
+                    first_new,
+                    events,
+                    Some(Stopped::Context(e)),
+                    String::new(),
+                );
+            }
+        };
+        let budget = limits.context_tokens.saturating_sub(limits.answer_tokens);
+        let mut seen: HashMap<(String, String), u32> = HashMap::new();
+        let mut last_text = String::new();
+        let mut turn: u32 = 0;
+        let stop = loop {
+            if cancel.is_cancelled() {
+                break Some(Stopped::Cancelled);
+            }
+            if started.elapsed() >= limits.wall_time {
+                break Some(Stopped::WallTime(limits.wall_time));
+            }
+            if turn >= limits.max_turns {
+                break Some(Stopped::MaxTurns(limits.max_turns));
+            }
+            turn += 1;
+            let fitted =
+                match window::fit(&system, &self.definitions, &history, &self.counter, budget) {
+                    Ok(f) => f,
+                    Err(WindowError::TooSmall { needed, budget }) => {
+                        break Some(Stopped::Context(format!(
+                            "the system prompt, the tool definitions and the latest message need \
+                         {needed} tokens, over this agent's context budget of {budget} \
+                         (context_tokens minus answer_tokens)"
+                        )));
+                    }
+                };
+            let request = ChatRequest {
+                model: self.model_name().to_owned(),
+                messages: fitted.messages,
+                tools: self.definitions.clone(),
+                temperature: self.config.model.temperature,
+                max_tokens: self.config.model.max_tokens,
+            };
+            let sink = Streamed { events };
+            let answer = tokio::select! {
+                r = model.complete(&request, &sink, &cancel) => r,
+                () = tokio::time::sleep_until(deadline) => {
+                    break Some(Stopped::WallTime(limits.wall_time));
+                }
+            };
+            let response = match answer {
+                Ok(r) => r,
+                Err(LlmError::Cancelled) => break Some(Stopped::Cancelled),
+                Err(e) => {
+                    let hint = e.hint().map(str::to_owned);
+                    events.event(AgentEvent::Error {
+                        message: e.to_string(),
+                        hint: hint.clone(),
+                    });
+                    let text = match hint {
+                        Some(h) => format!("{e} ({h})"),
+                        None => e.to_string(),
+                    };
+                    break Some(Stopped::Model(text));
+                }
+            };
+            let usage = response.usage.unwrap_or_default();
+            out.usage.add(usage);
+            let stats = RequestStats {
+                turn,
+                usage,
+                context_tokens: fitted.tokens as u64,
+                dropped: fitted.dropped,
+            };
+            out.requests.push(stats);
+            events.event(AgentEvent::Usage {
+                turn,
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                context_tokens: stats.context_tokens,
+            });
+            let mut reply = response.message;
+            reply.role = Role::Assistant;
+            reply.tool_call_id = None;
+            if reply.tool_calls.is_empty() {
+                last_text = reply.content.clone();
+                history.push(reply);
+                break None;
+            }
+            if !reply.content.trim().is_empty() {
+                last_text = reply.content.clone();
+            }
+            let calls = reply.tool_calls.clone();
+            history.push(reply);
+            let limit_hit = self
+                .run_calls(
+                    &calls,
+                    &ctx,
+                    &mut history,
+                    &mut seen,
+                    &mut out.tool_calls,
+                    events,
+                    approver,
+                    &cancel,
+                    deadline,
+                )
+                .await;
+            if cancel.is_cancelled() {
+                break Some(Stopped::Cancelled);
+            }
+            if let Some(s) = limit_hit {
+                break Some(s);
+            }
+        };
+        finish(out, history, first_new, events, stop, last_text)
+    }
+
+    /// The system prompt for this run: the template with the built-in variables (the
+    /// date and time from the context's clock, the principal) and the profile's.
+    pub fn system_prompt(&self, ctx: &RunContext) -> Result<String, String> {
+        let now = ctx.clock.now();
+        let mut vars = self.vars.clone();
+        let rfc = now.to_string();
+        vars.insert(
+            "today".into(),
+            Value::String(rfc.chars().take(10).collect()),
+        );
+        vars.insert("now".into(), Value::String(rfc));
+        vars.insert("principal".into(), Value::String(ctx.principal.to_string()));
+        self.template.render(&vars).map_err(|e| e.to_string())
+    }
+
+    /// Runs one turn's calls; returns the limit that stopped the run, if one did.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the loop's state, passed down once"
+    )]
+    async fn run_calls(
+        &self,
+        calls: &[AssistantToolCall],
+        ctx: &RunContext,
+        history: &mut Vec<Message>,
+        seen: &mut HashMap<(String, String), u32>,
+        count: &mut u32,
+        events: &dyn EventSink,
+        approver: &dyn Approver,
+        cancel: &CancellationToken,
+        deadline: tokio::time::Instant,
+    ) -> Option<Stopped> {
+        let limits = &self.config.limits;
+        let call_ctx = ctx.for_call(ctx.progress.clone(), cancel.child_token());
+        let mut stopped = None;
+        let mut prepared = Vec::with_capacity(calls.len());
+        for c in calls {
+            if *count >= limits.max_tool_calls {
+                stopped = Some(Stopped::MaxToolCalls(limits.max_tool_calls));
+                prepared.push((
+                    c,
+                    Prepared::Answered {
+                        tool: c.name.clone(),
+                        outcome: "refused".into(),
+                        text: format!(
+                            "error: not run: this run reached its limit of {} tool calls\nhint: \
+                             answer with what you have",
+                            limits.max_tool_calls
+                        ),
+                    },
+                ));
+                continue;
+            }
+            *count += 1;
+            prepared.push((c, self.prepare(c, &call_ctx, seen, events, approver).await));
+        }
+        // Consecutive read-only calls run together; a mutating call runs alone.
+        let mut results: Vec<Option<Message>> = vec![None; prepared.len()];
+        let mut i = 0;
+        while i < prepared.len() {
+            let mut j = i;
+            let alone = matches!(&prepared[i].1, Prepared::Run { mutating: true, .. });
+            if alone {
+                j = i + 1;
+            } else {
+                while j < prepared.len()
+                    && !matches!(&prepared[j].1, Prepared::Run { mutating: true, .. })
+                {
+                    j += 1;
+                }
+            }
+            let batch = (i..j).map(|k| {
+                let (c, p) = &prepared[k];
+                self.finish_call(c, p, &call_ctx, events, deadline)
+            });
+            for (k, m) in (i..j).zip(join_all(batch).await) {
+                results[k] = Some(m);
+            }
+            i = j;
+            if cancel.is_cancelled() {
+                break;
+            }
+        }
+        for m in results.into_iter().flatten() {
+            history.push(m);
+        }
+        stopped
+    }
+
+    /// The checks before a call runs: repetition, expansion, policy, approval.
+    async fn prepare(
+        &self,
+        c: &AssistantToolCall,
+        ctx: &RunContext,
+        seen: &mut HashMap<(String, String), u32>,
+        events: &dyn EventSink,
+        approver: &dyn Approver,
+    ) -> Prepared {
+        let call = ToolCall::from_json_text(c.name.clone(), c.arguments.clone()).with_id(&c.id);
+        let expanded = match expand_call(&self.registry, call, ctx).await {
+            Ok(e) => e,
+            Err(o) => {
+                return Prepared::Answered {
+                    tool: c.name.clone(),
+                    outcome: o.kind.as_str().into(),
+                    text: o.text,
+                };
+            }
+        };
+        let args = match &expanded.arguments {
+            dataref_tool::CallArguments::Json(v) => v.clone(),
+            dataref_tool::CallArguments::Text(t) => Value::String(t.clone()),
+        };
+        let key = (expanded.name.clone(), canonical(&args));
+        let n = seen.entry(key).or_insert(0);
+        *n += 1;
+        let warn = match *n {
+            1 => None,
+            REPEAT_WARN => Some(
+                "note: this call repeats an earlier call of this run with identical \
+                 arguments; its result will not change. Use the result you have; an \
+                 identical call again will be refused."
+                    .to_owned(),
+            ),
+            _ => {
+                return Prepared::Answered {
+                    tool: expanded.name.clone(),
+                    outcome: "refused".into(),
+                    text: format!(
+                        "error: not run: `{}` was already called {} times in this run with \
+                         identical arguments\nhint: use the earlier result, or change the \
+                         arguments",
+                        expanded.name,
+                        *n - 1
+                    ),
+                };
+            }
+        };
+        let via = (expanded.name != c.name).then(|| c.name.clone());
+        match self.approval(&expanded.name) {
+            Approval::Allow => {}
+            Approval::Deny => {
+                return Prepared::Answered {
+                    tool: expanded.name.clone(),
+                    outcome: "denied".into(),
+                    text: format!(
+                        "error: not run: agent `{}` may not call `{}` (its approval policy \
+                         denies it)\nhint: answer without it, or tell the person what you \
+                         would need",
+                        self.name, expanded.name
+                    ),
+                };
+            }
+            Approval::Ask => {
+                let request = ApprovalRequest {
+                    call_id: c.id.clone(),
+                    tool: expanded.name.clone(),
+                    arguments: args.clone(),
+                    via,
+                };
+                events.event(AgentEvent::ApprovalNeeded {
+                    call_id: request.call_id.clone(),
+                    tool: request.tool.clone(),
+                    arguments: request.arguments.clone(),
+                });
+                if let Decision::Deny(reason) = approver.decide(&request).await {
+                    let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+                    return Prepared::Answered {
+                        tool: expanded.name.clone(),
+                        outcome: "denied".into(),
+                        text: format!(
+                            "error: not run: the person did not approve `{}`{why}\nhint: ask \
+                             the person, or go on without it",
+                            expanded.name
+                        ),
+                    };
+                }
+            }
+        }
+        let mutating = self
+            .registry
+            .get(&expanded.name)
+            .is_some_and(|t| t.is_mutating());
+        Prepared::Run {
+            shown: summary_of_args(&expanded.name, &args),
+            call: expanded,
+            warn,
+            mutating,
+        }
+    }
+
+    /// Runs a prepared call (or reports the answer it already has) and makes its
+    /// observation, capped to the profile's per-result token limit.
+    async fn finish_call(
+        &self,
+        c: &AssistantToolCall,
+        p: &Prepared,
+        ctx: &RunContext,
+        events: &dyn EventSink,
+        deadline: tokio::time::Instant,
+    ) -> Message {
+        let t0 = Instant::now();
+        match p {
+            Prepared::Answered {
+                tool,
+                outcome,
+                text,
+            } => {
+                events.event(AgentEvent::ToolCallFinished {
+                    call_id: c.id.clone(),
+                    tool: tool.clone(),
+                    outcome: outcome.clone(),
+                    summary: first_line(text),
+                    ms: 0,
+                });
+                Message::tool(&c.id, text.clone())
+            }
+            Prepared::Run {
+                call, shown, warn, ..
+            } => {
+                events.event(AgentEvent::ToolCallStarted {
+                    call_id: c.id.clone(),
+                    tool: call.name.clone(),
+                    summary: shown.clone(),
+                });
+                let run = execute_tool_call(&self.registry, call.clone(), ctx);
+                let outcome = tokio::select! {
+                    o = run => o,
+                    () = tokio::time::sleep_until(deadline) => {
+                        ctx.cancel.cancel();
+                        CallOutcome {
+                            call_id: c.id.clone(),
+                            kind: OutcomeKind::Cancelled,
+                            structured: None,
+                            text: format!("error: `{}` was stopped: the run reached its time limit", call.name),
+                            attachments: Vec::new(),
+                        }
+                    }
+                };
+                let whole_at = whole_at(&outcome);
+                let mut text = window::cap_result(
+                    &outcome.text,
+                    &self.counter,
+                    self.config.limits.result_tokens,
+                    whole_at.as_deref(),
+                );
+                if let Some(w) = warn {
+                    text = format!("{text}\n{w}");
+                }
+                events.event(AgentEvent::ToolCallFinished {
+                    call_id: c.id.clone(),
+                    tool: call.name.clone(),
+                    outcome: outcome.kind.as_str().into(),
+                    summary: summary_of_outcome(&outcome),
+                    ms: t0.elapsed().as_millis() as u64,
+                });
+                Message::tool(&c.id, text)
+            }
+        }
+    }
+}
+
+/// Ends a run: the final message (the limit's sentence when one stopped it), the event,
+/// and the messages this run added.
+fn finish(
+    mut out: RunOutcome,
+    mut history: Vec<Message>,
+    first_new: usize,
+    events: &dyn EventSink,
+    stopped: Option<Stopped>,
+    last_text: String,
+) -> RunOutcome {
+    let answer = match &stopped {
+        None => last_text,
+        Some(s) => {
+            let sentence = s.sentence();
+            let answer = if last_text.trim().is_empty() {
+                sentence
+            } else {
+                format!("{last_text}\n\n{sentence}")
+            };
+            // The history then ends with the answer the person read, so a resumed session
+            // sees why the run stopped.
+            history.push(Message::assistant(answer.clone()));
+            answer
+        }
+    };
+    events.event(AgentEvent::Final {
+        text: answer.clone(),
+        stopped: stopped.as_ref().map(|s| s.as_str().to_owned()),
+    });
+    window::repair(&mut history);
+    out.messages = history.split_off(first_new.min(history.len()));
+    out.answer = answer;
+    out.stopped = stopped;
+    out
+}
+
+/// The spill file of a spilled or cut result, for the cap's note.
+fn whole_at(o: &CallOutcome) -> Option<String> {
+    let s = o.structured.as_ref()?;
+    ["path", "wholeAt", "file"]
+        .iter()
+        .find_map(|k| s.get(*k).and_then(Value::as_str))
+        .map(str::to_owned)
+}
+
+/// JSON with sorted keys, so `{"a":1,"b":2}` and `{"b":2,"a":1}` are one call.
+fn canonical(v: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                Value::Object(keys.into_iter().map(|k| (k.clone(), sort(&m[k]))).collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    sort(v).to_string()
+}
+
+fn first_line(text: &str) -> String {
+    clip(text.lines().next().unwrap_or(""), 160)
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+/// `fetch_sales since=2025-01-01`: the tool and its arguments on one line.
+fn summary_of_args(tool: &str, args: &Value) -> String {
+    let mut parts = vec![tool.to_owned()];
+    if let Value::Object(m) = args {
+        for (k, v) in m {
+            let v = match v {
+                Value::String(s) => s.lines().next().unwrap_or("").to_owned(),
+                other => other.to_string(),
+            };
+            parts.push(format!("{k}={}", clip(&v, 40)));
+        }
+    }
+    clip(&parts.join(" "), 160)
+}
+
+/// What came back, on one line: a dataRef and its rows, a file, or the error.
+fn summary_of_outcome(o: &CallOutcome) -> String {
+    if o.is_error() {
+        return first_line(&o.text);
+    }
+    let Some(s) = o.structured.as_ref() else {
+        return first_line(&o.text);
+    };
+    let mut parts = Vec::new();
+    if let Some(r) = s.get("dataRef").and_then(Value::as_str) {
+        parts.push(r.to_owned());
+    }
+    if let Some(n) = s.get("rows").and_then(Value::as_u64) {
+        parts.push(format!("{n} rows"));
+    }
+    if let Some(p) = s.get("path").and_then(Value::as_str) {
+        parts.push(p.to_owned());
+    }
+    if let Some(outs) = s.get("outputs").and_then(Value::as_object) {
+        parts.push(format!("{} outputs", outs.len()));
+    }
+    if parts.is_empty() {
+        return first_line(&o.text);
+    }
+    if o.kind == OutcomeKind::Spilled {
+        parts.insert(0, "spilled to".into());
+    }
+    clip(&parts.join(" · "), 160)
+}

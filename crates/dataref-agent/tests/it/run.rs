@@ -1,0 +1,671 @@
+//! The loop on real parts: the built-in tools on the generated sample, the real store,
+//! workspace and sandbox, and the model played by the scripted OpenAI-compatible server
+//! over a real socket, through the real gateway.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dataref_agent::{
+    AgentEvent, AgentHost, ApprovalRequest, ApproveAll, Approver, Decision, EventSink, NoOneToAsk,
+    Send, Sent, Stopped,
+};
+use dataref_config::{Approval, Config};
+use dataref_protocol::Principal;
+use dataref_sandbox::pool::{PythonSandbox, SandboxSettings};
+use dataref_sandbox::runtime::RuntimeSpec;
+use dataref_store::{ArtifactStore, LocalStore, StoreLimits, SystemClock};
+use dataref_test_support::model_server::{Call, Reply, ScriptedModel};
+use dataref_tool::{RunContext, SharedContext};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// The runtime the sandbox crate's tests provision, shared (PyPI is hit once per target dir).
+fn runtime_home() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dataref-runtime-home")
+}
+
+fn sandbox() -> Arc<PythonSandbox> {
+    static SANDBOX: OnceLock<Arc<PythonSandbox>> = OnceLock::new();
+    Arc::clone(SANDBOX.get_or_init(|| {
+        let config = Config::builtin_sample(runtime_home(), 10);
+        let settings = SandboxSettings {
+            home: runtime_home(),
+            runtime: RuntimeSpec::Managed { base: None },
+            ..dataref_tools::sandbox_settings(&config)
+        };
+        let sandbox = Arc::new(PythonSandbox::new(settings));
+        sandbox.runtime(&|_| {}).unwrap();
+        sandbox.prewarm();
+        sandbox
+    }))
+}
+
+pub(crate) struct Fixture {
+    pub _home: tempfile::TempDir,
+    pub config: Config,
+    pub host: AgentHost,
+    pub store: Arc<dyn ArtifactStore>,
+    pub shared: SharedContext,
+    pub model: ScriptedModel,
+}
+
+pub(crate) const ROWS: u64 = 3_000;
+
+/// The sample with `script` as the model; `edit` changes the default profile first.
+pub(crate) fn fixture(
+    script: Vec<Reply>,
+    python: bool,
+    edit: impl FnOnce(&mut dataref_config::AgentConfig),
+) -> Fixture {
+    let home = tempfile::tempdir().unwrap();
+    fixture_in(home, script, python, edit)
+}
+
+pub(crate) fn fixture_in(
+    home: tempfile::TempDir,
+    script: Vec<Reply>,
+    python: bool,
+    edit: impl FnOnce(&mut dataref_config::AgentConfig),
+) -> Fixture {
+    let model = ScriptedModel::start(script).unwrap();
+    let mut config = Config::builtin_sample_with_env(home.path().to_owned(), ROWS, &|_| None);
+    dataref_sources::ensure_sample(config.sample.as_ref().unwrap(), &|_| {}).unwrap();
+    config.limits.tool_timeout = Duration::from_secs(120);
+    let profile = config.agents.get_mut("default").unwrap();
+    profile.model.url = Some(model.url());
+    profile.model.model = Some("gpt-4o".into());
+    profile.model.max_retries = 0;
+    edit(profile);
+    let store: Arc<dyn ArtifactStore> = Arc::new(
+        LocalStore::open(
+            home.path(),
+            StoreLimits {
+                ttl: config.store.ttl,
+                max_artifact_bytes: config.store.max_artifact_bytes,
+                owner_quota_bytes: config.store.owner_quota_bytes,
+            },
+            Arc::new(SystemClock),
+        )
+        .unwrap(),
+    );
+    let registry = dataref_tools::builtin_registry_with(&config, python.then(sandbox)).unwrap();
+    let host = AgentHost::build(&config, &registry).unwrap();
+    let shared = SharedContext {
+        home: config.home.clone(),
+        store: store.clone(),
+        limits: config.limits.clone(),
+        clock: Arc::new(SystemClock),
+    };
+    Fixture {
+        _home: home,
+        config,
+        host,
+        store,
+        shared,
+        model,
+    }
+}
+
+impl Fixture {
+    pub(crate) fn ctx(&self, principal: &str) -> RunContext {
+        let p = Principal::new(principal).unwrap();
+        let ws = Arc::new(self.shared.principal_workspace(&p).unwrap());
+        self.shared.context(p, ws)
+    }
+
+    pub(crate) async fn send(
+        &self,
+        principal: &str,
+        session: Option<&str>,
+        message: &str,
+        approver: &dyn Approver,
+    ) -> (Sent, Vec<AgentEvent>) {
+        let events = Events::default();
+        let sent = self
+            .host
+            .send(Send {
+                ctx: self.ctx(principal),
+                agent: None,
+                session: session.map(str::to_owned),
+                message: message.to_owned(),
+                events: &events,
+                approver,
+                cancel: CancellationToken::new(),
+            })
+            .await
+            .unwrap();
+        (sent, events.take())
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Events(Mutex<Vec<AgentEvent>>);
+
+impl Events {
+    pub(crate) fn take(&self) -> Vec<AgentEvent> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+impl EventSink for Events {
+    fn event(&self, event: AgentEvent) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+/// The content of the request's last tool message, as JSON.
+fn last_tool(request: &Value) -> Value {
+    let msgs = request["messages"].as_array().unwrap();
+    let m = msgs.iter().rev().find(|m| m["role"] == "tool").unwrap();
+    serde_json::from_str(m["content"].as_str().unwrap()).unwrap_or(Value::Null)
+}
+
+fn tool_messages(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// The seed's analysis as a model would play it, deciding from the observations.
+fn canonical_script() -> Vec<Reply> {
+    vec![
+        Reply::text_and_calls(
+            "Fetching the sales into an artifact.",
+            vec![Call::new("c1", "fetch_sales", r#"{"since":"2025-01-01"}"#)],
+        ),
+        Reply::dynamic(|req| {
+            let r = last_tool(req)["dataRef"].as_str().unwrap().to_owned();
+            let args = json!({"code": dataref_agent::scripted::QOQ_CODE, "inputs": {"sales": r}});
+            Reply::tool_calls(vec![Call::new("c2", "run_python", args.to_string())])
+        }),
+        Reply::dynamic(|req| {
+            let v = last_tool(req);
+            let losers = v["outputs"]["biggest_losers"]["dataRef"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let delta = v["outputs"]["qoq_delta"]["dataRef"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let chart = json!({"dataRef": losers, "x": "line", "y": ["delta"], "kind": "bar"});
+            let export = json!({"source": delta, "format": "csv", "filename": "qoq"});
+            Reply::tool_calls(vec![
+                Call::new("c3", "render_chart", chart.to_string()),
+                Call::new("c4", "export_data", export.to_string()),
+            ])
+        }),
+        Reply::dynamic(|req| {
+            let results = tool_messages(req);
+            let py: Value = results
+                .iter()
+                .filter_map(|t| serde_json::from_str::<Value>(t).ok())
+                .find(|v| v.get("result").is_some())
+                .unwrap();
+            let top = py["result"]["lost_most"][0]["line"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            Reply::text(format!("The biggest loser is {top}.")).chunk_split(3)
+        }),
+    ]
+}
+
+/// Numbers as they appear in the requests' JSON text.
+fn numbers_in(text: &str) -> std::collections::HashSet<String> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-'))
+        .filter(|s| s.len() >= 4 && s.contains('.'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canonical_analysis_runs_through_the_loop_and_no_row_reaches_the_model() {
+    let f = fixture(canonical_script(), true, |_| {});
+    let (sent, events) = f
+        .send("ana", None, dataref_agent::scripted::QUESTION, &NoOneToAsk)
+        .await;
+    assert_eq!(sent.run.stopped, None, "{}", sent.run.answer);
+    assert!(
+        sent.run.answer.starts_with("The biggest loser is "),
+        "{}",
+        sent.run.answer
+    );
+    assert_eq!(sent.run.tool_calls, 4);
+    let requests = f.model.requests();
+    assert_eq!(requests.len(), 4);
+    // Every observation was a success.
+    let finished: Vec<(&str, &str)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCallFinished { tool, outcome, .. } => {
+                Some((tool.as_str(), outcome.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        finished,
+        [
+            ("fetch_sales", "ok"),
+            ("run_python", "ok"),
+            ("render_chart", "ok"),
+            ("export_data", "ok")
+        ]
+    );
+    // Text streamed, then the final answer.
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(streamed.ends_with(&sent.run.answer), "{streamed}");
+    assert!(matches!(
+        events.last(),
+        Some(AgentEvent::Final { stopped: None, .. })
+    ));
+
+    // No row beyond the samples reached the model: of the fetched table's revenue values,
+    // only the sample's can appear in what the model was sent.
+    let first = &requests[1];
+    let data_ref = last_tool(first)["dataRef"].as_str().unwrap().to_owned();
+    let data_ref = dataref_protocol::DataRef::parse(&data_ref).unwrap();
+    let owner = Principal::new("ana").unwrap();
+    let table = f.store.open_table(&owner, &data_ref).unwrap();
+    let mut revenues = std::collections::HashSet::new();
+    for batch in &table.batches {
+        let col = batch.column_by_name("revenue").unwrap();
+        let col = col
+            .as_any()
+            .downcast_ref::<arrow_array::Float64Array>()
+            .unwrap();
+        for v in col.iter().flatten() {
+            revenues.insert(serde_json::to_string(&v).unwrap());
+        }
+    }
+    assert!(revenues.len() > 1_000, "{}", revenues.len());
+    let sent_text: String = requests.iter().map(|r| r.to_string()).collect();
+    let seen = numbers_in(&sent_text);
+    let leaked: Vec<&String> = revenues.iter().filter(|v| seen.contains(*v)).collect();
+    let sample_rows = f.config.sources["sample"].sample_rows;
+    assert!(
+        leaked.len() <= sample_rows,
+        "{} revenue values of {} reached the model (samples: {sample_rows}): {leaked:?}",
+        leaked.len(),
+        revenues.len()
+    );
+    // The whole run is far smaller than the rows.
+    let bytes: usize = requests.iter().map(|r| r.to_string().len()).sum();
+    assert!(bytes < 120_000, "{bytes}");
+}
+
+#[tokio::test]
+async fn failures_are_observations_and_the_run_goes_on() {
+    let f = fixture(
+        vec![
+            Reply::tool_calls(vec![
+                Call::new("a", "fetch_salez", "{}"),
+                Call::new("b", "fetch_sales", "{\"since\": "),
+                Call::new("c", "fetch_sales", r#"{"since": 2025}"#),
+                Call::new(
+                    "d",
+                    "describe_data",
+                    r#"{"dataRef": "data_AAAAAAAAAAAAAAAAAAAAAA"}"#,
+                ),
+            ])
+            .duplicate_indexes(),
+            Reply::text("I could not do it."),
+        ],
+        false,
+        |_| {},
+    );
+    let (sent, _) = f.send("ana", None, "go", &NoOneToAsk).await;
+    assert_eq!(sent.run.stopped, None);
+    let req = &f.model.requests()[1];
+    let obs = tool_messages(req);
+    assert_eq!(obs.len(), 4, "{obs:?}");
+    assert!(
+        obs[0].contains("unknown tool `fetch_salez`") && obs[0].contains("fetch_sales"),
+        "{}",
+        obs[0]
+    );
+    assert!(obs[1].contains("not valid JSON"), "{}", obs[1]);
+    assert!(obs[2].contains("invalid arguments"), "{}", obs[2]);
+    assert!(
+        obs[3].contains("fetch the data again") || obs[3].contains("hint"),
+        "{}",
+        obs[3]
+    );
+    // Each result follows its call, in order, with the call's id.
+    let msgs = req["messages"].as_array().unwrap();
+    let ids: Vec<&str> = msgs
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+}
+
+#[tokio::test]
+async fn a_repeated_call_is_warned_about_then_refused() {
+    let call = || Reply::tool_calls(vec![Call::new("x", "list_artifacts", "{}")]);
+    let f = fixture(
+        vec![call(), call(), call(), Reply::text("done")],
+        false,
+        |_| {},
+    );
+    let (sent, _) = f.send("ana", None, "go", &NoOneToAsk).await;
+    let obs = tool_messages(&f.model.requests()[3]);
+    assert_eq!(obs.len(), 3);
+    assert!(!obs[0].contains("repeats"), "{}", obs[0]);
+    assert!(obs[1].contains("repeats an earlier call"), "{}", obs[1]);
+    assert!(
+        obs[2].starts_with("error: not run") && obs[2].contains("identical"),
+        "{}",
+        obs[2]
+    );
+    assert_eq!(sent.run.answer, "done");
+}
+
+#[tokio::test]
+async fn limits_end_the_run_and_the_final_message_says_so() {
+    let calls = (0..5)
+        .map(|i| {
+            Reply::tool_calls(vec![Call::new(
+                format!("c{i}"),
+                "list_artifacts",
+                format!("{{\"limit\": {}}}", i + 1),
+            )])
+        })
+        .collect();
+    let f = fixture(calls, false, |p| p.limits.max_turns = 3);
+    let (sent, events) = f.send("ana", None, "go", &NoOneToAsk).await;
+    assert_eq!(sent.run.stopped, Some(Stopped::MaxTurns(3)));
+    assert!(
+        sent.run.answer.contains("limit of 3 model turns"),
+        "{}",
+        sent.run.answer
+    );
+    assert!(
+        matches!(events.last(), Some(AgentEvent::Final { stopped: Some(s), .. }) if s == "max_turns")
+    );
+
+    let f = fixture(
+        vec![Reply::tool_calls(vec![
+            Call::new("a", "list_artifacts", r#"{"limit": 1}"#),
+            Call::new("b", "list_artifacts", r#"{"limit": 2}"#),
+            Call::new("c", "list_artifacts", r#"{"limit": 3}"#),
+        ])],
+        false,
+        |p| p.limits.max_tool_calls = 2,
+    );
+    let (sent, _) = f.send("ana", None, "go", &NoOneToAsk).await;
+    assert_eq!(sent.run.stopped, Some(Stopped::MaxToolCalls(2)));
+    assert!(
+        sent.run.answer.contains("limit of 2 tool calls"),
+        "{}",
+        sent.run.answer
+    );
+    // The refused call still has its result in the history: no orphaned call.
+    let tools: Vec<_> = sent.run.observations().collect();
+    assert_eq!(tools.len(), 3);
+    assert!(tools[2].content.contains("limit of 2 tool calls"));
+}
+
+/// Records what it was asked and answers as told.
+struct Recorder {
+    answer: Decision,
+    asked: Mutex<Vec<ApprovalRequest>>,
+}
+
+#[async_trait]
+impl Approver for Recorder {
+    async fn decide(&self, request: &ApprovalRequest) -> Decision {
+        self.asked.lock().unwrap().push(request.clone());
+        self.answer.clone()
+    }
+}
+
+#[tokio::test]
+async fn approvals_see_the_expanded_delegated_call_and_history_keeps_the_short_one() {
+    let script = || {
+        vec![
+            Reply::tool_calls(vec![Call::new(
+                "d1",
+                "call_tool",
+                r#"{"tool": "fetch_sales", "args_file": "args/fetch.json", "overrides": {"since": "2025-06-01"}}"#,
+            )]),
+            Reply::text("ok"),
+        ]
+    };
+    for (answer, ran) in [
+        (Decision::Approve, true),
+        (Decision::Deny(Some("not today".into())), false),
+    ] {
+        let f = fixture(script(), false, |p| {
+            p.approvals = vec![("fetch_*".into(), Approval::Ask)];
+        });
+        let ctx = f.ctx("ana");
+        ctx.workspace
+            .write_atomic(
+                "args/fetch.json",
+                br#"{"since": "2025-01-01"}"#,
+                dataref_workspace::Overwrite::Replace,
+            )
+            .unwrap();
+        let rec = Recorder {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        };
+        let (sent, events) = f.send("ana", None, "go", &rec).await;
+        let asked = rec.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].tool, "fetch_sales");
+        assert_eq!(asked[0].via.as_deref(), Some("call_tool"));
+        assert_eq!(asked[0].arguments, json!({"since": "2025-06-01"}));
+        assert!(events.iter().any(
+            |e| matches!(e, AgentEvent::ApprovalNeeded { tool, .. } if tool == "fetch_sales")
+        ));
+        let obs = tool_messages(&f.model.requests()[1]);
+        if ran {
+            assert!(obs[0].contains("dataRef"), "{}", obs[0]);
+        } else {
+            assert!(
+                obs[0].contains("did not approve") && obs[0].contains("not today"),
+                "{}",
+                obs[0]
+            );
+            assert!(
+                f.store
+                    .list(&Principal::new("ana").unwrap(), 10)
+                    .unwrap()
+                    .0
+                    .is_empty()
+            );
+        }
+        // The history keeps the call as the model wrote it.
+        let call = &sent.run.messages[1].tool_calls[0];
+        assert_eq!(call.name, "call_tool");
+        assert!(call.arguments.contains("args_file"));
+    }
+}
+
+#[tokio::test]
+async fn deny_and_the_profiles_tool_set_hold_through_call_tool() {
+    // `fetch_sales` denied: neither directly nor through `call_tool` does it run.
+    let f = fixture(
+        vec![
+            Reply::tool_calls(vec![
+                Call::new("a", "fetch_sales", r#"{"since": "2025-01-01"}"#),
+                Call::new(
+                    "b",
+                    "call_tool",
+                    r#"{"tool": "fetch_sales", "args_file": "a.json"}"#,
+                ),
+            ]),
+            Reply::text("ok"),
+        ],
+        false,
+        |p| p.approvals = vec![("fetch_sales".into(), Approval::Deny)],
+    );
+    let ctx = f.ctx("ana");
+    ctx.workspace
+        .write_atomic(
+            "a.json",
+            br#"{"since": "2025-01-01"}"#,
+            dataref_workspace::Overwrite::Replace,
+        )
+        .unwrap();
+    f.send("ana", None, "go", &ApproveAll).await;
+    let obs = tool_messages(&f.model.requests()[1]);
+    assert!(
+        obs.iter().all(|o| o.contains("approval policy denies")),
+        "{obs:?}"
+    );
+    assert!(
+        f.store
+            .list(&Principal::new("ana").unwrap(), 10)
+            .unwrap()
+            .0
+            .is_empty()
+    );
+
+    // A profile without `export_data`: `call_tool` cannot reach it either (the profile's
+    // tools are a registry of their own), and the model is not offered it.
+    let f = fixture(
+        vec![
+            Reply::tool_calls(vec![Call::new(
+                "a",
+                "call_tool",
+                r#"{"tool": "export_data", "args_file": "a.json"}"#,
+            )]),
+            Reply::text("ok"),
+        ],
+        false,
+        |p| p.tools = vec!["fetch_*".into(), "call_tool".into()],
+    );
+    f.send("ana", None, "go", &ApproveAll).await;
+    let reqs = f.model.requests();
+    let offered: Vec<&str> = reqs[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    // `read_file` comes with any tool that can spill.
+    assert!(
+        offered.contains(&"fetch_sales") && offered.contains(&"call_tool"),
+        "{offered:?}"
+    );
+    assert!(offered.contains(&"read_file"), "{offered:?}");
+    assert!(!offered.contains(&"export_data"));
+    let obs = tool_messages(&reqs[1]);
+    assert!(obs[0].contains("unknown tool `export_data`"), "{}", obs[0]);
+}
+
+#[tokio::test]
+async fn a_session_is_resumed_after_a_restart_and_is_its_principals_only() {
+    let home = tempfile::tempdir().unwrap();
+    let path = home.path().to_owned();
+    let f = fixture_in(home, vec![Reply::text("first answer")], false, |_| {});
+    let (sent, _) = f
+        .send("ana", Some("s1"), "first question", &NoOneToAsk)
+        .await;
+    assert_eq!(sent.session, "s1");
+    let Fixture { _home: home, .. } = f;
+    // A new host on the same data dir: the history is read back.
+    let f = fixture_in(
+        home,
+        vec![Reply::text("second answer"), Reply::text("bob's")],
+        false,
+        |_| {},
+    );
+    assert_eq!(f.config.home, path);
+    let (sent, _) = f
+        .send("ana", Some("s1"), "second question", &NoOneToAsk)
+        .await;
+    assert_eq!(sent.run.answer, "second answer");
+    let req = &f.model.requests()[0];
+    let texts: Vec<&str> = req["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        texts.contains(&"first question") && texts.contains(&"first answer"),
+        "{texts:?}"
+    );
+    let ana = Principal::new("ana").unwrap();
+    let info = f.host.sessions.info(&ana, "s1").unwrap();
+    assert_eq!(info.runs, 2);
+    assert_eq!(info.messages, 4);
+    // Another principal with the same session id has a session of its own.
+    let (_, _) = f.send("bob", Some("s1"), "bob here", &NoOneToAsk).await;
+    let bob = Principal::new("bob").unwrap();
+    assert_eq!(f.host.sessions.history(&bob, "s1", None).unwrap().len(), 2);
+    assert_eq!(f.host.sessions.history(&ana, "s1", None).unwrap().len(), 4);
+    f.host.sessions.delete(&bob, "s1").unwrap();
+    assert!(f.host.sessions.history(&bob, "s1", None).is_err());
+    assert_eq!(f.host.sessions.history(&ana, "s1", None).unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn cancellation_stops_the_turn() {
+    let f = fixture(
+        vec![Reply::text("too late").delay(Duration::from_secs(30))],
+        false,
+        |_| {},
+    );
+    let events = Events::default();
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c2.cancel();
+    });
+    let t0 = std::time::Instant::now();
+    let sent = f
+        .host
+        .send(Send {
+            ctx: f.ctx("ana"),
+            agent: None,
+            session: None,
+            message: "hello".into(),
+            events: &events,
+            approver: &NoOneToAsk,
+            cancel,
+        })
+        .await
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_eq!(sent.run.stopped, Some(Stopped::Cancelled));
+}
+
+#[tokio::test]
+async fn an_unreachable_model_ends_the_run_with_the_endpoint_named() {
+    let f = fixture(vec![Reply::status(401).message("bad key")], false, |_| {});
+    let (sent, events) = f.send("ana", None, "hello", &NoOneToAsk).await;
+    assert!(matches!(sent.run.stopped, Some(Stopped::Model(_))));
+    assert!(
+        sent.run.answer.contains("401") && sent.run.answer.contains("API key"),
+        "{}",
+        sent.run.answer
+    );
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::Error { .. })));
+    // The person's message is kept in the session with the answer that says why.
+    let h = f
+        .host
+        .sessions
+        .history(&Principal::new("ana").unwrap(), &sent.session, None)
+        .unwrap();
+    assert_eq!(h.len(), 2);
+}

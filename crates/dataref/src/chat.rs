@@ -1,0 +1,374 @@
+//! `dataref chat` (a terminal conversation with an agent) and `dataref ask` (one question,
+//! for scripts), both through `AgentHost::send`: the same loop, sessions and tools as the
+//! HTTP agent API. Text streams to stdout; tool steps go to stderr, one line each;
+//! approvals are asked on the terminal; Ctrl-C cancels the running turn, not the program.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
+use dataref_agent::{
+    AgentEvent, ApprovalRequest, ApproveAll, Approver, Decision, EventSink, NoOneToAsk, Send,
+    SessionStore,
+};
+use dataref_app::{App, SpillSweep, spawn_sweepers};
+use dataref_tool::RunContext;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Common, settings};
+
+/// What `chat` and `ask` were asked for.
+pub struct Options<'a> {
+    pub agent: Option<&'a str>,
+    pub session: Option<String>,
+    pub principal: Option<&'a str>,
+}
+
+struct Started {
+    app: App,
+    ctx: RunContext,
+}
+
+fn start(common: &Common, principal: Option<&str>, agent: Option<&str>) -> Result<Started> {
+    let config = settings::config(common)?;
+    let principal = settings::principal(principal, &config)?;
+    let workspace = dataref_app::workspace(None, &config, &principal)?;
+    let app = App::start(&config)?;
+    let chosen = app
+        .agents
+        .agent(agent)
+        .map_err(|e| with_hint(&e.to_string(), e.hint()))?;
+    if !app.agents.has_model(chosen) {
+        let e = dataref_agent::ProfileError::NoEndpoint {
+            agent: chosen.name.clone(),
+        };
+        bail!(with_hint(&e.to_string(), e.hint()));
+    }
+    dataref_app::await_first_warm(app.python.as_deref());
+    let ctx = app.shared.context(principal, workspace.clone());
+    let _guard = app.runtime.enter();
+    spawn_sweepers(
+        &config,
+        app.shared.store.clone(),
+        app.shared.clock.clone(),
+        SpillSweep::Workspace(workspace),
+    );
+    Ok(Started { app, ctx })
+}
+
+fn with_hint(message: &str, hint: Option<String>) -> anyhow::Error {
+    match hint {
+        Some(h) => anyhow::anyhow!("{message}\nhint: {h}"),
+        None => anyhow::anyhow!("{message}"),
+    }
+}
+
+/// `dataref ask "question"`: one message, the answer on stdout (or, with `--json`, one JSON
+/// object with the answer, the session, the steps and the usage).
+pub fn ask(
+    common: &Common,
+    opts: Options<'_>,
+    question: &str,
+    json_out: bool,
+    yes: bool,
+) -> Result<ExitCode> {
+    let Started { app, ctx } = start(common, opts.principal, opts.agent)?;
+    let printer = Printer::new(!json_out);
+    let approver: Box<dyn Approver> = if yes {
+        Box::new(ApproveAll)
+    } else {
+        Box::new(NoOneToAsk)
+    };
+    let cancel = CancellationToken::new();
+    let sent = app.runtime.block_on(async {
+        let run = app.agents.send(Send {
+            ctx,
+            agent: opts.agent,
+            session: opts.session,
+            message: question.to_owned(),
+            events: &printer,
+            approver: approver.as_ref(),
+            cancel: cancel.clone(),
+        });
+        tokio::pin!(run);
+        tokio::select! {
+            r = &mut run => r,
+            _ = tokio::signal::ctrl_c() => {
+                cancel.cancel();
+                run.await
+            }
+        }
+    });
+    shutdown(&app);
+    let sent = sent.map_err(|e| with_hint(&e.to_string(), e.hint()))?;
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        let steps: Vec<_> = printer.steps();
+        let v = json!({
+            "session": sent.session,
+            "agent": sent.agent,
+            "answer": sent.run.answer,
+            "stopped": sent.run.stopped.as_ref().map(|s| s.as_str()),
+            "steps": steps,
+            "usage": {
+                "prompt_tokens": sent.run.usage.prompt_tokens,
+                "completion_tokens": sent.run.usage.completion_tokens,
+            },
+            "requests": sent.run.requests.iter().map(|r| json!({
+                "turn": r.turn,
+                "context_tokens": r.context_tokens,
+                "prompt_tokens": r.usage.prompt_tokens,
+                "completion_tokens": r.usage.completion_tokens,
+            })).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+    } else {
+        writeln!(out)?;
+        note(&format!(
+            "session {} (continue with --session {})",
+            sent.session, sent.session
+        ));
+    }
+    Ok(if sent.run.stopped.is_some() {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `dataref chat`: a conversation on the terminal.
+pub fn chat(common: &Common, opts: Options<'_>) -> Result<ExitCode> {
+    let Started { app, ctx } = start(common, opts.principal, opts.agent)?;
+    let agent = app
+        .agents
+        .agent(opts.agent)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .clone();
+    let mut session = match opts.session {
+        Some(s) => {
+            SessionStore::check_id(&s).map_err(|e| anyhow::anyhow!("{e}"))?;
+            s
+        }
+        None => SessionStore::new_id(),
+    };
+    note(&format!(
+        "dataref chat: agent `{}` ({}), {} tools, session {session}",
+        agent.name,
+        app.agents
+            .model_of(&agent)
+            .map(|m| m.endpoint().to_owned())
+            .unwrap_or_default(),
+        agent.definitions.len()
+    ));
+    note("Ctrl-C cancels a turn; /new starts a new session; /exit or Ctrl-D leaves");
+    if let Ok(history) = app
+        .agents
+        .sessions
+        .history(&ctx.principal, &session, Some(&agent.name))
+    {
+        note(&format!("resuming: {} messages so far", history.len()));
+    }
+    let printer = Printer::new(true);
+    let approver = TerminalApprover {
+        lock: tokio::sync::Mutex::new(()),
+    };
+    let result = app.runtime.block_on(async {
+        loop {
+            let Some(line) = prompt_line("you> ").await? else {
+                break;
+            };
+            let line = line.trim().to_owned();
+            if line.is_empty() {
+                continue;
+            }
+            if line == "/exit" || line == "/quit" {
+                break;
+            }
+            if line == "/new" {
+                session = SessionStore::new_id();
+                note(&format!("new session {session}"));
+                continue;
+            }
+            let cancel = CancellationToken::new();
+            let run = app.agents.send(Send {
+                ctx: ctx.clone(),
+                agent: Some(&agent.name),
+                session: Some(session.clone()),
+                message: line,
+                events: &printer,
+                approver: &approver,
+                cancel: cancel.clone(),
+            });
+            tokio::pin!(run);
+            let sent = tokio::select! {
+                r = &mut run => r,
+                _ = tokio::signal::ctrl_c() => {
+                    note("cancelling the turn…");
+                    cancel.cancel();
+                    run.await
+                }
+            };
+            println_flush("");
+            if let Err(e) = sent {
+                note(&format!("error: {e}"));
+            }
+        }
+        anyhow::Ok(())
+    });
+    note(&format!(
+        "session {session}: resume with `dataref chat --session {session}`"
+    ));
+    shutdown(&app);
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn shutdown(app: &App) {
+    dataref_app::shutdown_python(app.python.as_deref());
+}
+
+/// Reads one line from stdin; `None` at end of input or on Ctrl-C at the prompt.
+async fn prompt_line(prompt: &str) -> Result<Option<String>> {
+    if std::io::stdin().is_terminal() {
+        print_flush(prompt);
+    }
+    let read = tokio::task::spawn_blocking(|| {
+        let mut s = String::new();
+        std::io::stdin().lock().read_line(&mut s).map(|n| (n, s))
+    });
+    tokio::select! {
+        r = read => {
+            let (n, s) = r.context("reading stdin")?.context("reading stdin")?;
+            Ok((n > 0).then_some(s))
+        }
+        _ = tokio::signal::ctrl_c() => Ok(None),
+    }
+}
+
+#[expect(clippy::print_stdout, reason = "the chat's own output")]
+fn print_flush(s: &str) {
+    print!("{s}");
+    let _ = std::io::stdout().flush();
+}
+
+#[expect(clippy::print_stdout, reason = "the chat's own output")]
+fn println_flush(s: &str) {
+    println!("{s}");
+    let _ = std::io::stdout().flush();
+}
+
+#[expect(
+    clippy::print_stderr,
+    reason = "the chat's notes and tool steps go to stderr"
+)]
+fn note(s: &str) {
+    eprintln!("{s}");
+}
+
+/// Prints a run's events: text to stdout as it streams, each tool step to stderr.
+struct Printer {
+    text: bool,
+    steps: Mutex<Vec<serde_json::Value>>,
+}
+
+impl Printer {
+    fn new(text: bool) -> Self {
+        Self {
+            text,
+            steps: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn steps(&self) -> Vec<serde_json::Value> {
+        self.steps.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl EventSink for Printer {
+    fn event(&self, event: AgentEvent) {
+        match event {
+            AgentEvent::TextDelta { text } => {
+                if self.text {
+                    print_flush(&text);
+                }
+            }
+            AgentEvent::ToolCallStarted { summary, .. } => {
+                if self.text {
+                    print_flush("\n");
+                }
+                note(&format!("  → {summary}"));
+            }
+            AgentEvent::ToolCallFinished {
+                tool,
+                outcome,
+                summary,
+                ms,
+                ..
+            } => {
+                let mark = if matches!(outcome.as_str(), "ok" | "spilled" | "too_large") {
+                    "✓"
+                } else {
+                    "✗"
+                };
+                note(&format!("  {mark} {tool}: {summary} ({ms} ms)"));
+                if let Ok(mut s) = self.steps.lock() {
+                    s.push(json!({"tool": tool, "outcome": outcome, "summary": summary, "ms": ms}));
+                }
+            }
+            AgentEvent::ApprovalNeeded { .. } | AgentEvent::Usage { .. } => {}
+            AgentEvent::Final { stopped, .. } => {
+                if let Some(s) = stopped {
+                    note(&format!("  (stopped: {s})"));
+                }
+            }
+            AgentEvent::Error { message, hint } => {
+                note(&format!("error: {message}"));
+                if let Some(h) = hint {
+                    note(&format!("hint: {h}"));
+                }
+            }
+        }
+    }
+}
+
+/// Asks on the terminal: the call as it will really run, then y/N.
+struct TerminalApprover {
+    /// One question on the terminal at a time.
+    lock: tokio::sync::Mutex<()>,
+}
+
+#[async_trait]
+impl Approver for TerminalApprover {
+    async fn decide(&self, request: &ApprovalRequest) -> Decision {
+        let shown = serde_json::to_string_pretty(&request.arguments).unwrap_or_default();
+        let via = request
+            .via
+            .as_ref()
+            .map(|v| format!(" (through `{v}`)"))
+            .unwrap_or_default();
+        let question = format!(
+            "\napprove `{}`{via} with these arguments?\n{shown}\n[y/N] ",
+            request.tool
+        );
+        let answer = {
+            let _one_at_a_time = self.lock.lock().await;
+            note(question.trim_end());
+            let read = tokio::task::spawn_blocking(|| {
+                let mut s = String::new();
+                std::io::stdin().lock().read_line(&mut s).map(|_| s)
+            });
+            match read.await {
+                Ok(Ok(s)) => s,
+                _ => String::new(),
+            }
+        };
+        if matches!(answer.trim(), "y" | "Y" | "yes") {
+            Decision::Approve
+        } else {
+            Decision::Deny(None)
+        }
+    }
+}
