@@ -14,6 +14,7 @@ pub mod message;
 pub mod prompt;
 pub mod tokens;
 pub mod window;
+pub mod export;
 
 pub use event::{AgentEvent, EventSink, NoEvents};
 pub use message::{AssistantToolCall, Message, Role, ToolDefinition, Usage};

@@ -59,7 +59,7 @@ Sources:
 {% endif %}
 {% if queries %}
 
-Saved queries (run them with `query`):
+Saved queries (each is a tool of its own):
 {% for q in queries %}
 - {{ q.name }}{% if q.description is defined and q.description %}: {{ q.description }}{% endif %}
 

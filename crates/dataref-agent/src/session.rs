@@ -49,6 +49,32 @@ CREATE TABLE IF NOT EXISTS requests (
 );
 ";
 
+/// Sessions not used for this long are deleted by [`sweep_sessions`].
+pub const SESSION_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How often [`sweep_sessions`] looks.
+pub const SESSION_SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Deletes sessions past [`SESSION_RETENTION`] every [`SESSION_SWEEP_INTERVAL`], for as long
+/// as the server runs (spawn it on the server's runtime).
+pub async fn sweep_sessions(
+    store: std::sync::Arc<SessionStore>,
+    clock: std::sync::Arc<dyn dataref_store::Clock>,
+) {
+    let mut tick = tokio::time::interval(SESSION_SWEEP_INTERVAL);
+    loop {
+        tick.tick().await;
+        let now = clock.now();
+        let before = Timestamp(now.0 - SESSION_RETENTION.as_secs() as i64);
+        let s = store.clone();
+        match tokio::task::spawn_blocking(move || s.sweep(before)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(removed = n, "swept old agent sessions"),
+            Ok(Err(e)) => tracing::warn!("sweeping agent sessions failed: {e}"),
+            Err(e) => tracing::warn!("session sweeper task ended abnormally: {e}"),
+        }
+    }
+}
+
 /// The longest session id accepted from a caller.
 pub const MAX_SESSION_ID: usize = 64;
 

@@ -109,6 +109,11 @@ impl App {
             limits: config.limits.clone(),
             clock: Arc::new(SystemClock),
         };
+        // Every host's sessions past their retention go, as expired artifacts do.
+        runtime.spawn(dataref_agent::session::sweep_sessions(
+            agents.sessions.clone(),
+            shared.clock.clone(),
+        ));
         Ok(Self {
             runtime,
             shared,

@@ -22,6 +22,7 @@ mod doctor;
 mod forward;
 mod log;
 mod serve;
+mod sessions;
 mod settings;
 
 use std::ffi::OsString;
@@ -111,6 +112,17 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// A principal's agent sessions: list them, show or delete one, or export one as a
+    /// notebook or a Python script that re-runs its queries and code against the sources.
+    Sessions {
+        #[command(flatten)]
+        common: Common,
+        /// Whose sessions (default: `$DATAREF_PRINCIPAL`, else config).
+        #[arg(long, value_name = "NAME", global = true)]
+        principal: Option<String>,
+        #[command(subcommand)]
+        command: Option<SessionsCommand>,
+    },
     /// Check the data dir, config, sources and runtimes; say what is missing and how to fix it.
     Doctor {
         #[command(flatten)]
@@ -134,6 +146,28 @@ enum Command {
             value_name = "ARGS"
         )]
         args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SessionsCommand {
+    /// The sessions, the most recently used first (the default).
+    List,
+    /// One session's messages and tool calls.
+    Show { id: String },
+    /// Delete one session.
+    Delete { id: String },
+    /// Write one session as a notebook (`ipynb`) or a Python script (`script`): the
+    /// questions, the queries and code (re-run against the sources with your own
+    /// credentials), the answers; no rows.
+    Export {
+        id: String,
+        /// `ipynb` (default) or `script`.
+        #[arg(long, default_value = "ipynb")]
+        format: String,
+        /// Where to write it (default: `<id>.ipynb` or `<id>.py` here).
+        #[arg(long, short, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
 }
 
@@ -231,6 +265,23 @@ fn main() -> ExitCode {
             json,
             yes,
         } => chat::ask(&common, agent.options(), &question, json, yes),
+        Command::Sessions {
+            common,
+            principal,
+            command,
+        } => {
+            let action = match &command {
+                None | Some(SessionsCommand::List) => sessions::Action::List,
+                Some(SessionsCommand::Show { id }) => sessions::Action::Show(id),
+                Some(SessionsCommand::Delete { id }) => sessions::Action::Delete(id),
+                Some(SessionsCommand::Export { id, format, out }) => sessions::Action::Export {
+                    id,
+                    format,
+                    out: out.as_deref(),
+                },
+            };
+            sessions::run(&common, principal.as_deref(), action)
+        }
         Command::Doctor { common, http } => doctor::run(&common, http.as_deref()),
         Command::Bench { args } => forward::bench(&args),
     };

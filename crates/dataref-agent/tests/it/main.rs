@@ -13,3 +13,4 @@ mod gateway;
 mod window;
 mod prompt;
 mod run;
+mod export;

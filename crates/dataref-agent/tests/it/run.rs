@@ -669,3 +669,155 @@ async fn an_unreachable_model_ends_the_run_with_the_endpoint_named() {
         .unwrap();
     assert_eq!(h.len(), 2);
 }
+
+/// What the model reads before any tool runs: the system prompt and the tool definitions of
+/// the default profile on the built-in sample, as the provider receives them, with their
+/// size. A change here changes what every request costs.
+#[tokio::test]
+async fn the_first_request_is_what_the_model_reads_first() {
+    let f = fixture(vec![Reply::text("hello")], true, |_| {});
+    let mut ctx = f.ctx("ana");
+    ctx.clock = Arc::new(dataref_store::ManualClock::new(
+        dataref_protocol::Timestamp::parse_rfc3339("2026-12-01T09:30:00Z").unwrap(),
+    ));
+    let events = Events::default();
+    f.host
+        .send(Send {
+            ctx,
+            agent: None,
+            session: None,
+            message: "hi".into(),
+            events: &events,
+            approver: &NoOneToAsk,
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap();
+    let req = &f.model.requests()[0];
+    let system = req["messages"][0]["content"].as_str().unwrap().to_owned();
+    let tools = serde_json::to_string(&req["tools"]).unwrap();
+    let bpe = tiktoken_rs::o200k_base().unwrap();
+    let sizes = json!({
+        "system_prompt": {"bytes": system.len(), "tokens": bpe.encode_with_special_tokens(&system).len()},
+        "tools": {
+            "count": req["tools"].as_array().unwrap().len(),
+            "bytes": tools.len(),
+            "tokens": bpe.encode_with_special_tokens(&tools).len(),
+        },
+    });
+    insta::assert_snapshot!("system_prompt", system);
+    insta::assert_json_snapshot!("first_request_sizes", sizes);
+    let names: Vec<&str> = req["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    insta::assert_json_snapshot!("tools_offered", names);
+}
+
+#[test]
+fn a_profile_naming_an_unknown_tool_or_variable_is_an_error_naming_it() {
+    let build = |edit: &dyn Fn(&mut dataref_config::AgentConfig)| {
+        let home = tempfile::tempdir().unwrap();
+        let mut config = Config::builtin_sample_with_env(home.path().to_owned(), 10, &|_| None);
+        edit(config.agents.get_mut("default").unwrap());
+        let registry = dataref_tools::builtin_registry_with(&config, None).unwrap();
+        AgentHost::build(&config, &registry)
+            .map(|_| ())
+            .map_err(|e| {
+                let hint = e.hint().unwrap_or_default();
+                format!("{e}\nhint: {hint}")
+            })
+    };
+    let e = build(&|p| p.tools = vec!["fetch_sale".into()]).unwrap_err();
+    assert!(
+        e.contains("agents.default.tools: `fetch_sale` names no tool"),
+        "{e}"
+    );
+    assert!(e.contains("did you mean `fetch_sales`"), "{e}");
+    let e = build(&|p| p.tools = vec!["nothing_*".into()]).unwrap_err();
+    assert!(e.contains("`nothing_*` names no tool"), "{e}");
+    let e = build(&|p| {
+        p.prompt = dataref_config::PromptSource::Inline("Hello {{ team }} on {{ today }}".into())
+    })
+    .unwrap_err();
+    assert!(e.contains("`team`"), "{e}");
+    assert!(e.contains("[agents.NAME.vars]"), "{e}");
+    build(&|p| {
+        p.prompt = dataref_config::PromptSource::Inline("Hello {{ team }}".into());
+        p.vars.insert("team".into(), "EU".into());
+    })
+    .unwrap();
+    let e = build(&|p| p.approvals = vec![("export_*".into(), Approval::Ask)]);
+    assert!(e.is_ok(), "{e:?}");
+    let e = build(&|p| {
+        p.tools = vec!["fetch_*".into()];
+        p.approvals = vec![("export_data".into(), Approval::Ask)];
+    })
+    .unwrap_err();
+    assert!(
+        e.contains("`export_data` names no tool of this agent"),
+        "{e}"
+    );
+    let e =
+        build(&|p| p.prompt = dataref_config::PromptSource::File("/nonexistent/prompt.md".into()))
+            .unwrap_err();
+    assert!(e.contains("/nonexistent/prompt.md"), "{e}");
+}
+
+/// Rewrites the argument file while the person is being asked, then approves.
+struct SwapsTheFile {
+    ctx: RunContext,
+}
+
+#[async_trait]
+impl Approver for SwapsTheFile {
+    async fn decide(&self, _request: &ApprovalRequest) -> Decision {
+        self.ctx
+            .workspace
+            .write_atomic(
+                "args/fetch.json",
+                br#"{"since": "2099-01-01"}"#,
+                dataref_workspace::Overwrite::Replace,
+            )
+            .unwrap();
+        Decision::Approve
+    }
+}
+
+#[tokio::test]
+async fn what_was_approved_is_what_runs_even_if_the_file_changes_meanwhile() {
+    let f = fixture(
+        vec![
+            Reply::tool_calls(vec![Call::new(
+                "d1",
+                "call_tool",
+                r#"{"tool": "fetch_sales", "args_file": "args/fetch.json"}"#,
+            )]),
+            Reply::text("ok"),
+        ],
+        false,
+        |p| p.approvals = vec![("fetch_sales".into(), Approval::Ask)],
+    );
+    let ctx = f.ctx("ana");
+    ctx.workspace
+        .write_atomic(
+            "args/fetch.json",
+            br#"{"since": "2025-01-01"}"#,
+            dataref_workspace::Overwrite::Replace,
+        )
+        .unwrap();
+    let (_, events) = f.send("ana", None, "go", &SwapsTheFile { ctx }).await;
+    let approved = events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::ApprovalNeeded { arguments, .. } => Some(arguments.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(approved, json!({"since": "2025-01-01"}));
+    // The call that ran is the one approved: rows since 2025, not none since 2099.
+    let obs = last_tool(&f.model.requests()[1]);
+    assert!(obs["rows"].as_u64().unwrap() > 0, "{obs}");
+}

@@ -51,6 +51,7 @@ const OWNERS: &[(&str, &[&str])] = &[
         &["dataref-sources", "dataref-test-support", "dataref-bench"],
     ),
     ("seccompiler", &["dataref-sandbox"]),
+    ("minijinja", &["dataref-agent"]),
     ("clap", &["dataref", "dataref-bench"]),
     (
         "anyhow",

@@ -10,6 +10,7 @@
 )]
 
 mod bench_forward;
+mod chat;
 mod cleanup;
 mod http;
 mod http_edges;
@@ -347,6 +348,7 @@ fn demo_prints_what_the_model_receives() {
         .args(["demo", "--rows", "4000", "--home"])
         .arg(&home)
         .env_remove("DATAREF_CONFIG")
+        .env_remove("DATAREF_LLM_URL")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -359,6 +361,14 @@ fn demo_prints_what_the_model_receives() {
     assert!(stdout.contains("▶ describe_data"), "{stdout}");
     assert!(stdout.contains("what the model receives"), "{stdout}");
     assert!(stdout.contains("| total | 4000 |"), "{stdout}");
+    // The agent section: the same question through the loop, by the scripted analyst
+    // (no endpoint is configured), with the tokens sent per turn.
+    assert!(
+        stdout.contains("model: scripted (no model endpoint configured)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("these product lines lost the most revenue"), "{stdout}");
+    assert!(stdout.contains("| turn | tokens sent"), "{stdout}");
     // run_python found the quarter-over-quarter losers and stored the delta table.
     assert!(stdout.contains("▶ run_python"), "{stdout}");
     assert!(

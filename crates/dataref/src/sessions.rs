@@ -1,0 +1,108 @@
+//! `dataref sessions`: a principal's agent sessions — list, show, delete, and export as the
+//! reproducible analysis record (a notebook or a Python script that re-runs the producers
+//! and the code against the sources, with no rows in it).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use dataref_agent::export::{ExportMeta, notebook, script};
+use dataref_agent::{Role, SessionStore};
+use dataref_store::{Clock, SystemClock};
+
+use crate::{Common, settings};
+
+/// What `dataref sessions` was asked to do.
+pub enum Action<'a> {
+    List,
+    Show(&'a str),
+    Delete(&'a str),
+    Export {
+        id: &'a str,
+        format: &'a str,
+        out: Option<&'a Path>,
+    },
+}
+
+pub fn run(common: &Common, principal: Option<&str>, action: Action<'_>) -> Result<ExitCode> {
+    let config = settings::config(common)?;
+    let principal = settings::principal(principal, &config)?;
+    let sessions = SessionStore::open(&config.home).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let nf = |e: dataref_agent::SessionError| {
+        anyhow::anyhow!("{e}\nhint: `dataref sessions` lists the sessions of `{principal}`")
+    };
+    let mut out = std::io::stdout().lock();
+    match action {
+        Action::List => {
+            let list = sessions.list(&principal).map_err(nf)?;
+            if list.is_empty() {
+                writeln!(out, "no sessions for `{principal}`")?;
+            }
+            for s in list {
+                writeln!(
+                    out,
+                    "{}  {}  {} runs, {} messages, {} tokens  agent {}  {}",
+                    s.id,
+                    s.updated,
+                    s.runs,
+                    s.messages,
+                    s.usage.total(),
+                    s.agent,
+                    s.title
+                )?;
+            }
+        }
+        Action::Show(id) => {
+            for m in sessions.history(&principal, id, None).map_err(nf)? {
+                let who = match m.role {
+                    Role::System => "system",
+                    Role::User => "you",
+                    Role::Assistant => "agent",
+                    Role::Tool => "tool",
+                };
+                if !m.content.is_empty() {
+                    writeln!(out, "{who}> {}", m.content)?;
+                }
+                for c in &m.tool_calls {
+                    writeln!(out, "{who}> calls {} {}", c.name, c.arguments)?;
+                }
+            }
+        }
+        Action::Delete(id) => {
+            sessions.delete(&principal, id).map_err(nf)?;
+            writeln!(out, "deleted session {id}")?;
+        }
+        Action::Export {
+            id,
+            format,
+            out: to,
+        } => {
+            let info = sessions.info(&principal, id).map_err(nf)?;
+            let history = sessions.history(&principal, id, None).map_err(nf)?;
+            let meta = ExportMeta {
+                session: id.to_owned(),
+                agent: info.agent,
+                principal: principal.to_string(),
+                exported: SystemClock.now(),
+            };
+            let (text, ext) = match format {
+                "ipynb" | "notebook" => (
+                    serde_json::to_string_pretty(&notebook(&history, &meta, &config))?,
+                    "ipynb",
+                ),
+                "script" | "py" => (script(&history, &meta, &config), "py"),
+                other => anyhow::bail!(
+                    "unknown export format `{other}`\nhint: use `--format ipynb` or `--format script`"
+                ),
+            };
+            let path = match to {
+                Some(p) => p.to_owned(),
+                None => std::path::PathBuf::from(format!("{id}.{ext}")),
+            };
+            std::fs::write(&path, text).with_context(|| format!("writing `{}`", path.display()))?;
+            writeln!(out, "wrote {}", path.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
