@@ -222,6 +222,10 @@ pub fn chat(common: &Common, opts: Options<'_>) -> Result<ExitCode> {
         "session {session}: resume with `dataref chat --session {session}`"
     ));
     shutdown(&app);
+    // A read of stdin may still wait in the blocking pool (Ctrl-C at the prompt): do not
+    // wait for it.
+    app.runtime
+        .shutdown_timeout(std::time::Duration::from_millis(200));
     result?;
     Ok(ExitCode::SUCCESS)
 }
