@@ -154,15 +154,22 @@ enum SessionsCommand {
     /// The sessions, the most recently used first (the default).
     List,
     /// One session's messages and tool calls.
-    Show { id: String },
+    Show {
+        /// The session's id (`dataref sessions` lists them).
+        id: String,
+    },
     /// Delete one session.
-    Delete { id: String },
+    Delete {
+        /// The session's id.
+        id: String,
+    },
     /// Write one session as a notebook (`ipynb`) or a Python script (`script`): the
     /// questions, the queries and code (re-run against the sources with your own
     /// credentials), the answers; no rows.
     Export {
+        /// The session's id.
         id: String,
-        /// `ipynb` (default) or `script`.
+        /// `ipynb` (a notebook) or `script` (a Python script).
         #[arg(long, default_value = "ipynb")]
         format: String,
         /// Where to write it (default: `<id>.ipynb` or `<id>.py` here).

@@ -271,6 +271,10 @@ fn help_of_every_command() {
         &["token"],
         &["token", "new"],
         &["demo"],
+        &["chat"],
+        &["ask"],
+        &["sessions"],
+        &["sessions", "export"],
         &["doctor"],
     ] {
         doc.push_str(&help(command));
