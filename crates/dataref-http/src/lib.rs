@@ -29,6 +29,14 @@
 //!   Another principal's file, a missing file and a bad or expired signature all get the
 //!   same 404. Downloads have their own per-principal bound (`max_downloads`), apart from
 //!   tool calls.
+//! - `/agent/…`: the agent API (`agent_api.rs`): a message to a new or existing session
+//!   answered as `text/event-stream` (one SSE event per `dataref_agent::AgentEvent`; the
+//!   client going away cancels the run), the caller's sessions (list, history, delete),
+//!   approvals of `ask` tools answered by the same principal, the profiles. Every message
+//!   goes through `dataref_agent::AgentHost::send`. A request that starts a run takes an
+//!   in-flight slot, as a tool call does;
+//! - `/v1/chat/completions`, `/v1/models`: the OpenAI-compatible facade
+//!   (`openai_facade.rs`), `model` naming an agent profile, streamed or not.
 //!
 //! At shutdown the server stops accepting, lets open requests (tool calls, downloads)
 //! finish for up to 10 s, and only then ends the MCP sessions.
@@ -47,7 +55,9 @@
 //! ```
 //!
 //! Owns: `hyper`, `hyper-util` and `ring` (token hashes, JWT signatures, signed links).
-//! Must not import rmcp, the tools, the store or the sandbox.
+//! Must not import rmcp, the tools, the store or the sandbox: the agent runtime
+//! (`dataref-agent`) and the tool framework (`dataref-tool`) are what it runs agents on.
+mod agent_api;
 mod auth;
 mod body;
 mod conn;
@@ -55,6 +65,7 @@ mod files;
 mod guard;
 mod jwt;
 mod limits;
+mod openai_facade;
 mod pipeline;
 mod routes;
 mod server;
@@ -71,6 +82,7 @@ use dataref_protocol::Principal;
 use http::{Response, StatusCode, header};
 use serde_json::{Value, json};
 
+pub use agent_api::{APPROVAL_TIMEOUT, MAX_AGENT_BODY};
 pub use auth::{NewToken, new_token};
 pub(crate) use body::Body;
 pub use server::HttpServer;

@@ -9,6 +9,8 @@
 //!          ├─ /mcp          body deadline → auth → rate → tool-call slot → session → rmcp
 //!          ├─ /files/sign   body deadline → auth → rate → sign
 //!          ├─ /files/{path} auth (signed link or token) → rate → download slot → file
+//!          ├─ agent runs    body deadline → auth → rate → tool-call slot → agent API
+//!          ├─ agent, other  body deadline → auth → rate → agent API
 //!          └─ anything else 404 (the page to come gets its own stack here)
 //! ```
 //!
@@ -36,7 +38,7 @@ use tower_service::Service;
 use crate::body::{self, Body, Deadline};
 use crate::conn::OpenRequest;
 use crate::server::State;
-use crate::{files, json_response, routes, sessions};
+use crate::{agent_api, files, json_response, routes, sessions};
 
 /// What every service of the pipeline returns.
 pub(crate) type BoxFuture =
@@ -64,10 +66,27 @@ pub(crate) fn build(state: &Arc<State>) -> impl PipelineService<Incoming> {
         StageLayer(Slot::downloads(state)),
     )
         .layer(Endpoint::new(state, files::download));
+    // A run holds one of the caller's in-flight slots for as long as it streams, as a tool
+    // call does; listing, history and approvals take none.
+    let agent_run = (
+        BodyDeadlineLayer(state.body_timeout),
+        StageLayer(Authenticate::bearer(state)),
+        StageLayer(RateLimit(state.clone())),
+        StageLayer(Slot::tool_calls(state)),
+    )
+        .layer(Endpoint::new(state, agent_api::handle));
+    let agent = (
+        BodyDeadlineLayer(state.body_timeout),
+        StageLayer(Authenticate::bearer(state)),
+        StageLayer(RateLimit(state.clone())),
+    )
+        .layer(Endpoint::new(state, agent_api::handle));
     let routes = routes::Routes {
         mcp,
         sign,
         download,
+        agent,
+        agent_run,
     };
     (
         StageLayer(Guard(state.clone())),

@@ -5,6 +5,10 @@
 //! - `/mcp`: every method (rmcp answers), through [`mcp`];
 //! - `/files/sign`: POST, through [`crate::files::sign`];
 //! - `/files/{path}`: GET, through [`crate::files::download`];
+//! - `/agent/…` and `/v1/chat/completions`, `/v1/models`: the agent
+//!   ([`crate::agent_api`], [`crate::openai_facade`]); a request that starts a run takes an
+//!   in-flight slot like a tool call, the others do not (an approval must get through
+//!   while its run holds the slot);
 //! - anything else: 404 naming the MCP endpoint.
 //!
 //! The page to come (a person's view of their workspace) is one more entry: its own stack
@@ -35,17 +39,23 @@ pub(crate) struct FilePath(pub(crate) String);
 
 /// The routes past the guard and the open-request count.
 #[derive(Clone)]
-pub(crate) struct Routes<M, S, D> {
+pub(crate) struct Routes<M, S, D, A, R> {
     pub(crate) mcp: M,
     pub(crate) sign: S,
     pub(crate) download: D,
+    /// The agent routes that start no run.
+    pub(crate) agent: A,
+    /// The agent routes that start a run (a slot is held for it).
+    pub(crate) agent_run: R,
 }
 
-impl<M, S, D> Service<Request<Incoming>> for Routes<M, S, D>
+impl<M, S, D, A, R> Service<Request<Incoming>> for Routes<M, S, D, A, R>
 where
     M: PipelineService<Incoming>,
     S: PipelineService<Incoming>,
     D: PipelineService<Incoming>,
+    A: PipelineService<Incoming>,
+    R: PipelineService<Incoming>,
 {
     type Response = Response<Body>;
     type Error = Infallible;
@@ -64,6 +74,18 @@ where
             return match *request.method() {
                 Method::POST => self.sign.call(request),
                 _ => answer(method_not_allowed("POST")),
+            };
+        }
+        if let Some(route) = crate::agent_api::Route::parse(&path) {
+            if !route.allows_method(request.method()) {
+                return answer(method_not_allowed(route.allows()));
+            }
+            let run = route.starts_run(request.method());
+            request.extensions_mut().insert(route);
+            return if run {
+                self.agent_run.call(request)
+            } else {
+                self.agent.call(request)
             };
         }
         if let Some(rest) = path.strip_prefix("/files/") {

@@ -4,18 +4,20 @@
 //! pipeline ([`crate::pipeline`]) and drains at shutdown.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use dataref_agent::AgentHost;
 use dataref_mcp::{DatarefServer, StreamableHttp};
+use dataref_tool::SharedContext;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Checked, DRAIN, HEADER_TIMEOUT, HttpError, HttpOptions, MCP_PATH, auth, check, check_listen,
-    conn, files, guard, limits, pipeline, sessions,
+    Checked, DRAIN, HEADER_TIMEOUT, HttpError, HttpOptions, MCP_PATH, agent_api, auth, check,
+    check_listen, conn, files, guard, limits, pipeline, sessions,
 };
 
 /// A bound, configured server; [`HttpServer::serve`] runs it.
@@ -51,6 +53,8 @@ pub(crate) struct State {
     pub(crate) open: conn::Open,
     /// Without a trailing `/`.
     pub(crate) public_url: String,
+    /// The agents behind `/agent/…` and `/v1/…`, when [`HttpServer::with_agents`] gave some.
+    pub(crate) agents: OnceLock<Arc<agent_api::Agents>>,
 }
 
 impl HttpServer {
@@ -110,6 +114,7 @@ impl HttpServer {
             body_timeout: http.body_timeout,
             open: conn::Open::default(),
             public_url,
+            agents: OnceLock::new(),
         });
         Ok(Self {
             listener,
@@ -118,6 +123,29 @@ impl HttpServer {
             mcp_shutdown,
             send_timeout: http.send_timeout,
         })
+    }
+
+    /// Serves `host`'s agents too: the agent API under `/agent/…` and the OpenAI-compatible
+    /// facade under `/v1/…`, each run in a context made from `shared` for the caller and
+    /// the caller's workspace. An `ask` approval unanswered for
+    /// [`APPROVAL_TIMEOUT`](crate::APPROVAL_TIMEOUT) is refused. The first call wins.
+    pub fn with_agents(self, host: Arc<AgentHost>, shared: SharedContext) -> Self {
+        self.with_agents_timeout(host, shared, agent_api::APPROVAL_TIMEOUT)
+    }
+
+    /// [`Self::with_agents`] with another approval timeout.
+    pub fn with_agents_timeout(
+        self,
+        host: Arc<AgentHost>,
+        shared: SharedContext,
+        approval_timeout: Duration,
+    ) -> Self {
+        let _ = self.state.agents.set(Arc::new(agent_api::Agents::new(
+            host,
+            shared,
+            approval_timeout,
+        )));
+        self
     }
 
     /// The address actually bound (the port of `:0` filled in).
@@ -196,8 +224,12 @@ impl HttpServer {
                 );
             }
         }
-        // Ends the sessions and their notification streams (and cancels calls left over).
+        // Ends the sessions and their notification streams (and cancels calls left over),
+        // and cancels the agent runs still going (each records that it was cancelled).
         mcp_shutdown.cancel();
+        if let Some(agents) = state.agents.get() {
+            agents.shutdown.cancel();
+        }
         pruner.abort();
         if !all_closed {
             let grace = deadline.max(tokio::time::Instant::now() + Duration::from_secs(1));

@@ -69,6 +69,7 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         upstreams,
         registry,
         python,
+        agents,
         ..
     } = App::start(&config)?;
     let served = runtime.block_on(async move {
@@ -78,7 +79,7 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
             shared.clock.clone(),
             SpillSweep::AllPrincipals,
         );
-        let server = DatarefServer::per_request(registry.clone(), shared);
+        let server = DatarefServer::per_request(registry.clone(), shared.clone());
         let auth = if config.http.auth {
             format!(
                 "bearer tokens of {} principal(s){}",
@@ -96,8 +97,11 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         } else {
             format!("off, every caller is `{anonymous}`")
         };
+        // The agents over HTTP (`/agent/…`, `/v1/chat/completions`), each run as its caller
+        // in the caller's workspace, like the MCP calls.
+        let profiles = agents.names().join(", ");
         let http = match HttpServer::bind(server, options).await {
-            Ok(h) => h,
+            Ok(h) => h.with_agents(agents, shared),
             Err(e) => {
                 upstreams.shutdown().await;
                 anyhow::bail!("{e}\nhint: {}", e.hint());
@@ -113,6 +117,10 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         settings::progress_line(&format!(
             "serving MCP on {listen} ({} tools; auth: {auth}{reach})",
             registry.len()
+        ));
+        let base = public.strip_suffix(dataref_http::MCP_PATH).unwrap_or(&public);
+        settings::progress_line(&format!(
+            "agents ({profiles}) at {base}/agent/sessions; OpenAI-compatible at {base}/v1/chat/completions"
         ));
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_on_signal(shutdown.clone()));

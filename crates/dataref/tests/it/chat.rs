@@ -56,10 +56,7 @@ fn ask_answers_as_json_and_the_session_can_be_listed_shown_exported_and_deleted(
     assert_eq!(v["stopped"], Value::Null);
     assert_eq!(v["steps"][0]["tool"], "fetch_sales");
     assert_eq!(v["steps"][0]["outcome"], "ok");
-    assert_eq!(
-        v["usage"]["completion_tokens"].as_u64().unwrap() >= 12,
-        true
-    );
+    assert!(v["usage"]["completion_tokens"].as_u64().unwrap() >= 12);
     assert_eq!(v["requests"].as_array().unwrap().len(), 2);
     let session = v["session"].as_str().unwrap().to_owned();
     // The model was sent the dataRef, never the rows.

@@ -1,0 +1,857 @@
+//! The agent over HTTP: `/agent/…`, behind the same Host/Origin checks, authentication and
+//! limits as `/mcp` (`pipeline.rs` gives these routes their own stacks). Every message goes
+//! through [`AgentHost::send`]; the OpenAI-compatible facade is [`crate::openai_facade`].
+//!
+//! - `POST /agent/sessions` (a new session, its id made here) and
+//!   `POST /agent/sessions/{id}/messages` with `{"message": "…", "agent"?: "name"}`:
+//!   `text/event-stream` — `event: session` first, then one event per [`AgentEvent`]
+//!   (`event: <type>`, `data: <the event>`), `event: done` last. A client that goes away
+//!   cancels the run. What fails before the run starts is a JSON 4xx: unknown agent 404,
+//!   a bad session id 400, an unknown session 404, a session busy with another message 409.
+//! - `GET /agent/sessions`, `GET /agent/sessions/{id}`, `DELETE /agent/sessions/{id}`.
+//! - `POST /agent/sessions/{id}/approvals/{call_id}` with `{"approve": bool, "reason"?}`:
+//!   answers an `approval_needed` of a run of the same principal.
+//! - `GET /agent/agents`: the profiles.
+//!
+//! Sessions are keyed by principal: another principal's session, or approval, is the same
+//! 404 as one that does not exist.
+
+use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use dataref_agent::{
+    AgentEvent, AgentHost, ApprovalRequest, Approver, Decision, EventSink, ProfileError, SendError,
+    SessionError, SessionStore, Stopped,
+};
+use dataref_mcp::Caller;
+use dataref_protocol::Principal;
+use dataref_tool::SharedContext;
+use dataref_workspace::Workspace;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::body::{self, Body, Deadline};
+use crate::pipeline::BoxFuture;
+use crate::server::State;
+use crate::{json_response, openai_facade};
+
+/// The largest request body of the agent routes (a message, a facade conversation).
+pub const MAX_AGENT_BODY: usize = 1024 * 1024;
+/// How long a run waits for the person's answer to an `approval_needed` before the call
+/// is refused (the refusal says so).
+pub const APPROVAL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// An SSE comment this often keeps proxies from closing a quiet stream (a long tool call)
+/// and finds a client that went away.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// An agent route, parsed from the path by [`Route::parse`]; in the request's extensions
+/// for the handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `/agent/agents`
+    Agents,
+    /// `/agent/sessions`
+    Sessions,
+    /// `/agent/sessions/{id}`
+    Session(String),
+    /// `/agent/sessions/{id}/messages`
+    Messages(String),
+    /// `/agent/sessions/{id}/approvals/{call_id}`
+    Approval(String, String),
+    /// `/v1/chat/completions`
+    Completions,
+    /// `/v1/models`
+    Models,
+}
+
+impl Route {
+    /// The agent route at `path`, or `None` (not an agent path).
+    pub(crate) fn parse(path: &str) -> Option<Self> {
+        match path {
+            "/v1/chat/completions" => return Some(Self::Completions),
+            "/v1/models" => return Some(Self::Models),
+            "/agent/agents" => return Some(Self::Agents),
+            "/agent/sessions" => return Some(Self::Sessions),
+            _ => {}
+        }
+        let rest = path.strip_prefix("/agent/sessions/")?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts.as_slice() {
+            [id] if !id.is_empty() => Some(Self::Session((*id).to_owned())),
+            [id, "messages"] => Some(Self::Messages((*id).to_owned())),
+            [id, "approvals", call] if !call.is_empty() => {
+                Some(Self::Approval((*id).to_owned(), (*call).to_owned()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The methods this route answers, as `Allow` lists them.
+    pub(crate) fn allows(&self) -> &'static str {
+        match self {
+            Self::Agents | Self::Models => "GET",
+            Self::Sessions => "GET, POST",
+            Self::Session(_) => "GET, DELETE",
+            Self::Messages(_) | Self::Approval(..) | Self::Completions => "POST",
+        }
+    }
+
+    pub(crate) fn allows_method(&self, method: &Method) -> bool {
+        self.allows().split(", ").any(|m| m == method.as_str())
+    }
+
+    /// Whether the request starts a run (and so takes one of the caller's in-flight slots,
+    /// like a tool call).
+    pub(crate) fn starts_run(&self, method: &Method) -> bool {
+        method == Method::POST
+            && matches!(self, Self::Sessions | Self::Messages(_) | Self::Completions)
+    }
+
+    fn is_facade(&self) -> bool {
+        matches!(self, Self::Completions | Self::Models)
+    }
+}
+
+/// The agents a server runs and what their HTTP routes share.
+pub(crate) struct Agents {
+    pub(crate) host: Arc<AgentHost>,
+    pub(crate) shared: SharedContext,
+    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) approval_timeout: Duration,
+    /// Sessions answering a message over HTTP: a second message is 409 before anything is
+    /// streamed (the host refuses it too, but only once its stream has begun).
+    busy: Mutex<HashSet<(Principal, String)>>,
+    /// Cancelled when the server stops: every run's token is a child of it.
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Agents {
+    pub(crate) fn new(
+        host: Arc<AgentHost>,
+        shared: SharedContext,
+        approval_timeout: Duration,
+    ) -> Self {
+        Self {
+            host,
+            shared,
+            approvals: Arc::default(),
+            approval_timeout,
+            busy: Mutex::new(HashSet::new()),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Marks the session busy until the claim is dropped; `None` when it already is.
+    pub(crate) fn claim(self: &Arc<Self>, principal: &Principal, id: &str) -> Option<Claim> {
+        let key = (principal.clone(), id.to_owned());
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        if !busy.insert(key.clone()) {
+            return None;
+        }
+        Some(Claim {
+            agents: self.clone(),
+            key,
+        })
+    }
+}
+
+/// A session busy until dropped.
+pub(crate) struct Claim {
+    agents: Arc<Agents>,
+    key: (Principal, String),
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.agents
+            .busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}
+
+/// Who may answer which pending approval: principal, session, call id.
+type ApprovalKey = (Principal, String, String);
+
+/// The approvals runs wait for, each answered by one POST of the same principal.
+#[derive(Default)]
+pub(crate) struct Approvals {
+    pending: Mutex<HashMap<ApprovalKey, oneshot::Sender<Decision>>>,
+}
+
+impl Approvals {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ApprovalKey, oneshot::Sender<Decision>>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Answers the pending approval; `false` when none is pending under this key.
+    fn answer(&self, key: &ApprovalKey, decision: Decision) -> bool {
+        match self.lock().remove(key) {
+            Some(tx) => tx.send(decision).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// Removes a pending approval when its wait ends, however it ends.
+struct Pending {
+    approvals: Arc<Approvals>,
+    key: ApprovalKey,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.approvals.lock().remove(&self.key);
+    }
+}
+
+/// Asks the HTTP client of a run: the stream carries `approval_needed`, the answer comes
+/// as `POST /agent/sessions/{id}/approvals/{call_id}`.
+pub(crate) struct HttpApprover {
+    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) principal: Principal,
+    pub(crate) session: String,
+    pub(crate) timeout: Duration,
+    pub(crate) cancel: CancellationToken,
+}
+
+#[async_trait]
+impl Approver for HttpApprover {
+    async fn decide(&self, request: &ApprovalRequest) -> Decision {
+        let key = (
+            self.principal.clone(),
+            self.session.clone(),
+            request.call_id.clone(),
+        );
+        let (tx, rx) = oneshot::channel();
+        self.approvals.lock().insert(key.clone(), tx);
+        let _pending = Pending {
+            approvals: self.approvals.clone(),
+            key,
+        };
+        tokio::select! {
+            decided = rx => decided.unwrap_or_else(|_| Decision::Deny(Some(
+                "the approval was withdrawn before anyone answered".into(),
+            ))),
+            () = tokio::time::sleep(self.timeout) => Decision::Deny(Some(format!(
+                "nobody answered the approval within {} s, so the call was not approved",
+                self.timeout.as_secs()
+            ))),
+            () = self.cancel.cancelled() => Decision::Deny(Some(
+                "the run was cancelled before anyone answered".into(),
+            )),
+        }
+    }
+}
+
+/// The agent routes' handler (both stacks: with and without an in-flight slot).
+pub(crate) fn handle(state: Arc<State>, request: Request<Deadline>) -> BoxFuture {
+    Box::pin(async move {
+        let Some(route) = request.extensions().get::<Route>().cloned() else {
+            tracing::error!("an agent request reached its handler without its route");
+            return Ok(internal());
+        };
+        let Some(Caller(principal)) = request.extensions().get::<Caller>().cloned() else {
+            tracing::error!("an agent request passed the authentication layer without a principal");
+            return Ok(internal());
+        };
+        let Some(agents) = state.agents.get().cloned() else {
+            return Ok(if route.is_facade() {
+                openai_facade::error(
+                    StatusCode::NOT_FOUND,
+                    "this server runs no agents",
+                    "invalid_request_error",
+                    "no_agents",
+                )
+            } else {
+                error(
+                    StatusCode::NOT_FOUND,
+                    "no_agents",
+                    "this server runs no agents".into(),
+                    "the agent API is part of `dataref serve --http`".into(),
+                )
+            });
+        };
+        let method = request.method().clone();
+        let call = Call {
+            state,
+            agents,
+            principal,
+        };
+        Ok(match (route, method) {
+            (Route::Agents, _) => call.list_agents(),
+            (Route::Sessions, Method::GET) => call.list_sessions(),
+            (Route::Sessions, _) => {
+                let id = SessionStore::new_id();
+                call.message(id, true, request.into_body()).await
+            }
+            (Route::Session(id), Method::DELETE) => call.delete(&id),
+            (Route::Session(id), _) => call.session(&id),
+            (Route::Messages(id), _) => call.message(id, false, request.into_body()).await,
+            (Route::Approval(id, call_id), _) => {
+                call.approve(&id, call_id, request.into_body()).await
+            }
+            (Route::Completions, _) => {
+                let header = request
+                    .headers()
+                    .get(openai_facade::SESSION_HEADER)
+                    .map(|v| v.to_str().map(str::to_owned));
+                openai_facade::completions(call, header, request.into_body()).await
+            }
+            (Route::Models, _) => openai_facade::models(&call),
+        })
+    })
+}
+
+/// One authenticated request to the agent routes.
+pub(crate) struct Call {
+    pub(crate) state: Arc<State>,
+    pub(crate) agents: Arc<Agents>,
+    pub(crate) principal: Principal,
+}
+
+/// The body of a message.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageBody {
+    message: String,
+    #[serde(default)]
+    agent: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalBody {
+    approve: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl Call {
+    /// The caller's workspace (opened on first use, then cached by the MCP server).
+    #[expect(
+        clippy::result_large_err,
+        reason = "the refusal is the response itself, made once per refused request"
+    )]
+    pub(crate) fn workspace(&self) -> Result<Arc<Workspace>, Response<Body>> {
+        match self.state.server.workspace_of(&self.principal) {
+            Ok(Some(w)) => Ok(w),
+            Ok(None) => {
+                tracing::error!(principal = %self.principal, "this server has no workspace for the caller");
+                Err(internal())
+            }
+            Err(e) => {
+                tracing::error!(principal = %self.principal, error = %e, "opening a workspace for an agent run failed");
+                Err(internal())
+            }
+        }
+    }
+
+    fn list_agents(&self) -> Response<Body> {
+        let host = &self.agents.host;
+        let agents: Vec<Value> = host
+            .names()
+            .iter()
+            .filter_map(|name| host.agent(Some(name)).ok())
+            .map(|a| {
+                json!({
+                    "name": a.name,
+                    "model": a.config.model.model,
+                    "tools": a.registry.names(),
+                    "model_configured": a.model.is_some(),
+                    "default": a.name == host.default_name(),
+                })
+            })
+            .collect();
+        json_response(
+            StatusCode::OK,
+            json!({"agents": agents, "default": host.default_name()}),
+        )
+    }
+
+    fn list_sessions(&self) -> Response<Body> {
+        match self.agents.host.sessions.list(&self.principal) {
+            Ok(list) => json_response(StatusCode::OK, json!({"sessions": list})),
+            Err(e) => session_error(&e),
+        }
+    }
+
+    fn session(&self, id: &str) -> Response<Body> {
+        let sessions = &self.agents.host.sessions;
+        let info = match sessions.info(&self.principal, id) {
+            Ok(i) => i,
+            Err(e) => return session_error(&e),
+        };
+        match sessions.history(&self.principal, id, None) {
+            Ok(messages) => json_response(
+                StatusCode::OK,
+                json!({"session": info, "messages": messages}),
+            ),
+            Err(e) => session_error(&e),
+        }
+    }
+
+    fn delete(&self, id: &str) -> Response<Body> {
+        if self.agents.claim(&self.principal, id).is_none() {
+            return busy(id);
+        }
+        match self.agents.host.sessions.delete(&self.principal, id) {
+            Ok(()) => {
+                let mut r = Response::new(body::full(Bytes::new()));
+                *r.status_mut() = StatusCode::NO_CONTENT;
+                r
+            }
+            Err(e) => session_error(&e),
+        }
+    }
+
+    async fn approve(&self, id: &str, call_id: String, body: Deadline) -> Response<Body> {
+        if let Err(e) = SessionStore::check_id(id) {
+            return session_error(&e);
+        }
+        let body: ApprovalBody = match read_body(body).await.and_then(|b| parse(&b)) {
+            Ok(b) => b,
+            Err(e) => {
+                return e.response(
+                    "send `{\"approve\": true}` or `{\"approve\": false, \"reason\": \"…\"}`",
+                );
+            }
+        };
+        let decision = if body.approve {
+            Decision::Approve
+        } else {
+            Decision::Deny(body.reason.filter(|r| !r.trim().is_empty()))
+        };
+        let key = (self.principal.clone(), id.to_owned(), call_id.clone());
+        if !self.agents.approvals.answer(&key, decision) {
+            return error(
+                StatusCode::NOT_FOUND,
+                "no_pending_approval",
+                format!(
+                    "no approval is pending for call `{}` of session `{id}`",
+                    dataref_protocol::truncate_echo(&call_id)
+                ),
+                "answer while the run's stream shows `approval_needed` for that call; an unanswered one is refused after its timeout".into(),
+            );
+        }
+        json_response(
+            StatusCode::OK,
+            json!({"session": id, "call_id": call_id, "approved": body.approve}),
+        )
+    }
+
+    /// A message to a new (`new`) or existing session: everything that can be refused is
+    /// refused here, as JSON; then the run streams.
+    async fn message(self, id: String, new: bool, body: Deadline) -> Response<Body> {
+        let body: MessageBody = match read_body(body).await.and_then(|b| parse(&b)) {
+            Ok(b) => b,
+            Err(e) => return e.response("send `{\"message\": \"…\"}`, optionally with `\"agent\": \"NAME\"` (see `GET /agent/agents`)"),
+        };
+        if body.message.trim().is_empty() {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "the message is empty".into(),
+                "send `{\"message\": \"…\"}` with what you want to ask".into(),
+            );
+        }
+        let host = &self.agents.host;
+        // An existing session keeps its agent.
+        let agent = if new {
+            body.agent
+        } else {
+            match host.sessions.info(&self.principal, &id) {
+                Ok(info) => match body.agent {
+                    Some(asked) if asked != info.agent => {
+                        return session_error(&SessionError::OtherAgent {
+                            id,
+                            agent: info.agent,
+                            asked,
+                        });
+                    }
+                    _ => Some(info.agent),
+                },
+                Err(e) => return session_error(&e),
+            }
+        };
+        let agent = match host.agent(agent.as_deref()) {
+            Ok(a) => a.name.clone(),
+            Err(e) => return profile_error(&e),
+        };
+        let workspace = match self.workspace() {
+            Ok(w) => w,
+            Err(r) => return r,
+        };
+        let Some(claim) = self.agents.claim(&self.principal, &id) else {
+            return busy(&id);
+        };
+        let ctx = self
+            .agents
+            .shared
+            .context(self.principal.clone(), workspace);
+        let cancel = self.agents.shutdown.child_token();
+        let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+        let _ = tx.send(sse_event(
+            "session",
+            &json!({"session": id, "agent": agent}),
+        ));
+        let response = sse_response(rx, cancel.clone());
+        let agents = self.agents.clone();
+        let principal = self.principal.clone();
+        tokio::spawn(async move {
+            let sink = SseEvents(tx.clone());
+            let approver = HttpApprover {
+                approvals: agents.approvals.clone(),
+                principal,
+                session: id.clone(),
+                timeout: agents.approval_timeout,
+                cancel: cancel.clone(),
+            };
+            let sent = agents
+                .host
+                .send(dataref_agent::Send {
+                    ctx,
+                    agent: Some(&agent),
+                    session: Some(id.clone()),
+                    message: body.message,
+                    events: &sink,
+                    approver: &approver,
+                    cancel,
+                })
+                .await;
+            // Free before `done`: a client may send its next message as soon as it reads it.
+            drop(claim);
+            let last = match sent {
+                Ok(sent) => sse_event(
+                    "done",
+                    &json!({
+                        "session": sent.session,
+                        "answer": sent.run.answer,
+                        "stopped": sent.run.stopped.as_ref().map(Stopped::as_str),
+                        "usage": {
+                            "prompt_tokens": sent.run.usage.prompt_tokens,
+                            "completion_tokens": sent.run.usage.completion_tokens,
+                        },
+                    }),
+                ),
+                Err(e) => {
+                    tracing::error!(session = %id, error = %e, "an agent run over HTTP failed");
+                    sse_event(
+                        "error",
+                        &json!({"message": e.to_string(), "hint": e.hint()}),
+                    )
+                }
+            };
+            let _ = tx.send(last);
+        });
+        response
+    }
+}
+
+/// Sends each event of a run as one SSE event named by its `type`.
+struct SseEvents(mpsc::UnboundedSender<Bytes>);
+
+impl EventSink for SseEvents {
+    fn event(&self, event: AgentEvent) {
+        let value = serde_json::to_value(&event).unwrap_or(Value::Null);
+        let name = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("event")
+            .to_owned();
+        let _ = self.0.send(sse_event(&name, &value));
+    }
+}
+
+/// `event: NAME` and `data: JSON`.
+pub(crate) fn sse_event(name: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+/// A `text/event-stream` response of what comes through `rx`; dropping the body (the
+/// client went away, or the stream ended) cancels `cancel`.
+pub(crate) fn sse_response(
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    cancel: CancellationToken,
+) -> Response<Body> {
+    let start = tokio::time::Instant::now() + KEEPALIVE;
+    let mut keepalive = tokio::time::interval_at(start, KEEPALIVE);
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let body = SseBody {
+        rx,
+        keepalive,
+        _cancel: cancel.drop_guard(),
+    };
+    let mut r = Response::new(body.boxed());
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    h.insert("x-accel-buffering", header::HeaderValue::from_static("no"));
+    r
+}
+
+struct SseBody {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    keepalive: tokio::time::Interval,
+    _cancel: DropGuard,
+}
+
+impl http_body::Body for SseBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        let this = self.get_mut();
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(bytes)) => {
+                this.keepalive.reset();
+                Poll::Ready(Some(Ok(Frame::data(bytes))))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match this.keepalive.poll_tick(cx) {
+                Poll::Ready(_) => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                    b": keep-alive\n\n",
+                ))))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// Why a request body could not be used.
+pub(crate) enum BodyError {
+    TooLarge,
+    Unreadable,
+    Invalid(String),
+}
+
+impl BodyError {
+    fn response(&self, hint: &str) -> Response<Body> {
+        match self {
+            Self::TooLarge => error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("the body is larger than {} KiB", MAX_AGENT_BODY / 1024),
+                "send a shorter message; files belong in the workspace, not the message".into(),
+            ),
+            Self::Unreadable => error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "the request body could not be read".into(),
+                hint.to_owned(),
+            ),
+            Self::Invalid(detail) => error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the body is not what this route takes: {detail}"),
+                hint.to_owned(),
+            ),
+        }
+    }
+}
+
+/// The whole body, at most [`MAX_AGENT_BODY`] (one that did not arrive within the body
+/// deadline is answered 408 by its layer).
+pub(crate) async fn read_body(body: Deadline) -> Result<Bytes, BodyError> {
+    // A `Content-Length` over the limit is refused before a byte of it is read.
+    if http_body::Body::size_hint(&body).lower() > MAX_AGENT_BODY as u64 {
+        return Err(BodyError::TooLarge);
+    }
+    match http_body_util::Limited::new(body, MAX_AGENT_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Err(_) => Err(BodyError::Unreadable),
+    }
+}
+
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
+    serde_json::from_slice(bytes).map_err(|e| BodyError::Invalid(e.to_string()))
+}
+
+/// A JSON error as the other routes send them: `error`, `message`, `hint`.
+pub(crate) fn error(
+    status: StatusCode,
+    code: &str,
+    message: String,
+    hint: String,
+) -> Response<Body> {
+    json_response(
+        status,
+        json!({"error": code, "message": message, "hint": hint}),
+    )
+}
+
+fn internal() -> Response<Body> {
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the request could not be answered".into(),
+        "the details are in the server log".into(),
+    )
+}
+
+fn busy(id: &str) -> Response<Body> {
+    send_error(&SendError::Busy(id.to_owned()))
+}
+
+pub(crate) fn session_error(e: &SessionError) -> Response<Body> {
+    let (status, code, hint) = match e {
+        SessionError::NotFound(_) => (
+            StatusCode::NOT_FOUND,
+            "session_not_found",
+            "list your sessions with `GET /agent/sessions`, or start one with `POST /agent/sessions`",
+        ),
+        SessionError::BadId(_) => (
+            StatusCode::BAD_REQUEST,
+            "bad_session_id",
+            "session ids are what `POST /agent/sessions` returned: letters, digits, `-` and `_`",
+        ),
+        SessionError::OtherAgent { .. } => (
+            StatusCode::CONFLICT,
+            "other_agent",
+            "leave `agent` out to continue with the session's own agent, or start a new session",
+        ),
+        SessionError::Database { .. } => {
+            tracing::error!(error = %e, "the agent session store failed");
+            return internal();
+        }
+    };
+    error(status, code, e.to_string(), hint.to_owned())
+}
+
+fn profile_error(e: &ProfileError) -> Response<Body> {
+    let (status, code) = match e {
+        ProfileError::NoSuchAgent(..) => (StatusCode::NOT_FOUND, "unknown_agent"),
+        ProfileError::NoEndpoint { .. } => (StatusCode::SERVICE_UNAVAILABLE, "no_model_endpoint"),
+        _ => {
+            tracing::error!(error = %e, "an agent profile cannot be used");
+            return internal();
+        }
+    };
+    let hint = e
+        .hint()
+        .unwrap_or_else(|| "list the agents with `GET /agent/agents`".into());
+    error(status, code, e.to_string(), hint)
+}
+
+pub(crate) fn send_error(e: &SendError) -> Response<Body> {
+    match e {
+        SendError::Agent(p) => profile_error(p),
+        SendError::Session(s) => session_error(s),
+        SendError::Busy(_) => error(
+            StatusCode::CONFLICT,
+            "session_busy",
+            e.to_string(),
+            e.hint().unwrap_or_default(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_by_path() {
+        assert_eq!(Route::parse("/agent/sessions"), Some(Route::Sessions));
+        assert_eq!(
+            Route::parse("/agent/sessions/s-1/messages"),
+            Some(Route::Messages("s-1".into()))
+        );
+        assert_eq!(
+            Route::parse("/agent/sessions/s-1/approvals/call_1"),
+            Some(Route::Approval("s-1".into(), "call_1".into()))
+        );
+        assert_eq!(
+            Route::parse("/agent/sessions/s-1"),
+            Some(Route::Session("s-1".into()))
+        );
+        assert_eq!(Route::parse("/agent/sessions/"), None);
+        assert_eq!(Route::parse("/agent/sessions/s-1/other"), None);
+        assert_eq!(Route::parse("/v1/models"), Some(Route::Models));
+        assert!(Route::Sessions.starts_run(&Method::POST));
+        assert!(!Route::Sessions.starts_run(&Method::GET));
+        assert!(Route::Session("x".into()).allows_method(&Method::DELETE));
+        assert!(!Route::Agents.allows_method(&Method::POST));
+    }
+
+    fn request() -> ApprovalRequest {
+        ApprovalRequest {
+            call_id: "call_1".into(),
+            tool: "fetch_sales".into(),
+            arguments: json!({}),
+            via: None,
+        }
+    }
+
+    fn approver(approvals: &Arc<Approvals>, timeout: Duration) -> HttpApprover {
+        HttpApprover {
+            approvals: approvals.clone(),
+            principal: Principal::new("eu_analyst").unwrap(),
+            session: "s-1".into(),
+            timeout,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_approval_is_denied_after_the_timeout_and_forgotten() {
+        let approvals = Arc::new(Approvals::default());
+        let a = approver(&approvals, Duration::from_millis(50));
+        let Decision::Deny(Some(reason)) = a.decide(&request()).await else {
+            panic!("not denied")
+        };
+        assert!(
+            reason.contains("nobody answered the approval within"),
+            "{reason}"
+        );
+        assert!(approvals.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn only_the_same_principal_and_session_answer() {
+        let approvals = Arc::new(Approvals::default());
+        let a = approver(&approvals, Duration::from_secs(60));
+        let waiting = tokio::spawn(async move { a.decide(&request()).await });
+        let other = (
+            Principal::new("us_analyst").unwrap(),
+            "s-1".to_owned(),
+            "call_1".to_owned(),
+        );
+        let own = (
+            Principal::new("eu_analyst").unwrap(),
+            "s-1".to_owned(),
+            "call_1".to_owned(),
+        );
+        while approvals.lock().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        assert!(!approvals.answer(&other, Decision::Approve));
+        assert!(approvals.answer(&own, Decision::Deny(Some("no".into()))));
+        assert_eq!(waiting.await.unwrap(), Decision::Deny(Some("no".into())));
+        assert!(!approvals.answer(&own, Decision::Approve), "answered once");
+    }
+}

@@ -1,0 +1,555 @@
+//! The OpenAI-compatible facade: `POST /v1/chat/completions` and `GET /v1/models`, so a
+//! stock OpenAI client talks to dataref's agents. `model` names an agent profile.
+//!
+//! The last user message is the new message; the user and assistant text messages before
+//! it are the history. The client's system messages are ignored (the profile owns the
+//! prompt), and so are its tool messages and tool calls (the agent runs its own tools).
+//! Nobody can be asked for an approval here: a tool whose policy is `ask` is refused
+//! ([`NoOneToAsk`]). A run is not kept as a session unless the request carries
+//! `X-Dataref-Session: <id>`: then it continues that session of the caller (starting it
+//! when there is none) and the client's history is ignored.
+//!
+//! Errors are OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use dataref_agent::{
+    AgentEvent, EventSink, Message, NoEvents, NoOneToAsk, RunInput, RunOutcome, SendError,
+    SessionError, SessionStore, Stopped,
+};
+use http::{HeaderValue, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent_api::{self, Agents, BodyError, Call, Claim};
+use crate::body::{Body, Deadline};
+use crate::{json_response, now_secs};
+
+/// The header that makes a facade run continue (and be kept in) one of the caller's
+/// sessions.
+pub(crate) const SESSION_HEADER: &str = "x-dataref-session";
+
+/// An error in OpenAI's shape.
+pub(crate) fn error(
+    status: StatusCode,
+    message: impl Into<String>,
+    kind: &str,
+    code: &str,
+) -> Response<Body> {
+    json_response(
+        status,
+        json!({"error": {"message": message.into(), "type": kind, "param": null, "code": code}}),
+    )
+}
+
+fn invalid(message: impl Into<String>, code: &str) -> Response<Body> {
+    error(
+        StatusCode::BAD_REQUEST,
+        message,
+        "invalid_request_error",
+        code,
+    )
+}
+
+#[derive(Deserialize)]
+struct CompletionRequest {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    messages: Vec<Value>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+/// `GET /v1/models`: the agent profiles.
+pub(crate) fn models(call: &Call) -> Response<Body> {
+    let data: Vec<Value> = call
+        .agents
+        .host
+        .names()
+        .into_iter()
+        .map(|name| json!({"id": name, "object": "model", "created": 0, "owned_by": "dataref"}))
+        .collect();
+    json_response(StatusCode::OK, json!({"object": "list", "data": data}))
+}
+
+/// A message's text: a string, or the `text` parts of an array of parts.
+fn text_of(content: &Value) -> Option<String> {
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let text: Vec<&str> = parts
+                .iter()
+                .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect();
+            (!text.is_empty()).then(|| text.join("\n"))
+        }
+        _ => None,
+    }
+}
+
+/// The new message (the last user message) and the history before it.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response itself, made once per refused request"
+)]
+fn conversation(messages: &[Value]) -> Result<(String, Vec<Message>), Response<Body>> {
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
+    let Some(last) = messages
+        .iter()
+        .rposition(|m| role(m).as_deref() == Some("user"))
+    else {
+        return Err(invalid(
+            "`messages` has no user message: the last user message is what the agent answers",
+            "missing_user_message",
+        ));
+    };
+    let message = messages[last]
+        .get("content")
+        .and_then(text_of)
+        .filter(|t| !t.trim().is_empty())
+        .ok_or_else(|| invalid("the last user message has no text", "missing_user_message"))?;
+    let history = messages[..last]
+        .iter()
+        .filter_map(|m| {
+            let text = m.get("content").and_then(text_of)?;
+            match role(m).as_deref() {
+                Some("user") => Some(Message::user(text)),
+                Some("assistant") if !text.trim().is_empty() => Some(Message::assistant(text)),
+                // System messages: the profile owns the prompt. Tool messages: the agent
+                // runs its own tools.
+                _ => None,
+            }
+        })
+        .collect();
+    Ok((message, history))
+}
+
+fn finish_reason(stopped: Option<&Stopped>) -> &'static str {
+    match stopped {
+        Some(
+            Stopped::MaxTurns(_)
+            | Stopped::MaxToolCalls(_)
+            | Stopped::WallTime(_)
+            | Stopped::Context(_),
+        ) => "length",
+        Some(Stopped::Cancelled | Stopped::Model(_)) | None => "stop",
+    }
+}
+
+fn usage_json(run: &RunOutcome) -> Value {
+    json!({
+        "prompt_tokens": run.usage.prompt_tokens,
+        "completion_tokens": run.usage.completion_tokens,
+        "total_tokens": run.usage.total(),
+    })
+}
+
+fn send_error(e: &SendError) -> Response<Body> {
+    match e {
+        SendError::Busy(_) => error(
+            StatusCode::CONFLICT,
+            e.to_string(),
+            "invalid_request_error",
+            "session_busy",
+        ),
+        SendError::Session(SessionError::BadId(_)) => invalid(e.to_string(), "bad_session_id"),
+        SendError::Session(SessionError::OtherAgent { .. }) => error(
+            StatusCode::CONFLICT,
+            e.to_string(),
+            "invalid_request_error",
+            "other_agent",
+        ),
+        _ => {
+            tracing::error!(error = %e, "a facade run failed");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the run could not be completed; the details are in the server log",
+                "server_error",
+                "internal",
+            )
+        }
+    }
+}
+
+/// What a facade run needs besides its events.
+struct Run {
+    agents: Arc<Agents>,
+    agent: Arc<dataref_agent::Agent>,
+    /// The session to continue, claimed; `None`: the client's history, nothing kept.
+    session: Option<(String, Claim)>,
+    ctx: dataref_tool::RunContext,
+    history: Vec<Message>,
+    message: String,
+    cancel: CancellationToken,
+}
+
+impl Run {
+    async fn go(self, events: &dyn EventSink) -> Result<RunOutcome, SendError> {
+        let host = &self.agents.host;
+        match self.session {
+            Some((id, claim)) => {
+                let sent = host
+                    .send(dataref_agent::Send {
+                        ctx: self.ctx,
+                        agent: Some(&self.agent.name),
+                        session: Some(id),
+                        message: self.message,
+                        events,
+                        approver: &NoOneToAsk,
+                        cancel: self.cancel,
+                    })
+                    .await;
+                drop(claim);
+                sent.map(|sent| sent.run)
+            }
+            None => Ok(self
+                .agent
+                .run(RunInput {
+                    ctx: self.ctx,
+                    history: self.history,
+                    message: self.message,
+                    model: host.model_of(&self.agent),
+                    events,
+                    approver: &NoOneToAsk,
+                    cancel: self.cancel,
+                })
+                .await),
+        }
+    }
+}
+
+/// `POST /v1/chat/completions`. `header` is `X-Dataref-Session`, when sent.
+pub(crate) async fn completions(
+    call: Call,
+    header: Option<Result<String, http::header::ToStrError>>,
+    body: Deadline,
+) -> Response<Body> {
+    let request: CompletionRequest = match agent_api::read_body(body)
+        .await
+        .and_then(|b| agent_api::parse(&b))
+    {
+        Ok(r) => r,
+        Err(BodyError::TooLarge) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the request is larger than {} KiB",
+                    agent_api::MAX_AGENT_BODY / 1024
+                ),
+                "invalid_request_error",
+                "payload_too_large",
+            );
+        }
+        Err(BodyError::Unreadable) => {
+            return invalid("the request body could not be read", "invalid_body");
+        }
+        Err(BodyError::Invalid(detail)) => {
+            return invalid(
+                format!("the body is not a Chat Completions request: {detail}"),
+                "invalid_body",
+            );
+        }
+    };
+    let host = call.agents.host.clone();
+    let Some(model) = request.model.filter(|m| !m.is_empty()) else {
+        return invalid(
+            "`model` is required: it names one of this server's agents (GET /v1/models)",
+            "missing_model",
+        );
+    };
+    let agent = match host.agent(Some(&model)) {
+        Ok(a) => a.clone(),
+        Err(_) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "The model `{}` does not exist: the models here are dataref's agents ({}); list them with GET /v1/models",
+                    dataref_protocol::truncate_echo(&model),
+                    host.names()
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "invalid_request_error",
+                "model_not_found",
+            );
+        }
+    };
+    if !host.has_model(&agent) {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "agent `{}` has no model endpoint: the operator sets DATAREF_LLM_URL and DATAREF_LLM_MODEL, or `url` and `model` in [agents.{}]",
+                agent.name, agent.name
+            ),
+            "server_error",
+            "no_model_endpoint",
+        );
+    }
+    let (message, history) = match conversation(&request.messages) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let session = match header {
+        None => None,
+        Some(Err(_)) => {
+            return invalid("`X-Dataref-Session` is not ASCII", "bad_session_id");
+        }
+        Some(Ok(id)) => {
+            let id = id.trim().to_owned();
+            match host
+                .sessions
+                .history(&call.principal, &id, Some(&agent.name))
+            {
+                Ok(_) | Err(SessionError::NotFound(_)) => {}
+                Err(e) => return send_error(&SendError::Session(e)),
+            }
+            let Some(claim) = call.agents.claim(&call.principal, &id) else {
+                return send_error(&SendError::Busy(id));
+            };
+            Some((id, claim))
+        }
+    };
+    let session_id = session.as_ref().map(|(id, _)| id.clone());
+    let workspace = match call.workspace() {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let cancel = call.agents.shutdown.child_token();
+    let run = Run {
+        agents: call.agents.clone(),
+        agent: agent.clone(),
+        session,
+        ctx: call
+            .agents
+            .shared
+            .context(call.principal.clone(), workspace),
+        history,
+        message,
+        cancel: cancel.clone(),
+    };
+    let chunks = Chunks {
+        id: format!(
+            "chatcmpl-{}",
+            SessionStore::new_id().trim_start_matches("s-")
+        ),
+        model: agent.name.clone(),
+        created: now_secs(),
+        include_usage: request
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+    };
+    let mut response = if request.stream.unwrap_or(false) {
+        streamed(run, chunks, cancel)
+    } else {
+        whole(run, chunks, cancel).await
+    };
+    if let Some(id) = session_id
+        && let Ok(v) = HeaderValue::from_str(&id)
+    {
+        response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    response
+}
+
+/// `stream: false`: the run to its end, then one `chat.completion`. The run is a task of
+/// its own; the client going away cancels it (and a kept session records that).
+async fn whole(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response<Body> {
+    let _cancel_if_gone = cancel.drop_guard();
+    let task = tokio::spawn(async move { run.go(&NoEvents).await });
+    let outcome = match task.await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return send_error(&e),
+        Err(e) => {
+            tracing::error!(error = %e, "a facade run's task failed");
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the run could not be completed; the details are in the server log",
+                "server_error",
+                "internal",
+            );
+        }
+    };
+    if let Some(Stopped::Model(_)) = &outcome.stopped {
+        return error(
+            StatusCode::BAD_GATEWAY,
+            outcome.answer,
+            "server_error",
+            "model_error",
+        );
+    }
+    json_response(
+        StatusCode::OK,
+        json!({
+            "id": chunks.id,
+            "object": "chat.completion",
+            "created": chunks.created,
+            "model": chunks.model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": outcome.answer},
+                "finish_reason": finish_reason(outcome.stopped.as_ref()),
+            }],
+            "usage": usage_json(&outcome),
+        }),
+    )
+}
+
+/// How the chunks of one streamed completion look.
+struct Chunks {
+    id: String,
+    model: String,
+    created: i64,
+    include_usage: bool,
+}
+
+impl Chunks {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Bytes {
+        let mut c = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        data(&c)
+    }
+
+    fn usage(&self, run: &RunOutcome) -> Bytes {
+        data(&json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage_json(run),
+        }))
+    }
+}
+
+fn data(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// Turns the run's text deltas into content deltas. The text the final answer has beyond
+/// what streamed since the last tool call (a limit's sentence) goes out as one more delta.
+struct ChunkEvents {
+    chunks: Arc<Chunks>,
+    tx: mpsc::UnboundedSender<Bytes>,
+    since_tools: Mutex<String>,
+}
+
+impl EventSink for ChunkEvents {
+    fn event(&self, event: AgentEvent) {
+        let mut since = self
+            .since_tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match event {
+            AgentEvent::TextDelta { text } => {
+                since.push_str(&text);
+                let _ = self
+                    .tx
+                    .send(self.chunks.chunk(json!({"content": text}), None));
+            }
+            AgentEvent::ToolCallStarted { .. }
+            | AgentEvent::ToolCallFinished { .. }
+            | AgentEvent::ApprovalNeeded { .. } => since.clear(),
+            AgentEvent::Final { text, .. } => {
+                if let Some(rest) = text.strip_prefix(since.as_str())
+                    && !rest.is_empty()
+                {
+                    let _ = self
+                        .tx
+                        .send(self.chunks.chunk(json!({"content": rest}), None));
+                }
+                since.clear();
+            }
+            AgentEvent::Usage { .. } | AgentEvent::Error { .. } => {}
+        }
+    }
+}
+
+/// `stream: true`: `chat.completion.chunk`s as the run goes, the finish chunk, the usage
+/// chunk when asked for, `data: [DONE]`.
+fn streamed(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response<Body> {
+    let chunks = Arc::new(chunks);
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let _ = tx.send(chunks.chunk(json!({"role": "assistant", "content": ""}), None));
+    let response = agent_api::sse_response(rx, cancel);
+    tokio::spawn(async move {
+        let events = ChunkEvents {
+            chunks: chunks.clone(),
+            tx: tx.clone(),
+            since_tools: Mutex::new(String::new()),
+        };
+        match run.go(&events).await {
+            Ok(outcome) => {
+                let _ =
+                    tx.send(chunks.chunk(json!({}), Some(finish_reason(outcome.stopped.as_ref()))));
+                if chunks.include_usage {
+                    let _ = tx.send(chunks.usage(&outcome));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a streamed facade run failed");
+                let _ = tx.send(data(&json!({"error": {
+                    "message": e.to_string(),
+                    "type": "server_error",
+                    "param": null,
+                    "code": "run_failed",
+                }})));
+            }
+        }
+        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n"));
+    });
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataref_agent::Role;
+
+    #[test]
+    fn the_last_user_message_is_new_and_system_and_tool_messages_are_ignored() {
+        let messages = vec![
+            json!({"role": "system", "content": "You are a pirate."}),
+            json!({"role": "user", "content": "first"}),
+            json!({"role": "assistant", "content": "an answer"}),
+            json!({"role": "assistant", "content": null, "tool_calls": []}),
+            json!({"role": "tool", "tool_call_id": "x", "content": "rows"}),
+            json!({"role": "user", "content": [{"type": "text", "text": "second"}]}),
+        ];
+        let (message, history) = conversation(&messages).unwrap();
+        assert_eq!(message, "second");
+        let roles: Vec<Role> = history.iter().map(|m| m.role).collect();
+        assert_eq!(roles, vec![Role::User, Role::Assistant]);
+        assert!(conversation(&[json!({"role": "system", "content": "x"})]).is_err());
+    }
+
+    #[test]
+    fn limits_finish_with_length() {
+        assert_eq!(finish_reason(None), "stop");
+        assert_eq!(finish_reason(Some(&Stopped::MaxTurns(3))), "length");
+        assert_eq!(finish_reason(Some(&Stopped::Cancelled)), "stop");
+    }
+}
