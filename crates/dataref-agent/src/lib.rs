@@ -9,12 +9,12 @@
 //! - [`event`]: what a run reports while it goes.
 
 pub mod event;
+pub mod export;
 pub mod llm;
 pub mod message;
 pub mod prompt;
 pub mod tokens;
 pub mod window;
-pub mod export;
 
 pub use event::{AgentEvent, EventSink, NoEvents};
 pub use message::{AssistantToolCall, Message, Role, ToolDefinition, Usage};

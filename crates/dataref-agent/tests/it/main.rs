@@ -9,8 +9,8 @@
     clippy::expect_used,
     reason = "test helpers fail the test on setup errors"
 )]
+mod export;
 mod gateway;
-mod window;
 mod prompt;
 mod run;
-mod export;
+mod window;

@@ -368,7 +368,10 @@ fn demo_prints_what_the_model_receives() {
         stdout.contains("model: scripted (no model endpoint configured)"),
         "{stdout}"
     );
-    assert!(stdout.contains("these product lines lost the most revenue"), "{stdout}");
+    assert!(
+        stdout.contains("these product lines lost the most revenue"),
+        "{stdout}"
+    );
     assert!(stdout.contains("| turn | tokens sent"), "{stdout}");
     // run_python found the quarter-over-quarter losers and stored the delta table.
     assert!(stdout.contains("▶ run_python"), "{stdout}");
