@@ -293,6 +293,7 @@ impl Agent {
             if !reply.content.trim().is_empty() {
                 last_text = reply.content.clone();
             }
+            unique_ids(&mut reply.tool_calls, &history, turn);
             let calls = reply.tool_calls.clone();
             history.push(reply);
             let limit_hit = self
@@ -614,6 +615,27 @@ fn finish(
     out.answer = answer;
     out.stopped = stopped;
     out
+}
+
+/// Gives every call of a reply an id no other call of the history has: some servers send
+/// empty ids, or the same id for every parallel call, and a result must answer one call.
+fn unique_ids(calls: &mut [AssistantToolCall], history: &[Message], turn: u32) {
+    let mut taken: std::collections::HashSet<String> = history
+        .iter()
+        .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
+        .collect();
+    for (i, c) in calls.iter_mut().enumerate() {
+        if c.id.is_empty() || taken.contains(&c.id) {
+            let mut n = 0;
+            let mut id = format!("call_{turn}_{i}");
+            while taken.contains(&id) {
+                n += 1;
+                id = format!("call_{turn}_{i}_{n}");
+            }
+            c.id = id;
+        }
+        taken.insert(c.id.clone());
+    }
 }
 
 /// The spill file of a spilled or cut result, for the cap's note.

@@ -685,6 +685,8 @@ struct CallAssembler {
 #[derive(Default)]
 struct PartialCall {
     id: Option<String>,
+    /// The index its first delta gave.
+    index: Option<u64>,
     name: String,
     arguments: String,
 }
@@ -697,7 +699,26 @@ impl CallAssembler {
             .filter(|s| !s.is_empty());
         let index = delta.get("index").and_then(Value::as_u64);
         let slot = match (id, index) {
-            (Some(id), _) if self.by_id.contains_key(id) => self.by_id[id],
+            // The call at this index with this id goes on.
+            (Some(id), Some(index))
+                if self
+                    .at_index
+                    .get(&index)
+                    .is_some_and(|&slot| self.calls[slot].id.as_deref() == Some(id)) =>
+            {
+                self.at_index[&index]
+            }
+            // A known id at its own index (or without one) continues that call; the same id
+            // at another index is another call (some servers give every call one id).
+            (Some(id), index)
+                if self.by_id.get(id).is_some_and(|&slot| {
+                    index.is_none()
+                        || self.calls[slot].index.is_none()
+                        || self.calls[slot].index == index
+                }) =>
+            {
+                self.by_id[id]
+            }
             (Some(id), index) => {
                 // A new id: a call at this index that has no id yet is this one (its id came
                 // late); any other is an earlier call at a reused index.
@@ -725,6 +746,9 @@ impl CallAssembler {
             self.at_index.insert(index, slot);
         }
         let call = &mut self.calls[slot];
+        if call.index.is_none() {
+            call.index = index;
+        }
         if let Some(function) = delta.get("function") {
             if let Some(name) = function.get("name").and_then(Value::as_str) {
                 call.name.push_str(name);
@@ -936,6 +960,30 @@ mod tests {
         assert_eq!(
             redact_url("http://localhost:8080/v1"),
             "http://localhost:8080/v1"
+        );
+    }
+
+    #[test]
+    fn one_id_at_two_indexes_is_two_calls() {
+        let mut a = CallAssembler::default();
+        for d in [
+            json!({"index":0,"id":"same","function":{"name":"f","arguments":"{\"a\""}}),
+            json!({"index":1,"id":"same","function":{"name":"g","arguments":"{}"}}),
+            json!({"index":0,"id":"same","function":{"arguments":":1}"}}),
+        ] {
+            a.delta(&d);
+        }
+        let got: Vec<(String, String)> = a
+            .finish()
+            .into_iter()
+            .map(|c| (c.name, c.arguments))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("f".to_owned(), "{\"a\":1}".to_owned()),
+                ("g".to_owned(), "{}".to_owned())
+            ]
         );
     }
 

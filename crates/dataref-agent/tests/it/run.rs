@@ -821,3 +821,179 @@ async fn what_was_approved_is_what_runs_even_if_the_file_changes_meanwhile() {
     let obs = last_tool(&f.model.requests()[1]);
     assert!(obs["rows"].as_u64().unwrap() > 0, "{obs}");
 }
+
+#[tokio::test]
+async fn calls_without_ids_or_with_one_id_each_get_their_own_result() {
+    let f = fixture(
+        vec![
+            Reply::tool_calls(vec![
+                Call::new("", "list_artifacts", r#"{"limit": 1}"#),
+                Call::new("", "list_artifacts", r#"{"limit": 2}"#),
+            ]),
+            Reply::tool_calls(vec![
+                Call::new("same", "list_artifacts", r#"{"limit": 3}"#),
+                Call::new("same", "list_artifacts", r#"{"limit": 4}"#),
+            ]),
+            Reply::text("done"),
+        ],
+        false,
+        |_| {},
+    );
+    let (sent, _) = f.send("ana", None, "go", &NoOneToAsk).await;
+    assert_eq!(sent.run.answer, "done");
+    let req = &f.model.requests()[2];
+    let msgs = req["messages"].as_array().unwrap();
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    for m in msgs {
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            calls.push(c["id"].as_str().unwrap().to_owned());
+        }
+        if m["role"] == "tool" {
+            results.push(m["tool_call_id"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(calls.len(), 4);
+    assert_eq!(calls, results);
+    let unique: std::collections::HashSet<_> = calls.iter().collect();
+    assert_eq!(unique.len(), 4, "{calls:?}");
+    assert!(results.iter().all(|r| !r.is_empty()));
+    // No result is an "interrupted" one: each call ran.
+    assert!(!req.to_string().contains("interrupted"));
+}
+
+/// The order of the run's tool events: `+tool` started, `-tool` finished.
+fn tool_order(events: &[AgentEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCallStarted { call_id, .. } => Some(format!("+{call_id}")),
+            AgentEvent::ToolCallFinished { call_id, .. } => Some(format!("-{call_id}")),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn read_only_calls_of_a_turn_run_together_and_mutating_ones_alone() {
+    let f = fixture(
+        vec![
+            Reply::tool_calls(vec![Call::new(
+                "f",
+                "fetch_sales",
+                r#"{"since": "2025-01-01"}"#,
+            )]),
+            Reply::dynamic(|req| {
+                let r = last_tool(req)["dataRef"].as_str().unwrap().to_owned();
+                let d = json!({"dataRef": r}).to_string();
+                let e1 = json!({"source": r, "format": "csv", "filename": "a"}).to_string();
+                let e2 = json!({"source": r, "format": "csv", "filename": "b"}).to_string();
+                Reply::tool_calls(vec![
+                    Call::new("r1", "describe_data", d.clone()),
+                    Call::new("r2", "list_artifacts", "{}"),
+                    Call::new("m1", "export_data", e1),
+                    Call::new("m2", "export_data", e2),
+                    Call::new("r3", "describe_data", d),
+                ])
+            }),
+            Reply::text("done"),
+        ],
+        false,
+        |_| {},
+    );
+    let (sent, events) = f.send("ana", None, "go", &NoOneToAsk).await;
+    assert_eq!(sent.run.answer, "done");
+    let order = tool_order(&events);
+    assert_eq!(&order[..2], ["+f", "-f"]);
+    let turn2 = &order[2..];
+    // The two read-only calls both start before either finishes; each export runs alone;
+    // the last read-only call after them.
+    assert_eq!(&turn2[..2], ["+r1", "+r2"], "{turn2:?}");
+    assert!(turn2[2..4].contains(&"-r1".to_owned()) && turn2[2..4].contains(&"-r2".to_owned()));
+    assert_eq!(
+        &turn2[4..],
+        ["+m1", "-m1", "+m2", "-m2", "+r3", "-r3"],
+        "{turn2:?}"
+    );
+    // Results go back in call order.
+    let ids: Vec<String> = f.model.requests()[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["f", "r1", "r2", "m1", "m2", "r3"]);
+}
+
+#[tokio::test]
+async fn a_result_over_the_token_cap_is_cut_with_a_note() {
+    let f = fixture(
+        vec![
+            Reply::tool_calls(vec![Call::new(
+                "f",
+                "fetch_sales",
+                r#"{"since": "2025-01-01"}"#,
+            )]),
+            Reply::text("done"),
+        ],
+        false,
+        |p| p.limits.result_tokens = 60,
+    );
+    f.send("ana", None, "go", &NoOneToAsk).await;
+    let obs = &tool_messages(&f.model.requests()[1])[0];
+    assert!(obs.contains("cut"), "{obs}");
+    let bpe = tiktoken_rs::o200k_base().unwrap();
+    assert!(bpe.encode_with_special_tokens(obs).len() <= 60, "{obs}");
+    assert!(obs.starts_with("{\"dataRef\":\"data_"), "{obs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_stops_the_running_tool() {
+    let code = json!({"code": "import time\ntime.sleep(60)\nresult = 1"}).to_string();
+    let f = fixture(
+        vec![Reply::tool_calls(vec![Call::new("p", "run_python", code)])],
+        true,
+        |_| {},
+    );
+    let events = Events::default();
+    let cancel = CancellationToken::new();
+    let started = std::time::Instant::now();
+    let run = f.host.send(Send {
+        ctx: f.ctx("ana"),
+        agent: None,
+        session: None,
+        message: "sleep".into(),
+        events: &events,
+        approver: &NoOneToAsk,
+        cancel: cancel.clone(),
+    });
+    tokio::pin!(run);
+    // Cancel once the tool is running.
+    let sent = loop {
+        tokio::select! {
+            r = &mut run => break r.unwrap(),
+            () = tokio::time::sleep(Duration::from_millis(100)) => {
+                let running = events.0.lock().unwrap().iter().any(|e| matches!(e, AgentEvent::ToolCallStarted { .. }));
+                if running && !cancel.is_cancelled() {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    cancel.cancel();
+                }
+            }
+        }
+    };
+    assert!(started.elapsed() < Duration::from_secs(50));
+    assert_eq!(sent.run.stopped, Some(Stopped::Cancelled));
+    let obs: Vec<_> = sent.run.observations().collect();
+    assert_eq!(obs.len(), 1);
+    assert!(obs[0].content.contains("cancelled"), "{}", obs[0].content);
+    let finished = events
+        .take()
+        .into_iter()
+        .find_map(|e| match e {
+            AgentEvent::ToolCallFinished { outcome, .. } => Some(outcome),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(finished, "cancelled");
+}
