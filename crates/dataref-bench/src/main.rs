@@ -15,6 +15,7 @@
     reason = "benchmark files (samples, stores, baselines) live outside any workspace"
 )]
 
+mod agent;
 mod chart;
 mod context;
 mod export;
@@ -99,6 +100,10 @@ enum BenchSection {
     /// The first `run_python` of a session against warm ones: fresh in-process servers,
     /// the seed's pivot sent right after the handshake, with the warm pool and without.
     FirstRun(first_run::FirstRunArgs),
+    /// The agent loop: its own time per turn (model time excluded) over a 200-message
+    /// session, context assembly (`window::fit`), and the tokens the model receives for the
+    /// seed's question at each size, each against a baseline.
+    Agent(agent::AgentArgs),
     /// (internal) one measured step, in a process of its own.
     #[command(hide = true)]
     BenchWorker(WorkerArgs),
@@ -372,6 +377,10 @@ fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         Some(BenchSection::FirstRun(a)) => {
             first_run::run(a)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::Agent(a)) => {
+            agent::run(a)?;
             return Ok(ExitCode::SUCCESS);
         }
         Some(BenchSection::BenchWorker(a)) => return worker(a),

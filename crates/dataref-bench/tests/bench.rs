@@ -56,12 +56,27 @@ fn bench_context_and_first_run_print_their_tables() {
     );
 }
 
+#[test]
+fn bench_agent_prints_its_tables() {
+    let agent = bench(&["agent", "--rows", "4000", "--runs", "2"]);
+    assert!(
+        agent.contains("| `Agent::run`, final text, token counts cached | 1 |"),
+        "{agent}"
+    );
+    assert!(
+        agent.contains("| `window::fit`, token counts cached |"),
+        "{agent}"
+    );
+    assert!(agent.contains("| 4000 | 4000 | 4 |"), "{agent}");
+    assert!(agent.contains("the same total at every size"), "{agent}");
+}
+
 /// What a person reads before running a bench: `--help` of the binary and of each section,
 /// a reviewed diff when it changes.
 #[test]
 fn help_of_every_section() {
     let mut doc = String::new();
-    for command in [&[][..], &["context"], &["first-run"]] {
+    for command in [&[][..], &["context"], &["first-run"], &["agent"]] {
         let out = Command::new(BIN)
             .args(command)
             .arg("--help")

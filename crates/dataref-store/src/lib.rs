@@ -44,8 +44,8 @@ pub use local::{LocalStore, StoreLimits, SweepReport};
 pub use stats::{SampleOptions, describe, describe_data};
 pub use untrusted::{MalformedIpc, UntrustedBatches, UntrustedIpc};
 pub use value::{
-    cell_to_json, closest, did_you_mean, format_date, format_timestamp_micros, timestamp_micros,
-    type_name,
+    cell_to_json, closest, did_you_mean, format_date, format_timestamp_micros, records_json,
+    timestamp_micros, type_name,
 };
 
 use std::path::PathBuf;

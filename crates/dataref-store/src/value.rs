@@ -201,6 +201,31 @@ fn float(v: f64) -> Value {
 /// happened. Dates are `YYYY-MM-DD`, timestamps ISO 8601, times `HH:MM:SS[.ffffff]`,
 /// intervals ISO 8601 durations, decimals numbers (text past 15 significant digits),
 /// lists arrays, non-finite floats strings.
+/// The first `max_rows` rows of `batches` as JSON records (`[{"col": value, …}, …]`) and how
+/// many rows that was: what the naive pattern sends the model, for measuring what returning
+/// rows would cost (`dataref demo`, the benchmarks).
+pub fn records_json(batches: &[arrow_array::RecordBatch], max_rows: usize) -> (String, usize) {
+    let mut records = Vec::new();
+    'outer: for batch in batches {
+        let schema = batch.schema();
+        for row in 0..batch.num_rows() {
+            if records.len() >= max_rows {
+                break 'outer;
+            }
+            let mut m = serde_json::Map::new();
+            for (i, field) in schema.fields().iter().enumerate() {
+                m.insert(
+                    field.name().clone(),
+                    cell_to_json(batch.column(i), row, None).0,
+                );
+            }
+            records.push(Value::Object(m));
+        }
+    }
+    let n = records.len();
+    (Value::Array(records).to_string(), n)
+}
+
 pub fn cell_to_json(array: &ArrayRef, row: usize, max_chars: Option<usize>) -> (Value, bool) {
     if array.is_null(row) {
         return (Value::Null, false);

@@ -18,7 +18,7 @@ use dataref_protocol::DataRef;
 use dataref_store::ArtifactStore;
 use dataref_tool::RunContext;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Common, settings};
@@ -480,22 +480,8 @@ fn naive_cost(
 ) -> Result<(usize, usize)> {
     let table = store.open_table(&ctx.principal, data_ref)?;
     let total = table.meta.rows as usize;
-    let mut records = Vec::new();
-    'outer: for batch in &table.batches {
-        for row in 0..batch.num_rows() {
-            if records.len() >= NAIVE_SAMPLE_ROWS {
-                break 'outer;
-            }
-            let mut m = Map::new();
-            for (i, field) in batch.schema().fields().iter().enumerate() {
-                let (v, _) = dataref_store::cell_to_json(batch.column(i), row, None);
-                m.insert(field.name().clone(), v);
-            }
-            records.push(Value::Object(m));
-        }
-    }
-    let n = records.len().max(1);
-    let text = serde_json::to_string(&records)?;
+    let (text, sampled) = dataref_store::records_json(&table.batches, NAIVE_SAMPLE_ROWS);
+    let n = sampled.max(1);
     let tokens = bpe.encode_with_special_tokens(&text).len();
     Ok((text.len() * total / n, tokens * total / n))
 }
