@@ -994,7 +994,11 @@ fn header(meta: &ExportMeta, config: &Config, connections: &BTreeMap<String, Str
         }
     }
     h.push_str(
-        "3. Run it top to bottom: as a notebook in Jupyter, or the script form with `python`. \
+        "3. **Read the code first.** The `run_python` steps are code the model wrote; in \
+         dataref they ran in a sandbox (no network, no files but their inputs). Here they run \
+         as you, next to your database connections. Nothing runs until you set \
+         `DATAREF_RUN_AGENT_CODE=1`.\n\
+         4. Run it top to bottom: as a notebook in Jupyter, or the script form with `python`. \
          Charts go to `charts/` and exports to `exports/` in the working directory.\n",
     );
     h
@@ -1004,6 +1008,11 @@ fn setup(config: &Config, connections: &BTreeMap<String, String>) -> String {
     let mut s = String::from(
         "# Setup: the libraries, and a connection to each source the session read.\n\
          import os\nimport pathlib\nimport sqlite3\nimport warnings\n\n\
+         # The run_python steps are the model's code, which ran in dataref's sandbox; here it\n\
+         # runs as you. Read it, then run with DATAREF_RUN_AGENT_CODE=1.\n\
+         if os.environ.get(\"DATAREF_RUN_AGENT_CODE\") != \"1\":\n    \
+         raise SystemExit(\"read the code first (it was written by a model), then set \
+         DATAREF_RUN_AGENT_CODE=1 to run it\")\n\n\
          import numpy as np\nimport pandas as pd\n\n\
          # pandas warns about plain DB-API connections (psycopg); reading through them works.\n\
          warnings.filterwarnings(\"ignore\", message=\"pandas only supports SQLAlchemy\")\n\n\n\

@@ -164,13 +164,16 @@ impl AgentHost {
             }
             None => SessionStore::new_id(),
         };
-        let history: Vec<Message> = match self.sessions.history(&principal, &id, Some(&agent.name))
-        {
+        // Claimed before the history is read, so two messages cannot both build on it.
+        let _guard = self.claim(&principal, &id)?;
+        let store = self.sessions.clone();
+        let (p, i, a) = (principal.clone(), id.clone(), agent.name.clone());
+        // SQLite waits (fsync, another process's lock) off the async workers.
+        let history: Vec<Message> = match blocking(move || store.history(&p, &i, Some(&a))).await? {
             Ok(h) => h,
             Err(SessionError::NotFound(_)) => Vec::new(),
             Err(e) => return Err(e.into()),
         };
-        let _guard = self.claim(&principal, &id)?;
         let now = send.ctx.clock.now();
         let run = agent
             .run(RunInput {
@@ -183,8 +186,9 @@ impl AgentHost {
                 cancel: send.cancel,
             })
             .await;
-        self.sessions
-            .append_run(&principal, &id, &agent.name, now, &run)?;
+        let store = self.sessions.clone();
+        let (i, a, r) = (id.clone(), agent.name.clone(), run.clone());
+        blocking(move || store.append_run(&principal, &i, &a, now, &r)).await??;
         Ok(Sent {
             session: id,
             agent: agent.name.clone(),
@@ -200,6 +204,18 @@ impl AgentHost {
         }
         Ok(Claim { host: self, key })
     }
+}
+
+/// `f` on the blocking pool; a task that died is a database error.
+async fn blocking<T: std::marker::Send + 'static>(
+    f: impl FnOnce() -> T + std::marker::Send + 'static,
+) -> Result<T, SendError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        SendError::Session(SessionError::Database {
+            path: "agent/sessions.sqlite".into(),
+            detail: format!("the session task ended abnormally: {e}"),
+        })
+    })
 }
 
 /// A session marked busy until dropped.

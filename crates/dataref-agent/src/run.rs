@@ -72,7 +72,7 @@ impl Stopped {
             ),
             Self::Cancelled => "The run was cancelled.".to_owned(),
             Self::Model(m) => format!("I could not finish: {m}"),
-            Self::Context(m) => format!("I could not start: {m}"),
+            Self::Context(m) => format!("I stopped: {m}"),
         }
     }
 }
@@ -353,6 +353,11 @@ impl Agent {
     ) -> Option<Stopped> {
         let limits = &self.config.limits;
         let call_ctx = ctx.for_call(ctx.progress.clone(), cancel.child_token());
+        // The results of one turn go back together and cannot be trimmed apart: each gets
+        // its share of half the budget (at least 1,000 tokens), within `result_tokens`.
+        let budget = limits.context_tokens.saturating_sub(limits.answer_tokens);
+        let share = (budget / (2 * calls.len().max(1))).max(1_000);
+        let cap = limits.result_tokens.min(share);
         let mut stopped = None;
         let mut prepared = Vec::with_capacity(calls.len());
         for c in calls {
@@ -373,7 +378,11 @@ impl Agent {
                 continue;
             }
             *count += 1;
-            prepared.push((c, self.prepare(c, &call_ctx, seen, events, approver).await));
+            prepared.push((
+                c,
+                self.prepare(c, &call_ctx, seen, events, approver, deadline)
+                    .await,
+            ));
         }
         // Consecutive read-only calls run together; a mutating call runs alone.
         let mut results: Vec<Option<Message>> = vec![None; prepared.len()];
@@ -392,7 +401,7 @@ impl Agent {
             }
             let batch = (i..j).map(|k| {
                 let (c, p) = &prepared[k];
-                self.finish_call(c, p, &call_ctx, events, deadline)
+                self.finish_call(c, p, &call_ctx, events, deadline, cap)
             });
             for (k, m) in (i..j).zip(join_all(batch).await) {
                 results[k] = Some(m);
@@ -416,6 +425,7 @@ impl Agent {
         seen: &mut HashMap<(String, String), u32>,
         events: &dyn EventSink,
         approver: &dyn Approver,
+        deadline: tokio::time::Instant,
     ) -> Prepared {
         let call = ToolCall::from_json_text(c.name.clone(), c.arguments.clone()).with_id(&c.id);
         let expanded = match expand_call(&self.registry, call, ctx).await {
@@ -458,7 +468,12 @@ impl Agent {
             }
         };
         let via = (expanded.name != c.name).then(|| c.name.clone());
-        match self.approval(&expanded.name) {
+        // Through `call_tool`, the stricter of its own policy and the target's.
+        let policy = match &via {
+            Some(v) => strictest(self.approval(v), self.approval(&expanded.name)),
+            None => self.approval(&expanded.name),
+        };
+        match policy {
             Approval::Allow => {}
             Approval::Deny => {
                 return Prepared::Answered {
@@ -484,7 +499,15 @@ impl Agent {
                     tool: request.tool.clone(),
                     arguments: request.arguments.clone(),
                 });
-                if let Decision::Deny(reason) = approver.decide(&request).await {
+                // The wait for a person is bounded by the run's own limits.
+                let decision = tokio::select! {
+                    d = approver.decide(&request) => d,
+                    () = ctx.cancel.cancelled() => Decision::Deny(Some("the run was cancelled".into())),
+                    () = tokio::time::sleep_until(deadline) => {
+                        Decision::Deny(Some("the run reached its time limit while waiting".into()))
+                    }
+                };
+                if let Decision::Deny(reason) = decision {
                     let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
                     return Prepared::Answered {
                         tool: expanded.name.clone(),
@@ -511,7 +534,7 @@ impl Agent {
     }
 
     /// Runs a prepared call (or reports the answer it already has) and makes its
-    /// observation, capped to the profile's per-result token limit.
+    /// observation, capped to `cap` tokens.
     async fn finish_call(
         &self,
         c: &AssistantToolCall,
@@ -519,6 +542,7 @@ impl Agent {
         ctx: &RunContext,
         events: &dyn EventSink,
         deadline: tokio::time::Instant,
+        cap: usize,
     ) -> Message {
         let t0 = Instant::now();
         match p {
@@ -559,12 +583,8 @@ impl Agent {
                     }
                 };
                 let whole_at = whole_at(&outcome);
-                let mut text = window::cap_result(
-                    &outcome.text,
-                    &self.counter,
-                    self.config.limits.result_tokens,
-                    whole_at.as_deref(),
-                );
+                let mut text =
+                    window::cap_result(&outcome.text, &self.counter, cap, whole_at.as_deref());
                 if let Some(w) = warn {
                     text = format!("{text}\n{w}");
                 }
@@ -615,6 +635,16 @@ fn finish(
     out.answer = answer;
     out.stopped = stopped;
     out
+}
+
+/// Deny over ask over allow.
+fn strictest(a: Approval, b: Approval) -> Approval {
+    let rank = |p: Approval| match p {
+        Approval::Allow => 0,
+        Approval::Ask => 1,
+        Approval::Deny => 2,
+    };
+    if rank(a) >= rank(b) { a } else { b }
 }
 
 /// Gives every call of a reply an id no other call of the history has: some servers send

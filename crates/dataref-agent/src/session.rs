@@ -266,7 +266,11 @@ impl SessionStore {
     ) -> Result<(), SessionError> {
         Self::check_id(id)?;
         let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.db(e))?;
+        // IMMEDIATE: the write lock first, so a read here cannot deadlock with another
+        // process's write on the same data dir.
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| self.db(e))?;
         let title: String = run
             .messages
             .first()

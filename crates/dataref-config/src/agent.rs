@@ -39,8 +39,9 @@ pub struct AgentConfig {
     pub default_approval: Approval,
 }
 
-/// An OpenAI-compatible Chat Completions endpoint.
-#[derive(Debug, Clone, PartialEq)]
+/// An OpenAI-compatible Chat Completions endpoint. Its `Debug` shows a literal key as `***`
+/// (a `${VAR}` reference as it is).
+#[derive(Clone, PartialEq)]
 pub struct ModelEndpoint {
     /// Base URL (`https://api.openai.com/v1`): the profile's `url`, else `DATAREF_LLM_URL`,
     /// else `None` (no model configured).
@@ -60,6 +61,29 @@ pub struct ModelEndpoint {
     pub max_tokens: Option<u32>,
     /// Stream the answer (SSE). Default true.
     pub stream: bool,
+}
+
+impl std::fmt::Debug for ModelEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = self.api_key.as_deref().map(|k| {
+            if k.starts_with("${") && k.ends_with('}') && !k[2..].contains('$') {
+                k
+            } else {
+                "***"
+            }
+        });
+        f.debug_struct("ModelEndpoint")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("api_key", &key)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("encoding", &self.encoding)
+            .field("temperature", &self.temperature)
+            .field("max_tokens", &self.max_tokens)
+            .field("stream", &self.stream)
+            .finish()
+    }
 }
 
 /// Where the system prompt template comes from.

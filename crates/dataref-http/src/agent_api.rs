@@ -549,7 +549,7 @@ impl Call {
                     tracing::error!(session = %id, error = %e, "an agent run over HTTP failed");
                     sse_event(
                         "error",
-                        &json!({"message": e.to_string(), "hint": e.hint()}),
+                        &json!({"message": public_message(&e), "hint": e.hint()}),
                     )
                 }
             };
@@ -755,6 +755,17 @@ fn profile_error(e: &ProfileError) -> Response<Body> {
         .hint()
         .unwrap_or_else(|| "list the agents with `GET /agent/agents`".into());
     error(status, code, e.to_string(), hint)
+}
+
+/// What a client is told of a failed send: the session store's own failure (a file path,
+/// SQLite's words) stays in the log.
+pub(crate) fn public_message(e: &SendError) -> String {
+    match e {
+        SendError::Session(SessionError::Database { .. }) => {
+            "the session store failed; the details are in the server log".to_owned()
+        }
+        other => other.to_string(),
+    }
 }
 
 pub(crate) fn send_error(e: &SendError) -> Response<Body> {

@@ -454,15 +454,18 @@ fn data(v: &Value) -> Bytes {
 struct ChunkEvents {
     chunks: Arc<Chunks>,
     tx: mpsc::UnboundedSender<Bytes>,
-    since_tools: Mutex<String>,
+    /// Text streamed since the last tool event, and the text of the turn before it (a run
+    /// stopped by a limit answers with that turn's text and the limit's sentence).
+    since_tools: Mutex<(String, String)>,
 }
 
 impl EventSink for ChunkEvents {
     fn event(&self, event: AgentEvent) {
-        let mut since = self
+        let mut guard = self
             .since_tools
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let (since, before) = &mut *guard;
         match event {
             AgentEvent::TextDelta { text } => {
                 since.push_str(&text);
@@ -472,11 +475,21 @@ impl EventSink for ChunkEvents {
             }
             AgentEvent::ToolCallStarted { .. }
             | AgentEvent::ToolCallFinished { .. }
-            | AgentEvent::ApprovalNeeded { .. } => since.clear(),
+            | AgentEvent::ApprovalNeeded { .. } => {
+                if !since.is_empty() {
+                    *before = std::mem::take(since);
+                }
+            }
             AgentEvent::Final { text, .. } => {
-                if let Some(rest) = text.strip_prefix(since.as_str())
-                    && !rest.is_empty()
-                {
+                let rest = text
+                    .strip_prefix(since.as_str())
+                    .filter(|_| !since.is_empty())
+                    .or_else(|| {
+                        text.strip_prefix(before.as_str())
+                            .filter(|_| !before.is_empty())
+                    })
+                    .unwrap_or(&text);
+                if !rest.is_empty() {
                     let _ = self
                         .tx
                         .send(self.chunks.chunk(json!({"content": rest}), None));
@@ -499,7 +512,7 @@ fn streamed(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response<Bod
         let events = ChunkEvents {
             chunks: chunks.clone(),
             tx: tx.clone(),
-            since_tools: Mutex::new(String::new()),
+            since_tools: Mutex::new((String::new(), String::new())),
         };
         match run.go(&events).await {
             Ok(outcome) => {
@@ -512,7 +525,7 @@ fn streamed(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response<Bod
             Err(e) => {
                 tracing::error!(error = %e, "a streamed facade run failed");
                 let _ = tx.send(data(&json!({"error": {
-                    "message": e.to_string(),
+                    "message": agent_api::public_message(&e),
                     "type": "server_error",
                     "param": null,
                     "code": "run_failed",

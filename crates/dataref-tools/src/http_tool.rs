@@ -375,10 +375,20 @@ impl HttpTool {
         let c = &self.config;
         let code = status.as_u16();
         let excerpt = api_message(body);
-        let said = match &excerpt {
+        let mut said = match &excerpt {
             Some(m) => format!(": {m}"),
             None => String::new(),
         };
+        // An API that echoes the credential must not hand it to the model.
+        if let Some(auth) = &c.auth
+            && let Ok(secret) = self.expand("auth_value", &auth.value)
+        {
+            for part in std::iter::once(secret.as_str()).chain(secret.split_whitespace()) {
+                if part.len() >= 8 {
+                    said = said.replace(part, "***");
+                }
+            }
+        }
         tracing::info!(tool = %c.name, status = code, request = %shown, "the HTTP API refused the call");
         let path_values: Vec<String> = c
             .params

@@ -7,7 +7,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Mutex;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use async_trait::async_trait;
 use dataref_agent::{
     AgentEvent, ApprovalRequest, ApproveAll, Approver, Decision, EventSink, NoOneToAsk, Send,
@@ -172,12 +172,13 @@ pub fn chat(common: &Common, opts: Options<'_>) -> Result<ExitCode> {
         note(&format!("resuming: {} messages so far", history.len()));
     }
     let printer = Printer::new(true);
-    let approver = TerminalApprover {
-        lock: tokio::sync::Mutex::new(()),
-    };
     let result = app.runtime.block_on(async {
+        let stdin = StdinLines::start();
+        let approver = TerminalApprover {
+            lines: stdin.clone(),
+        };
         loop {
-            let Some(line) = prompt_line("you> ").await? else {
+            let Some(line) = prompt_line(&stdin, "you> ").await else {
                 break;
             };
             let line = line.trim().to_owned();
@@ -222,8 +223,7 @@ pub fn chat(common: &Common, opts: Options<'_>) -> Result<ExitCode> {
         "session {session}: resume with `dataref chat --session {session}`"
     ));
     shutdown(&app);
-    // A read of stdin may still wait in the blocking pool (Ctrl-C at the prompt): do not
-    // wait for it.
+    // Do not wait for what is still running (a sweeper's tick).
     app.runtime
         .shutdown_timeout(std::time::Duration::from_millis(200));
     result?;
@@ -234,21 +234,43 @@ fn shutdown(app: &App) {
     dataref_app::shutdown_python(app.python.as_deref());
 }
 
-/// Reads one line from stdin; `None` at end of input or on Ctrl-C at the prompt.
-async fn prompt_line(prompt: &str) -> Result<Option<String>> {
+/// The lines of stdin, read by a thread of their own: the prompt and the approvals take
+/// them one at a time, and a wait that is given up (Ctrl-C, a cancelled run) loses no line.
+struct StdinLines {
+    rx: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<String>>,
+}
+
+impl StdinLines {
+    fn start() -> std::sync::Arc<Self> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        // Not joined: a read still waiting when the chat ends goes with the process.
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        std::sync::Arc::new(Self {
+            rx: tokio::sync::Mutex::new(rx),
+        })
+    }
+
+    /// The next line; `None` at the end of input.
+    async fn next(&self) -> Option<String> {
+        self.rx.lock().await.recv().await
+    }
+}
+
+/// One line at the prompt; `None` at the end of input or on Ctrl-C at the prompt.
+async fn prompt_line(lines: &StdinLines, prompt: &str) -> Option<String> {
     if std::io::stdin().is_terminal() {
         print_flush(prompt);
     }
-    let read = tokio::task::spawn_blocking(|| {
-        let mut s = String::new();
-        std::io::stdin().lock().read_line(&mut s).map(|n| (n, s))
-    });
     tokio::select! {
-        r = read => {
-            let (n, s) = r.context("reading stdin")?.context("reading stdin")?;
-            Ok((n > 0).then_some(s))
-        }
-        _ = tokio::signal::ctrl_c() => Ok(None),
+        l = lines.next() => l,
+        _ = tokio::signal::ctrl_c() => None,
     }
 }
 
@@ -340,8 +362,8 @@ impl EventSink for Printer {
 
 /// Asks on the terminal: the call as it will really run, then y/N.
 struct TerminalApprover {
-    /// One question on the terminal at a time.
-    lock: tokio::sync::Mutex<()>,
+    /// The answers (one question at a time: the lines are taken one at a time).
+    lines: std::sync::Arc<StdinLines>,
 }
 
 #[async_trait]
@@ -357,18 +379,9 @@ impl Approver for TerminalApprover {
             "\napprove `{}`{via} with these arguments?\n{shown}\n[y/N] ",
             request.tool
         );
-        let answer = {
-            let _one_at_a_time = self.lock.lock().await;
-            note(question.trim_end());
-            let read = tokio::task::spawn_blocking(|| {
-                let mut s = String::new();
-                std::io::stdin().lock().read_line(&mut s).map(|_| s)
-            });
-            match read.await {
-                Ok(Ok(s)) => s,
-                _ => String::new(),
-            }
-        };
+        note(question.trim_end());
+        // The loop gives the wait up when the run is cancelled (Ctrl-C) or out of time.
+        let answer = self.lines.next().await.unwrap_or_default();
         if matches!(answer.trim(), "y" | "Y" | "yes") {
             Decision::Approve
         } else {

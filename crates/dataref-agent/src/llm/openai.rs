@@ -246,7 +246,13 @@ impl OpenAiCompatible {
         let status = response.status();
         if !status.is_success() {
             let after = retry_after(response.headers());
-            let text = response.text().await.unwrap_or_default();
+            // An error's body is read only as far as its message can be.
+            let text = String::from_utf8_lossy(
+                &read_capped(&mut response, MAX_ERROR_BYTES)
+                    .await
+                    .unwrap_or_default(),
+            )
+            .into_owned();
             let error = LlmError::Status {
                 endpoint: self.endpoint.clone(),
                 status: status.as_u16(),
@@ -267,9 +273,15 @@ impl OpenAiCompatible {
         if is_sse {
             return self.read_stream(&mut response, sink, shown).await;
         }
-        let bytes = match response.bytes().await {
+        let bytes = match read_capped(&mut response, MAX_ANSWER_BYTES).await {
             Ok(bytes) => bytes,
-            Err(e) => {
+            Err(Capped::Over) => {
+                return Err(Failure::Fatal(self.protocol(format!(
+                    "the answer is over {} MiB",
+                    MAX_ANSWER_BYTES >> 20
+                ))));
+            }
+            Err(Capped::Read(e)) => {
                 return Err(Failure::Retry {
                     error: self.unreachable(format!(
                         "the connection dropped while the answer was read: {}",
@@ -364,10 +376,18 @@ impl OpenAiCompatible {
         let mut parser = SseParser::new();
         let mut events: Vec<SseEvent> = Vec::new();
         let mut state = StreamState::default();
+        let mut read = 0usize;
         loop {
             let chunk = response.chunk().await;
             let ended = match chunk {
                 Ok(Some(bytes)) => {
+                    read += bytes.len();
+                    if read > MAX_ANSWER_BYTES {
+                        return Err(Failure::Fatal(self.protocol(format!(
+                            "the answer is over {} MiB",
+                            MAX_ANSWER_BYTES >> 20
+                        ))));
+                    }
                     parser
                         .push(&bytes, &mut events)
                         .map_err(|d| Failure::Fatal(self.protocol(d)))?;
@@ -870,17 +890,11 @@ fn http_date(s: &str) -> Option<u64> {
     let year: i64 = year.parse().ok()?;
     let mut hms = time.split(':').map(|p| p.parse::<i64>().ok());
     let (h, m, sec) = (hms.next()??, hms.next()??, hms.next()??);
-    if !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
+    // A year past 9999 is no retry time (and would overflow the seconds).
+    if !(1..=31).contains(&day) || !(1970..=9999).contains(&year) || h > 23 || m > 59 || sec > 60 {
         return None;
     }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = dataref_protocol::days_from_civil(year, month as u32, day as u32);
     u64::try_from(days * 86_400 + h * 3600 + m * 60 + sec).ok()
 }
 
@@ -893,6 +907,29 @@ fn redact_url(url: &str) -> String {
         }
         _ => url.trim().to_owned(),
     }
+}
+
+/// The most of one answer read (a model's reply is kilobytes; this bounds a broken server).
+const MAX_ANSWER_BYTES: usize = 32 << 20;
+/// The most of an error's body read (its message is at its start).
+const MAX_ERROR_BYTES: usize = 64 << 10;
+
+/// Why [`read_capped`] stopped.
+enum Capped {
+    Over,
+    Read(reqwest::Error),
+}
+
+/// The body, chunk by chunk, refused past `cap` bytes.
+async fn read_capped(response: &mut reqwest::Response, cap: usize) -> Result<Vec<u8>, Capped> {
+    let mut out = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Capped::Read)? {
+        if out.len() + chunk.len() > cap {
+            return Err(Capped::Over);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 /// An error and its sources, each once, joined with `: ` ("error sending request" alone
@@ -931,6 +968,7 @@ mod tests {
         assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
         assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
         assert_eq!(http_date("soon"), None);
+        assert_eq!(http_date("Sun, 06 Nov 1000000000000 08:49:37 GMT"), None);
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl SseParser {
                     rest = &[];
                 }
             }
-            if self.line.len() > MAX_LINE {
+            if self.line.len() > MAX_LINE || self.data.len() > MAX_LINE {
                 return Err(format!(
                     "a server-sent event line is longer than {} MiB",
                     MAX_LINE / (1024 * 1024)

@@ -413,9 +413,20 @@ fn exported_script_runs_against_the_sample() {
     let work = tempfile::tempdir().unwrap();
     let path = work.path().join("session.py");
     std::fs::write(&path, script(&canonical(), &meta(), &config)).unwrap();
+    // Without the opt-in, nothing of the model's code runs.
+    let refused = Command::new(&python)
+        .arg(&path)
+        .current_dir(work.path())
+        .env_remove("DATAREF_RUN_AGENT_CODE")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("DATAREF_RUN_AGENT_CODE=1"));
+    assert!(!work.path().join("exports").exists());
     let out = Command::new(&python)
         .arg(&path)
         .current_dir(work.path())
+        .env("DATAREF_RUN_AGENT_CODE", "1")
         .env_remove("DATAREF_SOURCE_SAMPLE_PATH")
         .env("MPLCONFIGDIR", work.path().join(".mpl"))
         .env("MPLBACKEND", "Agg")

@@ -997,3 +997,63 @@ async fn cancelling_stops_the_running_tool() {
         .unwrap();
     assert_eq!(finished, "cancelled");
 }
+
+#[tokio::test]
+async fn a_policy_on_call_tool_itself_holds_for_its_targets() {
+    let f = fixture(
+        vec![
+            Reply::tool_calls(vec![Call::new(
+                "d",
+                "call_tool",
+                r#"{"tool": "list_artifacts", "args_file": "a.json"}"#,
+            )]),
+            Reply::text("ok"),
+        ],
+        false,
+        |p| p.approvals = vec![("call_tool".into(), Approval::Deny)],
+    );
+    let ctx = f.ctx("ana");
+    ctx.workspace
+        .write_atomic("a.json", b"{}", dataref_workspace::Overwrite::Replace)
+        .unwrap();
+    f.send("ana", None, "go", &ApproveAll).await;
+    let obs = tool_messages(&f.model.requests()[1]);
+    assert!(obs[0].contains("approval policy denies"), "{}", obs[0]);
+}
+
+/// Never answers.
+struct NobodyThere;
+
+#[async_trait]
+impl Approver for NobodyThere {
+    async fn decide(&self, _request: &ApprovalRequest) -> Decision {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn waiting_for_an_approval_ends_with_the_run() {
+    let f = fixture(
+        vec![Reply::tool_calls(vec![Call::new(
+            "f",
+            "fetch_sales",
+            r#"{"since": "2025-01-01"}"#,
+        )])],
+        false,
+        |p| {
+            p.approvals = vec![("fetch_sales".into(), Approval::Ask)];
+            p.limits.wall_time = Duration::from_secs(2);
+        },
+    );
+    let (sent, _) = f.send("ana", None, "go", &NobodyThere).await;
+    assert_eq!(
+        sent.run.stopped,
+        Some(Stopped::WallTime(Duration::from_secs(2)))
+    );
+    let obs: Vec<_> = sent.run.observations().collect();
+    assert!(
+        obs[0].content.contains("time limit while waiting"),
+        "{}",
+        obs[0].content
+    );
+}
