@@ -112,19 +112,31 @@ async fn agent_section(agents: &AgentHost, ctx: RunContext) -> Result<ExitCode> 
         "| turn | tokens sent (o200k, counted here) | prompt tokens (provider) | completion tokens (provider) |"
     )?;
     writeln!(out, "|---:|---:|---:|---:|")?;
+    // The scripted analyst counts nothing: its provider columns say so.
+    let counted = |n: u64| {
+        if sent.run.usage.total() == 0 {
+            "–".to_owned()
+        } else {
+            n.to_string()
+        }
+    };
     let mut sum = 0;
     for r in &sent.run.requests {
         sum += r.context_tokens;
         writeln!(
             out,
             "| {} | {} | {} | {} |",
-            r.turn, r.context_tokens, r.usage.prompt_tokens, r.usage.completion_tokens
+            r.turn,
+            r.context_tokens,
+            counted(r.usage.prompt_tokens),
+            counted(r.usage.completion_tokens)
         )?;
     }
     writeln!(
         out,
         "| total | {sum} | {} | {} |",
-        sent.run.usage.prompt_tokens, sent.run.usage.completion_tokens
+        counted(sent.run.usage.prompt_tokens),
+        counted(sent.run.usage.completion_tokens)
     )?;
     writeln!(
         out,
