@@ -155,6 +155,13 @@ impl EventSink for Events {
     }
 }
 
+/// Writes `bytes` to `path` in the context's workspace (an argument file, say).
+fn put(ctx: &RunContext, path: &str, bytes: &[u8]) {
+    ctx.workspace
+        .write_atomic(path, bytes, dataref_workspace::Overwrite::Replace)
+        .unwrap();
+}
+
 /// The content of the request's last tool message, as JSON.
 fn last_tool(request: &Value) -> Value {
     let msgs = request["messages"].as_array().unwrap();
@@ -454,13 +461,7 @@ async fn approvals_see_the_expanded_delegated_call_and_history_keeps_the_short_o
             p.approvals = vec![("fetch_*".into(), Approval::Ask)];
         });
         let ctx = f.ctx("ana");
-        ctx.workspace
-            .write_atomic(
-                "args/fetch.json",
-                br#"{"since": "2025-01-01"}"#,
-                dataref_workspace::Overwrite::Replace,
-            )
-            .unwrap();
+        put(&ctx, "args/fetch.json", br#"{"since": "2025-01-01"}"#);
         let rec = Recorder {
             answer,
             asked: Mutex::new(Vec::new()),
@@ -517,13 +518,7 @@ async fn deny_and_the_profiles_tool_set_hold_through_call_tool() {
         |p| p.approvals = vec![("fetch_sales".into(), Approval::Deny)],
     );
     let ctx = f.ctx("ana");
-    ctx.workspace
-        .write_atomic(
-            "a.json",
-            br#"{"since": "2025-01-01"}"#,
-            dataref_workspace::Overwrite::Replace,
-        )
-        .unwrap();
+    put(&ctx, "a.json", br#"{"since": "2025-01-01"}"#);
     f.send("ana", None, "go", &ApproveAll).await;
     let obs = tool_messages(&f.model.requests()[1]);
     assert!(
@@ -774,14 +769,7 @@ struct SwapsTheFile {
 #[async_trait]
 impl Approver for SwapsTheFile {
     async fn decide(&self, _request: &ApprovalRequest) -> Decision {
-        self.ctx
-            .workspace
-            .write_atomic(
-                "args/fetch.json",
-                br#"{"since": "2099-01-01"}"#,
-                dataref_workspace::Overwrite::Replace,
-            )
-            .unwrap();
+        put(&self.ctx, "args/fetch.json", br#"{"since": "2099-01-01"}"#);
         Decision::Approve
     }
 }
@@ -801,13 +789,7 @@ async fn what_was_approved_is_what_runs_even_if_the_file_changes_meanwhile() {
         |p| p.approvals = vec![("fetch_sales".into(), Approval::Ask)],
     );
     let ctx = f.ctx("ana");
-    ctx.workspace
-        .write_atomic(
-            "args/fetch.json",
-            br#"{"since": "2025-01-01"}"#,
-            dataref_workspace::Overwrite::Replace,
-        )
-        .unwrap();
+    put(&ctx, "args/fetch.json", br#"{"since": "2025-01-01"}"#);
     let (_, events) = f.send("ana", None, "go", &SwapsTheFile { ctx }).await;
     let approved = events
         .iter()
@@ -1013,9 +995,7 @@ async fn a_policy_on_call_tool_itself_holds_for_its_targets() {
         |p| p.approvals = vec![("call_tool".into(), Approval::Deny)],
     );
     let ctx = f.ctx("ana");
-    ctx.workspace
-        .write_atomic("a.json", b"{}", dataref_workspace::Overwrite::Replace)
-        .unwrap();
+    put(&ctx, "a.json", b"{}");
     f.send("ana", None, "go", &ApproveAll).await;
     let obs = tool_messages(&f.model.requests()[1]);
     assert!(obs[0].contains("approval policy denies"), "{}", obs[0]);
