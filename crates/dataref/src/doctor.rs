@@ -65,6 +65,7 @@ pub fn run(common: &Common, http_addr: Option<&str>) -> Result<ExitCode> {
                 ));
             }
             checks.extend(upstreams(&config));
+            checks.extend(agents(&config));
         }
         Err(e) => checks.push(check(Status::Fail, "config", format!("{e:#}"), None)),
     }
@@ -89,6 +90,42 @@ pub fn run(common: &Common, http_addr: Option<&str>) -> Result<ExitCode> {
     }
     writeln!(out, "all required checks passed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each agent profile's model endpoint (`chat`, `ask` and the HTTP agent API need one; the
+/// demo answers with its scripted analyst without). Its tools and template are checked
+/// against the registry when a server starts.
+fn agents(config: &Config) -> Vec<Check> {
+    config
+        .agents
+        .values()
+        .map(|a| {
+            let what = format!("agent {}", a.name);
+            match (&a.model.url, &a.model.model) {
+                (Some(url), Some(model)) => check(
+                    Status::Ok,
+                    &what,
+                    format!("{model} at {url}{}", if a.model.api_key.is_some() { " (with a key)" } else { "" }),
+                    None,
+                ),
+                (Some(url), None) => check(
+                    Status::Warn,
+                    &what,
+                    format!("{url}, but no model name"),
+                    Some("set DATAREF_LLM_MODEL, or `model` in the profile"),
+                ),
+                (None, _) => check(
+                    Status::Warn,
+                    &what,
+                    "no model endpoint: `chat`, `ask` and the HTTP agent API cannot answer",
+                    Some(
+                        "set DATAREF_LLM_URL (an OpenAI-compatible base URL, e.g. http://localhost:11434/v1) \
+                         and DATAREF_LLM_MODEL, or `url` and `model` in [agents.NAME]",
+                    ),
+                ),
+            }
+        })
+        .collect()
 }
 
 /// `serve --http`: the config checked by the function the server runs at start, so what

@@ -241,6 +241,8 @@ fn doctor_output() {
         .env_remove("DATAREF_CONFIG")
         .env_remove("DATAREF_HOME")
         .env_remove("DATAREF_PRINCIPAL")
+        .env_remove("DATAREF_LLM_URL")
+        .env_remove("DATAREF_LLM_MODEL")
         .stdin(Stdio::null())
         .output()
         .expect("run dataref doctor");
