@@ -370,7 +370,7 @@ impl Agent {
                         outcome: "refused".into(),
                         text: format!(
                             "error: not run: this run reached its limit of {} tool calls\nhint: \
-                             answer with what you have",
+                             the run stops here; the person can ask to continue",
                             limits.max_tool_calls
                         ),
                     },
