@@ -75,7 +75,8 @@ pub struct AgentHost {
     /// The model of an agent whose profile names no endpoint (the scripted analyst, for
     /// the demo); `None`: such an agent answers that it has no endpoint.
     fallback: OnceLock<Arc<dyn ChatModel>>,
-    busy: Mutex<HashSet<(Principal, String)>>,
+    /// Sessions answering a message: one message at a time per session.
+    busy: Arc<Mutex<HashSet<(Principal, String)>>>,
 }
 
 impl std::fmt::Debug for AgentHost {
@@ -107,7 +108,7 @@ impl AgentHost {
             default,
             sessions,
             fallback: OnceLock::new(),
-            busy: Mutex::new(HashSet::new()),
+            busy: Arc::default(),
         })
     }
 
@@ -151,21 +152,45 @@ impl AgentHost {
         agent.model.is_some() || self.fallback.get().is_some()
     }
 
-    /// Sends one message: the session's history loaded (a new session when none is
-    /// named), the run, and the run appended to the session in one transaction. Refused
-    /// while the same session answers another message.
+    /// Sends one message: the session claimed (refused while it answers another message),
+    /// its history loaded (a new session when none is named), the run, and the run
+    /// appended to the session in one transaction.
     pub async fn send(&self, send: Send<'_>) -> Result<Sent, SendError> {
+        let id = send.session.clone().unwrap_or_else(SessionStore::new_id);
+        let claim = self.claim(&send.ctx.principal, &id)?;
+        self.send_claimed(claim, send).await
+    }
+
+    /// Marks `principal`'s session `id` busy until the claim is dropped; `Busy` when it
+    /// already is. A host that must refuse a second message before it answers (the HTTP
+    /// agent API, with a 409 before its stream) claims first and then calls
+    /// [`AgentHost::send_claimed`].
+    pub fn claim(&self, principal: &Principal, id: &str) -> Result<SessionClaim, SendError> {
+        SessionStore::check_id(id)?;
+        let key = (principal.clone(), id.to_owned());
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        if !busy.insert(key.clone()) {
+            return Err(SendError::Busy(id.to_owned()));
+        }
+        Ok(SessionClaim {
+            busy: self.busy.clone(),
+            key,
+        })
+    }
+
+    /// [`AgentHost::send`] for a session claimed already: the claim's session, whatever
+    /// `send.session` says, and the claim's principal must be the context's.
+    pub async fn send_claimed(
+        &self,
+        claim: SessionClaim,
+        send: Send<'_>,
+    ) -> Result<Sent, SendError> {
         let agent = self.agent(send.agent)?.clone();
         let principal = send.ctx.principal.clone();
-        let id = match send.session {
-            Some(id) => {
-                SessionStore::check_id(&id)?;
-                id
-            }
-            None => SessionStore::new_id(),
-        };
-        // Claimed before the history is read, so two messages cannot both build on it.
-        let _guard = self.claim(&principal, &id)?;
+        let id = claim.key.1.clone();
+        if claim.key.0 != principal {
+            return Err(SendError::Session(SessionError::NotFound(id)));
+        }
         let store = self.sessions.clone();
         let (p, i, a) = (principal.clone(), id.clone(), agent.name.clone());
         // SQLite waits (fsync, another process's lock) off the async workers.
@@ -189,20 +214,13 @@ impl AgentHost {
         let store = self.sessions.clone();
         let (i, a, r) = (id.clone(), agent.name.clone(), run.clone());
         blocking(move || store.append_run(&principal, &i, &a, now, &r)).await??;
+        // Free once the run is stored: the next message may come at once.
+        drop(claim);
         Ok(Sent {
             session: id,
             agent: agent.name.clone(),
             run,
         })
-    }
-
-    fn claim(&self, principal: &Principal, id: &str) -> Result<Claim<'_>, SendError> {
-        let key = (principal.clone(), id.to_owned());
-        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
-        if !busy.insert(key.clone()) {
-            return Err(SendError::Busy(id.to_owned()));
-        }
-        Ok(Claim { host: self, key })
     }
 }
 
@@ -218,16 +236,23 @@ async fn blocking<T: std::marker::Send + 'static>(
     })
 }
 
-/// A session marked busy until dropped.
-struct Claim<'a> {
-    host: &'a AgentHost,
+/// A session marked busy until dropped ([`AgentHost::claim`]).
+#[derive(Debug)]
+pub struct SessionClaim {
+    busy: Arc<Mutex<HashSet<(Principal, String)>>>,
     key: (Principal, String),
 }
 
-impl Drop for Claim<'_> {
+impl SessionClaim {
+    /// The claimed session's id.
+    pub fn session(&self) -> &str {
+        &self.key.1
+    }
+}
+
+impl Drop for SessionClaim {
     fn drop(&mut self) {
-        self.host
-            .busy
+        self.busy
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&self.key);

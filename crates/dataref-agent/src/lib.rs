@@ -30,4 +30,4 @@ pub use session::{SessionError, SessionInfo, SessionStore};
 pub mod host;
 pub mod scripted;
 
-pub use host::{AgentHost, Send, SendError, Sent};
+pub use host::{AgentHost, Send, SendError, Sent, SessionClaim};

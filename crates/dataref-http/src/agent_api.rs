@@ -16,7 +16,7 @@
 //! Sessions are keyed by principal: another principal's session, or approval, is the same
 //! 404 as one that does not exist.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -128,9 +128,6 @@ pub(crate) struct Agents {
     pub(crate) shared: SharedContext,
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) approval_timeout: Duration,
-    /// Sessions answering a message over HTTP: a second message is 409 before anything is
-    /// streamed (the host refuses it too, but only once its stream has begun).
-    busy: Mutex<HashSet<(Principal, String)>>,
     /// Cancelled when the server stops: every run's token is a child of it.
     pub(crate) shutdown: CancellationToken,
 }
@@ -146,38 +143,8 @@ impl Agents {
             shared,
             approvals: Arc::default(),
             approval_timeout,
-            busy: Mutex::new(HashSet::new()),
             shutdown: CancellationToken::new(),
         }
-    }
-
-    /// Marks the session busy until the claim is dropped; `None` when it already is.
-    pub(crate) fn claim(self: &Arc<Self>, principal: &Principal, id: &str) -> Option<Claim> {
-        let key = (principal.clone(), id.to_owned());
-        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
-        if !busy.insert(key.clone()) {
-            return None;
-        }
-        Some(Claim {
-            agents: self.clone(),
-            key,
-        })
-    }
-}
-
-/// A session busy until dropped.
-pub(crate) struct Claim {
-    agents: Arc<Agents>,
-    key: (Principal, String),
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.agents
-            .busy
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.key);
     }
 }
 
@@ -403,9 +370,11 @@ impl Call {
     }
 
     fn delete(&self, id: &str) -> Response<Body> {
-        if self.agents.claim(&self.principal, id).is_none() {
-            return busy(id);
-        }
+        // Not while it answers a message.
+        let _claim = match self.agents.host.claim(&self.principal, id) {
+            Ok(c) => c,
+            Err(e) => return send_error(&e),
+        };
         match self.agents.host.sessions.delete(&self.principal, id) {
             Ok(()) => {
                 let mut r = Response::new(body::full(Bytes::new()));
@@ -493,8 +462,10 @@ impl Call {
             Ok(w) => w,
             Err(r) => return r,
         };
-        let Some(claim) = self.agents.claim(&self.principal, &id) else {
-            return busy(&id);
+        // Claimed here, so a second message is 409 before anything streams.
+        let claim = match host.claim(&self.principal, &id) {
+            Ok(c) => c,
+            Err(e) => return send_error(&e),
         };
         let ctx = self
             .agents
@@ -520,18 +491,19 @@ impl Call {
             };
             let sent = agents
                 .host
-                .send(dataref_agent::Send {
-                    ctx,
-                    agent: Some(&agent),
-                    session: Some(id.clone()),
-                    message: body.message,
-                    events: &sink,
-                    approver: &approver,
-                    cancel,
-                })
+                .send_claimed(
+                    claim,
+                    dataref_agent::Send {
+                        ctx,
+                        agent: Some(&agent),
+                        session: Some(id.clone()),
+                        message: body.message,
+                        events: &sink,
+                        approver: &approver,
+                        cancel,
+                    },
+                )
                 .await;
-            // Free before `done`: a client may send its next message as soon as it reads it.
-            drop(claim);
             let last = match sent {
                 Ok(sent) => sse_event(
                     "done",
@@ -711,10 +683,6 @@ fn internal() -> Response<Body> {
         "the request could not be answered".into(),
         "the details are in the server log".into(),
     )
-}
-
-fn busy(id: &str) -> Response<Body> {
-    send_error(&SendError::Busy(id.to_owned()))
 }
 
 pub(crate) fn session_error(e: &SessionError) -> Response<Body> {

@@ -14,6 +14,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
+use dataref_agent::SessionClaim;
 use dataref_agent::{
     AgentEvent, EventSink, Message, NoEvents, NoOneToAsk, RunInput, RunOutcome, SendError,
     SessionError, SessionStore, Stopped,
@@ -24,7 +25,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent_api::{self, Agents, BodyError, Call, Claim};
+use crate::agent_api::{self, Agents, BodyError, Call};
 use crate::body::{Body, Deadline};
 use crate::{json_response, now_secs};
 
@@ -189,7 +190,7 @@ struct Run {
     agents: Arc<Agents>,
     agent: Arc<dataref_agent::Agent>,
     /// The session to continue, claimed; `None`: the client's history, nothing kept.
-    session: Option<(String, Claim)>,
+    session: Option<SessionClaim>,
     ctx: dataref_tool::RunContext,
     history: Vec<Message>,
     message: String,
@@ -200,19 +201,21 @@ impl Run {
     async fn go(self, events: &dyn EventSink) -> Result<RunOutcome, SendError> {
         let host = &self.agents.host;
         match self.session {
-            Some((id, claim)) => {
+            Some(claim) => {
                 let sent = host
-                    .send(dataref_agent::Send {
-                        ctx: self.ctx,
-                        agent: Some(&self.agent.name),
-                        session: Some(id),
-                        message: self.message,
-                        events,
-                        approver: &NoOneToAsk,
-                        cancel: self.cancel,
-                    })
+                    .send_claimed(
+                        claim,
+                        dataref_agent::Send {
+                            ctx: self.ctx,
+                            agent: Some(&self.agent.name),
+                            session: None,
+                            message: self.message,
+                            events,
+                            approver: &NoOneToAsk,
+                            cancel: self.cancel,
+                        },
+                    )
                     .await;
-                drop(claim);
                 sent.map(|sent| sent.run)
             }
             None => Ok(self
@@ -318,13 +321,13 @@ pub(crate) async fn completions(
                 Ok(_) | Err(SessionError::NotFound(_)) => {}
                 Err(e) => return send_error(&SendError::Session(e)),
             }
-            let Some(claim) = call.agents.claim(&call.principal, &id) else {
-                return send_error(&SendError::Busy(id));
-            };
-            Some((id, claim))
+            match host.claim(&call.principal, &id) {
+                Ok(claim) => Some(claim),
+                Err(e) => return send_error(&e),
+            }
         }
     };
-    let session_id = session.as_ref().map(|(id, _)| id.clone());
+    let session_id = session.as_ref().map(|c| c.session().to_owned());
     let workspace = match call.workspace() {
         Ok(w) => w,
         Err(r) => return r,
