@@ -18,6 +18,7 @@
 //! pandas. What cannot be redone (a failed call, `call_tool`, file and HTTP tools, a
 //! dataRef from outside the session) is a note saying so.
 
+use dataref_protocol::truncate_chars;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
@@ -485,7 +486,7 @@ impl Builder<'_> {
             let _ = writeln!(
                 out,
                 "# In the session the run returned result = {}",
-                one_line(&clip(&r.to_string(), 2000))
+                one_line(&truncate_chars(&r.to_string(), 2000))
             );
         }
         // The outputs it stored, by name → dataRef.
@@ -1142,7 +1143,11 @@ fn shape(d: &Value) -> String {
     if let Some(Value::Object(cols)) = d.get("columns") {
         let names: Vec<&str> = cols.keys().map(String::as_str).collect();
         if !names.is_empty() {
-            let _ = write!(s, " of {}", one_line(&clip(&names.join(", "), 400)));
+            let _ = write!(
+                s,
+                " of {}",
+                one_line(&truncate_chars(&names.join(", "), 400))
+            );
         }
     }
     s
@@ -1424,15 +1429,6 @@ fn one_line(s: &str) -> String {
     clean(&s.replace("\r\n", " ").replace(['\n', '\r'], " "))
 }
 
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
-    t.push('…');
-    t
-}
-
 /// A markdown code span that survives backticks in `s`.
 fn tick(s: &str) -> String {
     let s = one_line(s);
@@ -1459,7 +1455,7 @@ fn fenced(s: &str) -> String {
 fn pretty_args(v: &Value) -> String {
     fn cut(v: &Value) -> Value {
         match v {
-            Value::String(s) => Value::String(clip(s, 500)),
+            Value::String(s) => Value::String(truncate_chars(s, 500)),
             Value::Array(a) => Value::Array(a.iter().map(cut).collect()),
             Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), cut(v))).collect()),
             other => other.clone(),
@@ -1470,8 +1466,8 @@ fn pretty_args(v: &Value) -> String {
 
 fn arg_text(v: &Value) -> String {
     match v {
-        Value::String(s) => clip(s, 80),
-        other => clip(&other.to_string(), 80),
+        Value::String(s) => truncate_chars(s, 80),
+        other => truncate_chars(&other.to_string(), 80),
     }
 }
 

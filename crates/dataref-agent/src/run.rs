@@ -10,6 +10,7 @@
 //! order. A call repeated with identical arguments runs once more with a warning, and is
 //! refused after that. The history keeps the calls as the model wrote them.
 
+use dataref_protocol::truncate_chars;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -694,16 +695,7 @@ fn canonical(v: &Value) -> String {
 }
 
 fn first_line(text: &str) -> String {
-    clip(text.lines().next().unwrap_or(""), 160)
-}
-
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
-    t.push('…');
-    t
+    truncate_chars(text.lines().next().unwrap_or(""), 160)
 }
 
 /// `fetch_sales since=2025-01-01`: the tool and its arguments on one line.
@@ -715,10 +707,10 @@ fn summary_of_args(tool: &str, args: &Value) -> String {
                 Value::String(s) => s.lines().next().unwrap_or("").to_owned(),
                 other => other.to_string(),
             };
-            parts.push(format!("{k}={}", clip(&v, 40)));
+            parts.push(format!("{k}={}", truncate_chars(&v, 40)));
         }
     }
-    clip(&parts.join(" "), 160)
+    truncate_chars(&parts.join(" "), 160)
 }
 
 /// What came back, on one line: a dataRef and its rows, a file, or the error.
@@ -748,5 +740,5 @@ fn summary_of_outcome(o: &CallOutcome) -> String {
     if o.kind == OutcomeKind::Spilled {
         parts.insert(0, "spilled to".into());
     }
-    clip(&parts.join(" · "), 160)
+    truncate_chars(&parts.join(" · "), 160)
 }

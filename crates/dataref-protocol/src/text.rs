@@ -94,8 +94,12 @@ pub fn mime_type(path: &str, contents: Option<&[u8]>) -> Option<&'static str> {
 
 /// A request value echoed in a message, bounded to 100 characters (then `…`).
 pub fn truncate_echo(s: &str) -> String {
-    const MAX: usize = 100;
-    match s.char_indices().nth(MAX) {
+    truncate_chars(s, 100)
+}
+
+/// `s` cut after `max` characters (never inside one), with `…` when it was cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
     }

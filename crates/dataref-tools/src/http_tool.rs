@@ -8,6 +8,7 @@
 //! as text; an error status becomes a message for the model with the API's own words and a
 //! hint.
 
+use dataref_protocol::truncate_chars;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -482,7 +483,7 @@ impl HttpTool {
                     let text = Value::Object(rest).to_string();
                     notes.push(format!(
                         "the answer also said: {}",
-                        cut(&text, EXCERPT_CHARS)
+                        truncate_chars(&text, EXCERPT_CHARS)
                     ));
                 }
             }
@@ -611,11 +612,11 @@ fn api_message(body: &[u8]) -> Option<String> {
         for k in ["message", "error", "detail", "title", "error_description"] {
             match o.get(k) {
                 Some(Value::String(s)) if !s.trim().is_empty() => {
-                    return Some(cut(s.trim(), EXCERPT_CHARS));
+                    return Some(truncate_chars(s.trim(), EXCERPT_CHARS));
                 }
                 Some(Value::Object(inner)) => {
                     if let Some(Value::String(s)) = inner.get("message") {
-                        return Some(cut(s.trim(), EXCERPT_CHARS));
+                        return Some(truncate_chars(s.trim(), EXCERPT_CHARS));
                     }
                 }
                 _ => {}
@@ -624,14 +625,7 @@ fn api_message(body: &[u8]) -> Option<String> {
     }
     let text = String::from_utf8_lossy(body);
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    (!text.is_empty()).then(|| cut(&text, EXCERPT_CHARS))
-}
-
-fn cut(s: &str, chars: usize) -> String {
-    match s.char_indices().nth(chars) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_owned(),
-    }
+    (!text.is_empty()).then(|| truncate_chars(&text, EXCERPT_CHARS))
 }
 
 fn seconds(d: Duration) -> String {
