@@ -193,12 +193,10 @@ fn sort_order(
         descending: sort.order == Order::Descending,
         nulls_first: false,
     };
-    let compare =
-        arrow_cmp::make_comparator(values.as_ref(), values.as_ref(), options).map_err(|_| {
-            ExportError::Unsortable {
-                column: sort.column.clone(),
-                type_name: dataref_store::type_name(values.data_type()),
-            }
+    let compare = arrow_ord::ord::make_comparator(values.as_ref(), values.as_ref(), options)
+        .map_err(|_| ExportError::Unsortable {
+            column: sort.column.clone(),
+            type_name: dataref_store::type_name(values.data_type()),
         })?;
     let mut order: Vec<u32> = (0..rows).collect();
     // `sort_by` is stable: rows that tie keep the table's order.

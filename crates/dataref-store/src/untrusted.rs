@@ -227,9 +227,9 @@ fn check_structure(file: &mut File) -> Result<usize, MalformedIpc> {
         .schema()
         .ok_or_else(|| bad("its footer has no schema"))?;
     guarded(|| {
-        arrow_ipc::convert::try_fb_to_schema(schema)
-            .map(drop)
-            .map_err(|e| bad(format!("its schema is not valid: {e}")))
+        // arrow 59's conversion panics on what it cannot read; `guarded` makes that an error.
+        drop(arrow_ipc::convert::fb_to_schema(schema));
+        Ok(())
     })?;
     let dictionaries: Vec<arrow_ipc::Block> = footer
         .dictionaries()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
 use arrow_ipc::reader::{FileDecoder, read_footer_length};
-use arrow_ipc::{Block, convert::try_fb_to_schema, root_as_footer};
+use arrow_ipc::{Block, convert::fb_to_schema, root_as_footer};
 use arrow_schema::ArrowError;
 
 /// `ARROW1` + padding at the start, footer length + `ARROW1` at the end: nothing shorter
@@ -64,7 +64,11 @@ pub(super) fn decode(buffer: &Buffer) -> Result<Vec<RecordBatch>, ArrowError> {
     if !ipc_schema.endianness().equals_to_target_endianness() {
         return Err(corrupt("written on a machine of the other endianness"));
     }
-    let schema = Arc::new(try_fb_to_schema(ipc_schema)?);
+    // arrow 59's conversion panics on a schema it cannot read: a damaged file is an error.
+    let schema =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fb_to_schema(ipc_schema)))
+            .map_err(|_| corrupt("its schema cannot be read"))?;
+    let schema = Arc::new(schema);
     let mut decoder = FileDecoder::new(schema, footer.version());
 
     for block in footer.dictionaries().iter().flatten() {

@@ -20,6 +20,7 @@ const STACK: &[&str] = &[
     "dataref-store",
     "dataref-sources",
     "dataref-sandbox",
+    "dataref-sql",
     "dataref-export",
     "dataref-chart",
     "dataref-tool",
@@ -51,6 +52,7 @@ const OWNERS: &[(&str, &[&str])] = &[
         &["dataref-sources", "dataref-test-support", "dataref-bench"],
     ),
     ("seccompiler", &["dataref-sandbox"]),
+    ("datafusion", &["dataref-sql"]),
     ("minijinja", &["dataref-agent"]),
     ("clap", &["dataref", "dataref-bench"]),
     (
@@ -64,8 +66,10 @@ const OWNERS: &[(&str, &[&str])] = &[
 const FRAMEWORK_MUST_NOT_REACH: &[&str] = &[
     "dataref-sandbox",
     "dataref-sources",
+    "dataref-sql",
     "dataref-chart",
     "dataref-export",
+    "datafusion",
     "plotters",
     "parquet",
     "rust_xlsxwriter",
@@ -77,6 +81,8 @@ const FRAMEWORK_MUST_NOT_REACH: &[&str] = &[
 struct Graph {
     /// Package name → its direct normal dependencies (by name).
     direct: BTreeMap<String, BTreeSet<String>>,
+    /// Package name → the versions of it in the resolved graph.
+    versions: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Graph {
@@ -119,9 +125,26 @@ impl Graph {
                 )
             })
             .collect();
+        let versions_of: BTreeMap<&str, &str> = meta["packages"]
+            .as_array()
+            .expect("packages")
+            .iter()
+            .map(|p| {
+                (
+                    p["id"].as_str().expect("id"),
+                    p["version"].as_str().expect("version"),
+                )
+            })
+            .collect();
         let mut direct = BTreeMap::new();
+        let mut versions = BTreeMap::new();
         for node in meta["resolve"]["nodes"].as_array().expect("resolve nodes") {
-            let name = names[node["id"].as_str().expect("node id")];
+            let id = node["id"].as_str().expect("node id");
+            let name = names[id];
+            versions
+                .entry(name.to_owned())
+                .or_insert_with(BTreeSet::new)
+                .insert(versions_of[id].to_owned());
             let deps: BTreeSet<String> = node["deps"]
                 .as_array()
                 .expect("deps")
@@ -140,7 +163,7 @@ impl Graph {
                 .or_insert_with(BTreeSet::new)
                 .extend(deps);
         }
-        Self { direct }
+        Self { direct, versions }
     }
 
     fn deps(&self, name: &str) -> &BTreeSet<String> {
@@ -198,6 +221,42 @@ fn the_release_binary_holds_no_test_support_and_no_benchmarks() {
     for aside in ASIDE {
         assert!(!reach.contains(*aside), "dataref reaches {aside}");
     }
+}
+
+#[test]
+fn heavy_crates_are_in_the_tree_once() {
+    // Two arrows (or two DataFusions) would compile twice on 2 cores and could not pass a
+    // batch from one to the other.
+    let heavy = |n: &str| {
+        n == "arrow"
+            || n.starts_with("arrow-")
+            || n == "parquet"
+            || n.starts_with("datafusion")
+            || [
+                "sqlparser",
+                "object_store",
+                "tokio",
+                "rustls",
+                "reqwest",
+                "hyper",
+                "rmcp",
+            ]
+            .contains(&n)
+    };
+    let twice: Vec<String> = Graph::get()
+        .versions
+        .iter()
+        .filter(|(name, v)| heavy(name) && v.len() > 1)
+        .map(|(name, v)| format!("{name} {v:?}"))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "heavy crates in more than one version: {twice:?}"
+    );
+    assert!(
+        Graph::get().versions.contains_key("datafusion"),
+        "run_sql's engine is in the tree"
+    );
 }
 
 #[test]

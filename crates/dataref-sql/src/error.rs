@@ -1,0 +1,135 @@
+//! What a failed query says, and whose problem it is.
+
+use datafusion::error::DataFusionError;
+
+use crate::Input;
+
+/// A table of the query and its columns, for hints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableColumns {
+    pub name: String,
+    pub columns: Vec<String>,
+}
+
+impl TableColumns {
+    pub(crate) fn of(input: &Input) -> Self {
+        Self {
+            name: input.name.clone(),
+            columns: input
+                .schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect(),
+        }
+    }
+}
+
+/// Columns listed per table in a hint; the rest are counted.
+const HINT_COLUMNS: usize = 24;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqlError {
+    /// Not a query: the kind of statement it is.
+    #[error("`run_sql` runs one query (SELECT, WITH, VALUES); {kind} is not allowed")]
+    Refused { kind: String },
+    /// The query is wrong: the engine's message and, when it knows, where.
+    #[error("{message}{}", at_text(*.at))]
+    Invalid {
+        message: String,
+        /// Line and column (from 1) of what the message is about.
+        at: Option<(u64, u64)>,
+        tables: Vec<TableColumns>,
+    },
+    /// The query needed more working memory than it may have.
+    #[error("the query needed more than {} MB of working memory", .limit_bytes >> 20)]
+    OutOfMemory { limit_bytes: usize },
+    /// Ours, not the caller's.
+    #[error("the SQL engine failed: {0}")]
+    Engine(String),
+}
+
+fn at_text(at: Option<(u64, u64)>) -> String {
+    match at {
+        Some((line, column)) => format!(" (at line {line}, column {column})"),
+        None => String::new(),
+    }
+}
+
+impl SqlError {
+    /// Whether the caller can fix it (everything but [`SqlError::Engine`]).
+    pub fn is_caller_error(&self) -> bool {
+        !matches!(self, Self::Engine(_))
+    }
+
+    /// What to do next.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Self::Refused { .. } => Some(
+                "write one SELECT over the tables named in `inputs`; results are stored for you"
+                    .into(),
+            ),
+            Self::Invalid { tables, .. } => {
+                if tables.is_empty() {
+                    return None;
+                }
+                let listed: Vec<String> = tables.iter().map(table_text).collect();
+                Some(format!("tables: {}", listed.join("; ")))
+            }
+            Self::OutOfMemory { .. } => Some(
+                "filter or aggregate earlier, select fewer columns, or split the question".into(),
+            ),
+            Self::Engine(_) => None,
+        }
+    }
+
+    /// Classifies an engine error by its variant (never by its text).
+    pub(crate) fn from_engine(
+        e: DataFusionError,
+        sql: &str,
+        tables: &[TableColumns],
+        memory_bytes: usize,
+    ) -> Self {
+        let at = e
+            .diagnostic()
+            .and_then(|d| d.span)
+            .filter(|s| s.start.line > 0 && !sql.is_empty())
+            .map(|s| (s.start.line, s.start.column));
+        let root = e.find_root();
+        let invalid = |message: String| Self::Invalid {
+            message,
+            at,
+            tables: tables.to_vec(),
+        };
+        match root {
+            DataFusionError::SQL(p, _) => invalid(p.to_string()),
+            DataFusionError::Plan(_)
+            | DataFusionError::SchemaError(..)
+            | DataFusionError::NotImplemented(_)
+            | DataFusionError::Execution(_)
+            | DataFusionError::ArrowError(..)
+            | DataFusionError::Configuration(_) => invalid(root.message().into_owned()),
+            DataFusionError::ResourcesExhausted(_) => Self::OutOfMemory {
+                limit_bytes: memory_bytes,
+            },
+            _ => Self::Engine(root.to_string()),
+        }
+    }
+}
+
+fn table_text(t: &TableColumns) -> String {
+    let shown: Vec<&str> = t
+        .columns
+        .iter()
+        .take(HINT_COLUMNS)
+        .map(String::as_str)
+        .collect();
+    let more = t.columns.len().saturating_sub(HINT_COLUMNS);
+    let more = if more > 0 {
+        format!(", … {more} more")
+    } else {
+        String::new()
+    };
+    format!("`{}` ({}{more})", t.name, shown.join(", "))
+}

@@ -1,0 +1,293 @@
+//! `run_sql`'s engine: one read-only query over tables the caller already holds, in
+//! DataFusion, with no way out to files, URLs or settings.
+//!
+//! The boundary is what the engine is built with, not a scan of the text:
+//!
+//! - **Only queries.** The statement is parsed first and only a query (`SELECT`, `WITH`,
+//!   `VALUES`, set operations) goes on; anything else is [`SqlError::Refused`] naming its
+//!   kind. The plan is then checked again (no DDL, DML or statements: `SELECT … INTO` plans
+//!   as a table creation and is refused there).
+//! - **Only the inputs.** The catalog holds the inputs and nothing else: no file formats,
+//!   table factories or table functions are registered, URL tables are off, and the object
+//!   store registry has no store at all, so even a plan that named a file could not open it.
+//! - **Bounded.** A memory pool of [`Limits::memory_bytes`] with spilling disabled (a query
+//!   that needs more is [`SqlError::OutOfMemory`]); the caller bounds the time (dropping the
+//!   stream stops every task of the query).
+//!
+//! Inputs are the store's memory-mapped batches, handed to the engine without a copy.
+//!
+//! ```no_run
+//! # async fn demo(batches: Vec<arrow_array::RecordBatch>, schema: arrow_schema::SchemaRef)
+//! # -> Result<(), dataref_sql::SqlError> {
+//! let inputs = vec![dataref_sql::Input::new("sales", schema, batches)];
+//! let mut q = dataref_sql::Query::start(
+//!     "SELECT line, sum(revenue) AS revenue FROM sales GROUP BY line",
+//!     inputs,
+//!     &dataref_sql::Limits::default(),
+//! )
+//! .await?;
+//! while let Some(batch) = q.next_batch().await? {
+//!     println!("{} rows", batch.num_rows());
+//! }
+//! # Ok(()) }
+//! ```
+
+mod error;
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use datafusion::catalog::MemTable;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::SessionStateDefaults;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::object_store::ObjectStoreRegistry;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement as AstStatement;
+use futures_util::StreamExt;
+
+pub use error::{SqlError, TableColumns};
+
+/// What one query may use.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The engine's working memory (hash tables, sorts, buffers); the inputs are mapped
+    /// files and do not count.
+    pub memory_bytes: usize,
+    /// Threads the query may use at once (at least 1).
+    pub threads: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 512 << 20,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// One table of the query: its name in the SQL and its batches.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub name: String,
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+impl Input {
+    pub fn new(name: impl Into<String>, schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+        Self {
+            name: name.into(),
+            schema,
+            batches,
+        }
+    }
+}
+
+/// A running query. Dropping it stops the query.
+pub struct Query {
+    stream: SendableRecordBatchStream,
+    schema: SchemaRef,
+    tables: Vec<TableColumns>,
+    sql: String,
+    memory_bytes: usize,
+}
+
+impl std::fmt::Debug for Query {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Query")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Query {
+    /// Parses, checks and plans `sql` over `inputs`, and starts it. Must run inside a
+    /// tokio runtime (the engine spawns its partitions onto it).
+    pub async fn start(sql: &str, inputs: Vec<Input>, limits: &Limits) -> Result<Self, SqlError> {
+        let tables: Vec<TableColumns> = inputs.iter().map(TableColumns::of).collect();
+        let memory = limits.memory_bytes;
+        let fail = |e| SqlError::from_engine(e, sql, &tables, memory);
+        let ctx = context(inputs, limits).map_err(fail)?;
+        let state = ctx.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(sql, &dialect).map_err(fail)?;
+        check_statement(&statement)?;
+        let plan = state.statement_to_plan(statement).await.map_err(fail)?;
+        check_plan(&plan)?;
+        let frame = ctx.execute_logical_plan(plan).await.map_err(fail)?;
+        let stream = frame.execute_stream().await.map_err(fail)?;
+        let schema = stream.schema();
+        Ok(Self {
+            stream,
+            schema,
+            tables,
+            sql: sql.to_owned(),
+            memory_bytes: memory,
+        })
+    }
+
+    /// The result's schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The next batch of the result, or `None` at its end.
+    pub async fn next_batch(&mut self) -> Result<Option<RecordBatch>, SqlError> {
+        match self.stream.next().await {
+            None => Ok(None),
+            Some(Ok(b)) => Ok(Some(b)),
+            Some(Err(e)) => Err(SqlError::from_engine(
+                e,
+                &self.sql,
+                &self.tables,
+                self.memory_bytes,
+            )),
+        }
+    }
+}
+
+/// A session that knows the inputs and nothing else.
+fn context(inputs: Vec<Input>, limits: &Limits) -> datafusion::error::Result<SessionContext> {
+    let threads = limits.threads.max(1);
+    let mut config = SessionConfig::new()
+        .with_target_partitions(threads)
+        .with_information_schema(false)
+        .with_create_default_catalog_and_schema(true);
+    let options = config.options_mut();
+    // Positions in errors, so the model can find what to fix.
+    options.sql_parser.collect_spans = true;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(TrackConsumersPool::new(
+            GreedyMemoryPool::new(limits.memory_bytes),
+            std::num::NonZeroUsize::MIN.saturating_add(2),
+        )))
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
+        .with_object_store_registry(Arc::new(NoObjectStores))
+        .build_arc()?;
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_expr_planners(SessionStateDefaults::default_expr_planners())
+        .with_scalar_functions(SessionStateDefaults::default_scalar_functions())
+        .with_aggregate_functions(SessionStateDefaults::default_aggregate_functions())
+        .with_window_functions(SessionStateDefaults::default_window_functions())
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    for input in inputs {
+        // Spread the batches over the partitions so a scan uses every thread.
+        let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); threads];
+        for (i, b) in input.batches.into_iter().enumerate() {
+            if let Some(p) = parts.get_mut(i % threads) {
+                p.push(b);
+            }
+        }
+        parts.retain(|p| !p.is_empty());
+        if parts.is_empty() {
+            parts.push(Vec::new());
+        }
+        let table = MemTable::try_new(input.schema, parts)?;
+        ctx.register_table(input.name.as_str(), Arc::new(table))?;
+    }
+    Ok(ctx)
+}
+
+/// Only a query goes on; every other kind is refused by name.
+fn check_statement(statement: &DfStatement) -> Result<(), SqlError> {
+    let kind = match statement {
+        DfStatement::Statement(s) => match s.as_ref() {
+            AstStatement::Query(_) => return Ok(()),
+            other => statement_kind(other),
+        },
+        DfStatement::CreateExternalTable(_) => "CREATE EXTERNAL TABLE".to_owned(),
+        DfStatement::CopyTo(_) => "COPY".to_owned(),
+        DfStatement::Explain(_) => "EXPLAIN".to_owned(),
+        DfStatement::Reset(_) => "RESET".to_owned(),
+    };
+    Err(SqlError::Refused { kind })
+}
+
+/// The statement's leading keywords (`CREATE TABLE`, `SET`, …), from its own rendering.
+fn statement_kind(s: &AstStatement) -> String {
+    let text = s.to_string();
+    let words: Vec<&str> = text
+        .split_whitespace()
+        .take_while(|w| w.chars().all(|c| c.is_ascii_alphabetic()))
+        .take(2)
+        .collect();
+    match words.as_slice() {
+        [] => "this statement".to_owned(),
+        [one] => one.to_ascii_uppercase(),
+        [first, second]
+            if matches!(
+                first.to_ascii_uppercase().as_str(),
+                "CREATE" | "DROP" | "ALTER" | "SHOW"
+            ) =>
+        {
+            format!(
+                "{} {}",
+                first.to_ascii_uppercase(),
+                second.to_ascii_uppercase()
+            )
+        }
+        [first, ..] => first.to_ascii_uppercase(),
+    }
+}
+
+/// The plan again: a query may still plan as something else (`SELECT … INTO` creates a
+/// table), and DataFusion's own check sees every subquery.
+fn check_plan(plan: &LogicalPlan) -> Result<(), SqlError> {
+    let kind = match plan {
+        LogicalPlan::Ddl(d) => Some(d.name().to_owned()),
+        LogicalPlan::Dml(_) => Some("a write".to_owned()),
+        LogicalPlan::Copy(_) => Some("COPY".to_owned()),
+        LogicalPlan::Statement(_) => Some("a statement".to_owned()),
+        LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) => Some("EXPLAIN".to_owned()),
+        LogicalPlan::DescribeTable(_) => Some("DESCRIBE".to_owned()),
+        _ => None,
+    };
+    if let Some(kind) = kind {
+        return Err(SqlError::Refused { kind });
+    }
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+        .verify_plan(plan)
+        .map_err(|e| SqlError::Refused {
+            kind: e.message().into_owned(),
+        })
+}
+
+/// An object store registry with no stores: the engine can open no file and no URL.
+#[derive(Debug)]
+struct NoObjectStores;
+
+impl ObjectStoreRegistry for NoObjectStores {
+    fn register_store(
+        &self,
+        _url: &url::Url,
+        _store: Arc<dyn datafusion::object_store::ObjectStore>,
+    ) -> Option<Arc<dyn datafusion::object_store::ObjectStore>> {
+        None
+    }
+
+    fn get_store(
+        &self,
+        url: &url::Url,
+    ) -> datafusion::error::Result<Arc<dyn datafusion::object_store::ObjectStore>> {
+        Err(datafusion::error::DataFusionError::Plan(format!(
+            "no files or URLs can be read here (`{}`)",
+            url.scheme()
+        )))
+    }
+}
