@@ -53,7 +53,7 @@ pub use http_tool::{
 };
 pub use resolve::{
     ColumnType, Config, Limits, ParamConfig, ParamType, PythonConfig, QueryConfig, SampleSpec,
-    SourceConfig, SourceKind, StoreConfig,
+    SourceConfig, SourceKind, SqlConfig, StoreConfig,
 };
 pub use spill::{SpillConfig, ToolSpill};
 pub use units::{parse_bytes, parse_duration};

@@ -20,6 +20,8 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub python: RawPython,
     #[serde(default)]
+    pub sql: RawSql,
+    #[serde(default)]
     pub spill: RawSpill,
     #[serde(default)]
     pub upstream: Vec<RawUpstream>,
@@ -223,6 +225,16 @@ pub(crate) struct RawPython {
     pub require_cgroups: Option<bool>,
     pub max_concurrent: Option<usize>,
     pub out_size: Option<RawSize>,
+}
+
+/// `[sql]`: `run_sql`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSql {
+    pub enabled: Option<bool>,
+    pub timeout: Option<RawDuration>,
+    pub memory: Option<RawSize>,
+    pub value_rows: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -9,7 +9,7 @@ use crate::access::{HttpConfig, PrincipalConfig, resolve_http, resolve_principal
 use crate::agent::{AgentConfig, default_agents, resolve_agents};
 use crate::error::{ConfigError, invalid, is_identifier};
 use crate::http_tool::{HttpToolConfig, resolve_http_tools};
-use crate::raw::{RawConfig, RawParam, RawPython, RawQuery, RawSource};
+use crate::raw::{RawConfig, RawParam, RawPython, RawQuery, RawSource, RawSql};
 use crate::spill::{SpillConfig, resolve_spill};
 use crate::units::{duration, size};
 use crate::upstream::{UpstreamConfig, resolve_upstreams};
@@ -28,6 +28,7 @@ pub struct Config {
     /// Set when this config is the built-in sample: the database must be generated first.
     pub sample: Option<SampleSpec>,
     pub python: PythonConfig,
+    pub sql: SqlConfig,
     /// Large tool results written to the caller's workspace (`[spill]`).
     pub spill: SpillConfig,
     /// Other MCP servers whose tools dataref serves behind its own (`[[upstream]]`).
@@ -41,6 +42,32 @@ pub struct Config {
     pub agents: BTreeMap<String, AgentConfig>,
     /// HTTP APIs declared as tools (`[http_tools.NAME]`), by tool name.
     pub http_tools: BTreeMap<String, HttpToolConfig>,
+}
+
+/// `run_sql`: queries over dataRefs in the embedded engine (`[sql]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlConfig {
+    /// Register `run_sql`. Default true.
+    pub enabled: bool,
+    /// A query is stopped after this long. Default 60 s.
+    pub timeout: Duration,
+    /// The engine's working memory per query (the inputs are mapped files and do not
+    /// count); a query that needs more is refused with a hint. Default 1 GiB.
+    pub memory_bytes: u64,
+    /// The most rows `store_as = "value"` returns in the result instead of storing a
+    /// table. Default 100.
+    pub value_rows: usize,
+}
+
+impl Default for SqlConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            timeout: Duration::from_secs(60),
+            memory_bytes: 1 << 30,
+            value_rows: 100,
+        }
+    }
 }
 
 /// `run_python`: the runtime, the warm pool and each job's limits (`[python]`).
@@ -420,6 +447,7 @@ impl Config {
             queries: BTreeMap::from([("sales".into(), query)]),
             sample: Some(SampleSpec { path, rows }),
             python: PythonConfig::default(),
+            sql: SqlConfig::default(),
             spill: SpillConfig::default(),
             upstreams: Vec::new(),
             principals: BTreeMap::new(),
@@ -544,6 +572,7 @@ impl Config {
             queries.insert(name, query);
         }
         let python = resolve_python(&raw.python, base)?;
+        let sql = resolve_sql(&raw.sql)?;
         let spill = resolve_spill(&raw.spill)?;
         let upstreams = resolve_upstreams(raw.upstream, base)?;
         let principals = resolve_principals(raw.principals)?;
@@ -563,6 +592,7 @@ impl Config {
             queries,
             sample: None,
             python,
+            sql,
             spill,
             upstreams,
             principals,
@@ -571,6 +601,38 @@ impl Config {
             http_tools,
         })
     }
+}
+
+fn resolve_sql(raw: &RawSql) -> Result<SqlConfig, ConfigError> {
+    let d = SqlConfig::default();
+    let sql = SqlConfig {
+        enabled: raw.enabled.unwrap_or(d.enabled),
+        timeout: duration("sql.timeout", &raw.timeout, d.timeout)?,
+        memory_bytes: size("sql.memory", &raw.memory, d.memory_bytes)?,
+        value_rows: raw.value_rows.unwrap_or(d.value_rows),
+    };
+    if sql.timeout.is_zero() {
+        return Err(invalid(
+            "sql.timeout",
+            "must be longer than zero",
+            "the default is 60s",
+        ));
+    }
+    if sql.memory_bytes < 16 << 20 {
+        return Err(invalid(
+            "sql.memory",
+            "must be at least 16MiB",
+            "the default is 1GiB; the inputs are mapped files and do not count",
+        ));
+    }
+    if !(1..=10_000).contains(&sql.value_rows) {
+        return Err(invalid(
+            "sql.value_rows",
+            "must be between 1 and 10000",
+            "the default is 100; larger results are stored as a table",
+        ));
+    }
+    Ok(sql)
 }
 
 fn resolve_python(raw: &RawPython, base: &Path) -> Result<PythonConfig, ConfigError> {

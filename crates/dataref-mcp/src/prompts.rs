@@ -40,6 +40,7 @@ pub(crate) struct Prompts {
 struct Tools {
     describe: bool,
     python: bool,
+    sql: bool,
     query: bool,
     chart: bool,
     table: bool,
@@ -52,6 +53,7 @@ impl Prompts {
         let has = Tools {
             describe: has_tool("describe_data"),
             python: has_tool("run_python"),
+            sql: has_tool("run_sql"),
             query: has_tool("query"),
             chart: has_tool("render_chart"),
             table: has_tool("render_table"),
@@ -246,12 +248,18 @@ impl Prompts {
                 "Look at it with `describe_data` ({data_ref}): statistics per column."
             ));
         }
+        if self.has.sql {
+            steps.push(format!(
+                "Filter, join, group or pivot with `run_sql`, passing {data_ref} in `inputs` \
+                 (it is the table of that name in the SQL)."
+            ));
+        }
         if self.has.python {
             steps.push(format!(
                 "Compute with `run_python`, passing {data_ref} in `inputs` (it arrives as a \
                  pandas DataFrame); print only small results."
             ));
-        } else if self.has.query {
+        } else if self.has.query && !self.has.sql {
             steps.push("Compute with `query` (read-only SQL on the source).".to_owned());
         }
         let mut show_tools = Vec::new();

@@ -44,7 +44,8 @@ never copy rows into messages or tool arguments.
 schema, row count, null counts and a tiny sample: enough to write code against, not the data.
 - Inspect a stored table with `describe_data` (statistics per column); find earlier results \
 with `list_artifacts`.
-- Compute with `run_python` (when available), passing dataRefs as inputs.
+- Compute next to the data, passing dataRefs as inputs: `run_sql` for one SELECT (filter, join, \
+group, pivot, window), `run_python` for what SQL cannot say (statistics, reshaping, files).
 - Show the person data with `render_chart`, `render_table` or `export_data` (when available); \
 they take a dataRef, so the rows reach the person without passing through you.
 - A large result of any other tool is written to a file in your workspace (`.spill/…`) and you \

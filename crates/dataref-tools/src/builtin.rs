@@ -11,6 +11,7 @@ mod query;
 mod render_chart;
 mod render_table;
 mod run_python;
+mod run_sql;
 
 use std::sync::Arc;
 
@@ -29,9 +30,10 @@ pub use query::QueryTool;
 pub use render_chart::RenderChartTool;
 pub use render_table::RenderTableTool;
 pub use run_python::{RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, sandbox_settings};
+pub use run_sql::{RunSqlResult, RunSqlTool};
 
 /// Every built-in tool for `config`: one `fetch_<name>` per configured query, `query` when
-/// a source allows SQL, `describe_data`, `list_artifacts`, `run_python` (unless
+/// a source allows SQL, `describe_data`, `list_artifacts`, `run_sql` (unless `[sql] enabled = false`), `run_python` (unless
 /// `[python] enabled = false`), `read_file`, `list_files`, `copy_file`, and one tool per
 /// `[http_tools.NAME]`. `run_python`
 /// gets a sandbox of its own that starts nothing until its first call.
@@ -84,6 +86,9 @@ pub fn builtin_registry_builder(
     b.register(Arc::new(ListArtifactsTool::new()));
     b.register(Arc::new(RenderChartTool::new()));
     b.register(Arc::new(RenderTableTool::new()));
+    if config.sql.enabled {
+        b.register(Arc::new(RunSqlTool::new(config.sql.clone())));
+    }
     if let Some(sandbox) = python {
         b.register(Arc::new(RunPythonTool::new(sandbox, config.python.clone())));
     }

@@ -1,7 +1,8 @@
 //! The built-in tools, on the framework of `dataref-tool`.
 //!
 //! - [`builtin_registry`]: `fetch_*` per configured query, `query`, `describe_data`,
-//!   `list_artifacts`, `run_python` (inputs resolved through the store, outputs re-read and
+//!   `list_artifacts`, `run_sql` (one query over dataRefs in `dataref-sql`'s engine, the
+//!   result stored as a new artifact or, small and asked for, returned), `run_python` (inputs resolved through the store, outputs re-read and
 //!   written through it, files into the workspace, streams cut head+tail), `render_chart`
 //!   and `render_table` (an image or tables for the person as attachments), `export_data`,
 //!   the file tools `read_file`, `list_files`, `copy_file` over the caller's workspace, and
@@ -16,7 +17,7 @@
 //! `execute_tool_call`, the result cap, spill, `call_tool`'s expansion) is `dataref-tool`,
 //! which this crate depends on and does not re-export: import it from there. This crate
 //! owns the dependencies on the tools' engines (`dataref-sandbox`, `dataref-sources`,
-//! `dataref-chart`, `dataref-export`), so nothing that needs only the framework pulls them in.
+//! `dataref-sql`, `dataref-chart`, `dataref-export`), so nothing that needs only the framework pulls them in.
 //!
 //! ```no_run
 //! # async fn demo(config: dataref_config::Config, ctx: dataref_tool::RunContext) -> Result<(), dataref_tool::ToolsError> {
@@ -38,8 +39,8 @@ mod http_tool;
 mod support;
 
 pub use builtin::{
-    RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, builtin_registry, builtin_registry_builder,
-    builtin_registry_with, mime_type_for, sandbox_settings,
+    RUNS_DIR, RunPythonTool, RunSqlResult, RunSqlTool, STREAM_SHOWN_BYTES, builtin_registry,
+    builtin_registry_builder, builtin_registry_with, mime_type_for, sandbox_settings,
 };
 pub use http_tool::{EnvLookup, HttpTool};
 pub use support::ExportCsv;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 // The seed's question (which product lines lost the most revenue from one quarter to the
 // next?) as code: the same the agent's scripted analyst sends.
-use dataref_agent::scripted::QOQ_CODE;
+use dataref_agent::scripted::{QOQ_CODE, QOQ_SQL};
 use dataref_agent::{AgentEvent, AgentHost, EventSink, NoOneToAsk, Send};
 use dataref_app::Sample;
 use dataref_mcp::rmcp;
@@ -299,6 +299,30 @@ async fn play(
         .and_then(Value::as_str)
         .context("run_python stored no `biggest_losers` table")?
         .to_owned();
+
+    // The same question in SQL, beside the sandbox: no Python start, the engine reads the
+    // mapped artifact in place and only the five lines come back.
+    let sql = call(
+        &client,
+        &mut out,
+        &bpe,
+        "run_sql",
+        json!({"sql": QOQ_SQL, "inputs": {"sales": data_ref}, "store_as": "value"}),
+        &mut steps,
+    )
+    .await?;
+    if let Some(s) = steps.last_mut() {
+        s.rows = rows;
+    }
+    let sql_lines = sql
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("values"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if sql_lines == 0 {
+        bail!("run_sql returned no rows for the quarter-over-quarter question");
+    }
 
     // Show the person, not the model: a chart and a file, by reference.
     let chart = call(
