@@ -3,36 +3,48 @@
 //! A fetch opens its own read-only connection, installs the [authorizer](guard) and a
 //! progress handler (deadline and cancellation), prepares and binds the statement, fixes
 //! the Arrow schema (declared in config, else declared in SQLite, else inferred from the
-//! first [`INFER_ROWS`] rows), and then appends rows to per-column builders, writing a
-//! batch of [`BATCH_ROWS`] rows to the store at a time. At no point is more than one batch
-//! (plus the inference rows) held in memory.
+//! first [`INFER_ROWS`] rows), and then appends rows to per-column builders, closing a
+//! batch every [`BATCH_ROWS`] rows (or sooner, at [`BATCH_BYTES`] of text and blobs).
+//! Stepping and building run on the calling thread; each full batch goes through a
+//! bounded queue to a writer thread that encodes and writes it ([`pipeline`]), so the two
+//! overlap. At no point are more than a few batches (plus the inference rows) in memory.
 
 mod columns;
 mod guard;
 mod params;
+mod pipeline;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{Field, Schema, SchemaRef};
 use dataref_config::{ColumnType, SourceConfig, SourceKind};
 use dataref_protocol::Principal;
-use dataref_store::{ArtifactMeta, ArtifactStore, Lineage, TableWriter};
+use dataref_store::{ArtifactMeta, ArtifactStore, Lineage};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Statement};
 
 use self::columns::Builder;
 use self::guard::{Refusals, Stop, StopState};
+use self::pipeline::Batches;
 use crate::SourceError;
 
 pub use self::params::bind_params;
 
-/// Rows per Arrow batch written to the store.
+/// Rows per Arrow batch written to the store. Large enough that the per-batch costs (IPC
+/// framing, a progress report, a channel hand-off) vanish, small enough that the writer
+/// starts early and a batch of the sample (~4.6 MB) is cheap to hold twice over.
 const BATCH_ROWS: usize = 65_536;
+/// A batch also ends once its text and blob columns hold this many bytes, so wide rows
+/// keep memory bounded and a column's 32-bit offsets cannot overflow.
+const BATCH_BYTES: usize = 16 << 20;
 /// Rows looked at to choose the type of a column nobody declared.
 const INFER_ROWS: usize = 1_024;
 /// How often the watcher thread asks the caller whether the fetch was cancelled.
@@ -115,22 +127,40 @@ pub fn fetch(
     let meta = std::thread::scope(|scope| {
         let (done, done_rx) = mpsc::channel::<()>();
         let watched = ctx.stop.clone();
-        scope.spawn(move || {
-            loop {
-                match done_rx.recv_timeout(CANCEL_POLL) {
-                    Err(RecvTimeoutError::Timeout) => {
-                        if is_cancelled() {
-                            watched.cancel();
-                            return;
+        let watcher = std::thread::Builder::new()
+            .name("dataref-sqlite-cancel".into())
+            .spawn_scoped(scope, move || {
+                loop {
+                    match done_rx.recv_timeout(CANCEL_POLL) {
+                        Err(RecvTimeoutError::Timeout) => {
+                            // A panicking `is_cancelled` stops the fetch too.
+                            let asked = panic::catch_unwind(AssertUnwindSafe(is_cancelled));
+                            if !matches!(asked, Ok(false)) {
+                                watched.cancel();
+                                return asked.err();
+                            }
                         }
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return None,
                     }
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                 }
-            }
-        });
-        let result = run(&conn, &ctx, store, owner, lineage, progress, is_cancelled);
+            })
+            .map_err(|e| pipeline::internal(path, "cannot start the cancellation watcher", &e))?;
+        let cx = pipeline::Context {
+            database: path,
+            stop: &ctx.stop,
+            progress,
+            is_cancelled,
+        };
+        let result = run(&conn, &ctx, &cx, store, owner, lineage);
         drop(done);
-        result
+        match watcher.join() {
+            Ok(None) => result,
+            Ok(Some(payload)) | Err(payload) => Err(pipeline::panicked(
+                path,
+                "the cancellation check",
+                payload.as_ref(),
+            )),
+        }
     })?;
     tracing::debug!(
         source = %req.source.name,
@@ -164,6 +194,7 @@ struct Ctx<'r, 'a> {
 
 impl Ctx<'_, '_> {
     /// Turns a SQLite error into what the caller can act on, by its code.
+    #[cold]
     fn classify(&self, e: rusqlite::Error) -> SourceError {
         // A refusal always fails the prepare, but not always with SQLITE_AUTH: a refused
         // function is reported as a plain SQLITE_ERROR. What the authorizer recorded is
@@ -213,11 +244,10 @@ impl Ctx<'_, '_> {
 fn run(
     conn: &Connection,
     ctx: &Ctx<'_, '_>,
+    cx: &pipeline::Context<'_>,
     store: &dyn ArtifactStore,
     owner: &Principal,
     lineage: Lineage,
-    progress: &(dyn Fn(u64) + Sync),
-    is_cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<ArtifactMeta, SourceError> {
     let req = ctx.req;
     let mut stmt = conn.prepare(req.sql).map_err(|e| ctx.classify(e))?;
@@ -277,33 +307,27 @@ fn run(
     ));
 
     let writer = store.create_table(owner, schema.clone(), lineage)?;
-    let mut sink = Sink {
-        columns: names
-            .into_iter()
-            .zip(types)
-            .map(|(name, ty)| Column {
-                name,
-                ty,
-                builder: Builder::new(ty, BATCH_ROWS),
-            })
-            .collect(),
-        schema,
-        writer,
-        in_batch: 0,
-        total: 0,
-        max_rows: req.source.max_rows,
-        progress,
-        is_cancelled,
-        stop: &ctx.stop,
-    };
-    for values in &head {
-        sink.push(|i| Ok(values[i].as_ref()), ctx)?;
-    }
-    drop(head);
-    while let Some(row) = rows.next().map_err(|e| ctx.classify(e))? {
-        sink.push_row(row, ctx)?;
-    }
-    sink.finish()
+    let mut batch = Batch::new(names, types, schema, req.source.max_rows);
+    pipeline::overlap(writer, cx, |out| {
+        let streamed = (|| {
+            for values in &head {
+                batch.push(|i| Ok(values[i].as_ref()), ctx)?;
+                batch.send_if_full(out)?;
+            }
+            drop(head);
+            while let Some(row) = rows.next().map_err(|e| ctx.classify(e))? {
+                batch.push_row(row, ctx)?;
+                batch.send_if_full(out)?;
+            }
+            if batch.rows > 0 {
+                out.send(batch.take()?)?;
+            }
+            Ok(())
+        })();
+        // Text is checked for UTF-8 when its batch closes; text that was not, in the rows
+        // before whatever stopped the fetch, is what a row-by-row check would have found.
+        streamed.map_err(|e| batch.invalid_text().unwrap_or(e))
+    })
 }
 
 /// Binds every parameter by name. A declared parameter the SQL does not use is skipped;
@@ -410,22 +434,46 @@ struct Column {
     builder: Builder,
 }
 
-/// The builders of the batch being filled and the writer the full batches go to.
-/// Dropping a sink without [`Sink::finish`] drops the writer, which removes the partial
-/// artifact: every error path after `create_table` relies on that.
-struct Sink<'a> {
+/// The builders of the batch being filled. Rows go in one at a time; [`Batch::take`]
+/// closes the batch as a `RecordBatch` and starts the next.
+struct Batch {
     columns: Vec<Column>,
     schema: SchemaRef,
-    writer: Box<dyn TableWriter>,
-    in_batch: usize,
+    /// The text and blob columns, whose bytes also bound a batch.
+    variable: Vec<usize>,
+    /// Rows in this batch.
+    rows: usize,
+    /// Rows in all batches, this one included.
     total: u64,
     max_rows: u64,
-    progress: &'a (dyn Fn(u64) + Sync),
-    is_cancelled: &'a (dyn Fn() -> bool + Sync),
-    stop: &'a StopState,
 }
 
-impl Sink<'_> {
+impl Batch {
+    fn new(names: Vec<String>, types: Vec<ColumnType>, schema: SchemaRef, max_rows: u64) -> Self {
+        let variable = types
+            .iter()
+            .enumerate()
+            .filter(|(_, ty)| matches!(ty, ColumnType::Text | ColumnType::Blob))
+            .map(|(i, _)| i)
+            .collect();
+        Self {
+            columns: names
+                .into_iter()
+                .zip(types)
+                .map(|(name, ty)| Column {
+                    name,
+                    ty,
+                    builder: Builder::new(ty, BATCH_ROWS),
+                })
+                .collect(),
+            schema,
+            variable,
+            rows: 0,
+            total: 0,
+            max_rows,
+        }
+    }
+
     #[inline]
     fn push_row(&mut self, row: &Row<'_>, ctx: &Ctx<'_, '_>) -> Result<(), SourceError> {
         self.push(|i| row.get_ref(i), ctx)
@@ -442,69 +490,81 @@ impl Sink<'_> {
                 max_rows: self.max_rows,
             });
         }
-        for (i, col) in self.columns.iter_mut().enumerate() {
+        for i in 0..self.columns.len() {
             let v = cell(i).map_err(|e| ctx.classify(e))?;
-            if col.builder.append(v).is_err() {
-                return Err(SourceError::TypeChange {
-                    column: col.name.clone(),
-                    row: self.total + 1,
-                    expected: columns::expected(col.ty).into(),
-                    found: columns::found(v),
-                });
+            if self.columns[i].builder.append(v).is_err() {
+                return Err(self.type_change(i, self.rows, v));
             }
         }
         self.total += 1;
-        self.in_batch += 1;
-        if self.in_batch == BATCH_ROWS {
-            self.flush()?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Hands the batch to the writer once it is full.
+    #[inline]
+    fn send_if_full(&mut self, out: &Batches) -> Result<(), SourceError> {
+        if self.rows == BATCH_ROWS || self.variable_bytes() >= BATCH_BYTES {
+            out.send(self.take()?)?;
         }
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), SourceError> {
+    #[inline]
+    fn variable_bytes(&self) -> usize {
+        self.variable
+            .iter()
+            .map(|&i| self.columns[i].builder.bytes())
+            .sum()
+    }
+
+    /// The rows so far as a `RecordBatch`; the builders start over.
+    fn take(&mut self) -> Result<RecordBatch, SourceError> {
+        if let Some(e) = self.invalid_text() {
+            return Err(e);
+        }
         let arrays = self
             .columns
             .iter_mut()
             .map(|c| c.builder.finish(BATCH_ROWS))
-            .collect();
-        let batch = RecordBatch::try_new(self.schema.clone(), arrays)
+            .collect::<Result<Vec<ArrayRef>, _>>()
             .map_err(|e| SourceError::Store(e.into()))?;
-        self.writer.write(&batch)?;
-        self.in_batch = 0;
-        (self.progress)(self.total);
-        // Between batches the fetch is in our code, not SQLite's, so the progress handler
-        // cannot see a cancellation here.
-        if self.stop.is_cancelled() || (self.is_cancelled)() {
-            return Err(SourceError::Cancelled);
+        self.rows = 0;
+        RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| SourceError::Store(e.into()))
+    }
+
+    /// The first text cell of this batch that is not UTF-8, as the error a row-by-row
+    /// check would have given.
+    #[cold]
+    fn invalid_text(&self) -> Option<SourceError> {
+        // Row first, then column: the order cells were appended in.
+        let (col, index, found) = self
+            .variable
+            .iter()
+            .filter_map(|&i| {
+                let (index, found) = self.columns[i].builder.first_invalid_text()?;
+                Some((i, index, found))
+            })
+            .min_by_key(|(i, index, _)| (*index, *i))?;
+        Some(self.refused(col, index, found))
+    }
+
+    /// A type change at row `index` of this batch.
+    #[cold]
+    fn type_change(&self, col: usize, index: usize, v: ValueRef<'_>) -> SourceError {
+        // A cell refused here comes after any text not yet checked in this batch.
+        self.invalid_text()
+            .unwrap_or_else(|| self.refused(col, index, columns::found(v)))
+    }
+
+    fn refused(&self, col: usize, index: usize, found: String) -> SourceError {
+        let column = &self.columns[col];
+        let before = self.total - self.rows as u64;
+        SourceError::TypeChange {
+            column: column.name.clone(),
+            row: before + index as u64 + 1,
+            expected: columns::expected(column.ty).into(),
+            found,
         }
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<ArtifactMeta, SourceError> {
-        if self.in_batch > 0 {
-            self.flush()?;
-        }
-        Ok(self.writer.finish()?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn duplicate_names_get_suffixes() {
-        assert_eq!(
-            unique_names(["id", "id", "x", "id", "id_2"].into_iter()),
-            ["id", "id_2", "x", "id_3", "id_2_2"]
-        );
-    }
-
-    #[test]
-    fn declarations_match_case_insensitively() {
-        let d = BTreeMap::from([("Day".to_owned(), ColumnType::Date)]);
-        assert_eq!(declared(&d, "day"), Some(ColumnType::Date));
-        assert_eq!(declared(&d, "Day"), Some(ColumnType::Date));
-        assert_eq!(declared(&d, "night"), None);
     }
 }

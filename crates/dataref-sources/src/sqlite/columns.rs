@@ -19,15 +19,15 @@
 //! common integer convention (Unix seconds) would silently be off by a factor of 86,400.
 //! NULL is accepted everywhere; every column is nullable.
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::sync::Arc;
 
-use arrow_array::ArrayRef;
 use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, Date32Builder, Float64Builder, Int64Builder, StringBuilder,
+    BinaryBuilder, BooleanBuilder, Date32Builder, Float64Builder, Int64Builder,
     TimestampMicrosecondBuilder,
 };
-use arrow_schema::{DataType, TimeUnit};
+use arrow_array::{ArrayRef, StringArray};
+use arrow_schema::{ArrowError, DataType, TimeUnit};
 use dataref_config::ColumnType;
 use rusqlite::types::ValueRef;
 
@@ -139,14 +139,48 @@ fn text_to_bool(t: &[u8]) -> Option<bool> {
 
 /// One growing Arrow array. The variant is chosen once, before the first row, so the
 /// per-cell work is one match and one append.
+///
+/// Text is collected as bytes and checked for UTF-8 once per batch ([`Builder::finish`],
+/// [`Builder::first_invalid_text`]): one pass over the batch's bytes instead of a call per
+/// cell.
 pub(super) enum Builder {
     Integer(Int64Builder),
     Real(Float64Builder),
-    Text(StringBuilder),
+    Text(BinaryBuilder),
     Blob(BinaryBuilder),
     Boolean(BooleanBuilder),
-    Date(Date32Builder),
+    Date(DateBuilder),
     Timestamp(TimestampMicrosecondBuilder),
+}
+
+/// Dates, remembering the last text parsed: results are often ordered by date, so most
+/// cells repeat the one before.
+pub(super) struct DateBuilder {
+    b: Date32Builder,
+    last: Option<([u8; 10], i32)>,
+}
+
+impl DateBuilder {
+    #[inline]
+    fn append_text(&mut self, t: &[u8]) -> Result<(), Refused> {
+        if let Some((text, day)) = &self.last
+            && text[..] == *t
+        {
+            self.b.append_value(*day);
+            return Ok(());
+        }
+        let day = match parse_date(t) {
+            Some(d) => {
+                if let Ok(text) = <[u8; 10]>::try_from(t) {
+                    self.last = Some((text, d));
+                }
+                d
+            }
+            None => midnight_date(t).ok_or(Refused)?,
+        };
+        self.b.append_value(day);
+        Ok(())
+    }
 }
 
 impl Builder {
@@ -154,18 +188,22 @@ impl Builder {
         match ty {
             ColumnType::Integer => Self::Integer(Int64Builder::with_capacity(rows)),
             ColumnType::Real => Self::Real(Float64Builder::with_capacity(rows)),
-            ColumnType::Text => Self::Text(StringBuilder::with_capacity(rows, rows * 16)),
+            ColumnType::Text => Self::Text(BinaryBuilder::with_capacity(rows, rows * 16)),
             ColumnType::Blob => Self::Blob(BinaryBuilder::with_capacity(rows, rows * 16)),
             ColumnType::Boolean => Self::Boolean(BooleanBuilder::with_capacity(rows)),
-            ColumnType::Date => Self::Date(Date32Builder::with_capacity(rows)),
+            ColumnType::Date => Self::Date(DateBuilder {
+                b: Date32Builder::with_capacity(rows),
+                last: None,
+            }),
             ColumnType::Timestamp => {
                 Self::Timestamp(TimestampMicrosecondBuilder::with_capacity(rows))
             }
         }
     }
 
-    /// Appends one cell, converting it to the column's type or refusing it.
-    #[inline]
+    /// Appends one cell, converting it to the column's type or refusing it. Inlined into
+    /// the row loop: a call per cell cost as much as the append.
+    #[inline(always)]
     pub(super) fn append(&mut self, v: ValueRef<'_>) -> Result<(), Refused> {
         match self {
             Self::Integer(b) => match v {
@@ -181,19 +219,20 @@ impl Builder {
                 ValueRef::Text(_) | ValueRef::Blob(_) => return Err(Refused),
             },
             Self::Text(b) => match v {
-                ValueRef::Text(t) => b.append_value(std::str::from_utf8(t).map_err(|_| Refused)?),
+                // Checked for UTF-8 when the batch closes.
+                ValueRef::Text(t) => b.append_value(t),
                 ValueRef::Null => b.append_null(),
                 // Writing into the builder's value buffer, then closing the value with an
                 // empty append, formats without a temporary String.
                 ValueRef::Integer(i) => {
                     write!(b, "{i}").map_err(|_| Refused)?;
-                    b.append_value("");
+                    b.append_value(b"");
                 }
                 // `{:?}` is the shortest text that reads back as the same f64 and keeps
                 // `2.0` distinguishable from the integer `2`.
                 ValueRef::Real(r) => {
                     write!(b, "{r:?}").map_err(|_| Refused)?;
-                    b.append_value("");
+                    b.append_value(b"");
                 }
                 ValueRef::Blob(_) => return Err(Refused),
             },
@@ -212,12 +251,9 @@ impl Builder {
                     return Err(Refused);
                 }
             },
-            Self::Date(b) => match v {
-                ValueRef::Text(t) => match parse_date(t) {
-                    Some(d) => b.append_value(d),
-                    None => b.append_value(midnight_date(t).ok_or(Refused)?),
-                },
-                ValueRef::Null => b.append_null(),
+            Self::Date(d) => match v {
+                ValueRef::Text(t) => d.append_text(t)?,
+                ValueRef::Null => d.b.append_null(),
                 ValueRef::Integer(_) | ValueRef::Real(_) | ValueRef::Blob(_) => {
                     return Err(Refused);
                 }
@@ -234,9 +270,42 @@ impl Builder {
         Ok(())
     }
 
-    /// The array so far; the builder starts over, sized for another `rows`.
-    pub(super) fn finish(&mut self, rows: usize) -> ArrayRef {
+    /// Bytes of text or blob values so far (0 for fixed-width columns).
+    #[inline]
+    pub(super) fn bytes(&self) -> usize {
         match self {
+            Self::Text(b) | Self::Blob(b) => b.values_slice().len(),
+            _ => 0,
+        }
+    }
+
+    /// In a text column, the first cell so far that is not UTF-8: its index and how the
+    /// error shows it.
+    pub(super) fn first_invalid_text(&self) -> Option<(usize, String)> {
+        let Self::Text(b) = self else {
+            return None;
+        };
+        let (values, offsets) = (b.values_slice(), b.offsets_slice());
+        // One pass over all the bytes; cell by cell only when that fails.
+        if let Ok(all) = std::str::from_utf8(values)
+            && offsets
+                .iter()
+                .all(|&o| usize::try_from(o).is_ok_and(|o| all.is_char_boundary(o)))
+        {
+            return None;
+        }
+        offsets.windows(2).enumerate().find_map(|(i, w)| {
+            let cell = values.get(usize::try_from(w[0]).ok()?..usize::try_from(w[1]).ok()?)?;
+            std::str::from_utf8(cell)
+                .is_err()
+                .then(|| (i, found(ValueRef::Text(cell))))
+        })
+    }
+
+    /// The array so far; the builder starts over, sized for another `rows`. Text that is
+    /// not UTF-8 is an error here: look for it first with [`Builder::first_invalid_text`].
+    pub(super) fn finish(&mut self, rows: usize) -> Result<ArrayRef, ArrowError> {
+        Ok(match self {
             Self::Integer(b) => Arc::new(b.finish()),
             Self::Real(b) => Arc::new(b.finish()),
             Self::Text(b) => {
@@ -244,8 +313,8 @@ impl Builder {
                 // Start the next batch with room for as many bytes as this one used, so a
                 // text column does not regrow its buffer by doubling every batch.
                 let bytes = a.values().len();
-                *b = StringBuilder::with_capacity(rows, bytes);
-                Arc::new(a)
+                *b = BinaryBuilder::with_capacity(rows, bytes);
+                Arc::new(StringArray::try_from_binary(a)?)
             }
             Self::Blob(b) => {
                 let a = b.finish();
@@ -254,9 +323,9 @@ impl Builder {
                 Arc::new(a)
             }
             Self::Boolean(b) => Arc::new(b.finish()),
-            Self::Date(b) => Arc::new(b.finish()),
+            Self::Date(d) => Arc::new(d.b.finish()),
             Self::Timestamp(b) => Arc::new(b.finish()),
-        }
+        })
     }
 }
 
@@ -283,7 +352,10 @@ mod tests {
         for (i, v) in values.iter().enumerate() {
             b.append(*v).map_err(|_| i)?;
         }
-        Ok(b.finish(4))
+        if let Some((i, _)) = b.first_invalid_text() {
+            return Err(i);
+        }
+        Ok(b.finish(4).unwrap())
     }
 
     #[test]
