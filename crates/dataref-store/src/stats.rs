@@ -15,6 +15,8 @@ mod frequent;
 mod hash;
 mod hll;
 mod numeric;
+#[cfg(test)]
+mod perf;
 mod sample;
 #[cfg(test)]
 mod tests;
@@ -106,9 +108,17 @@ pub fn describe_data(
     })
 }
 
-/// Statistics of the columns at `indices`, in that order. Threads take the next column
-/// as they finish one, so a slow string column does not hold up the rest.
+/// Statistics of the columns at `indices`, in that order, on [`STATS_THREADS`] threads.
 fn compute(table: &Table, indices: &[usize]) -> Vec<ColumnStats> {
+    compute_on(table, indices, STATS_THREADS)
+}
+
+/// [`compute`] on at most `threads` threads (the calling one included). The costliest
+/// columns are started first and each thread takes the next column as it finishes one,
+/// so the last column to finish is a cheap one and no thread waits long for another. The
+/// answer does not depend on the number of threads: each column is computed whole by
+/// one of them.
+fn compute_on(table: &Table, indices: &[usize], threads: usize) -> Vec<ColumnStats> {
     let fields = table.meta.schema.fields();
     let one = |i: usize| -> Option<ColumnStats> {
         let field = fields.get(i)?;
@@ -119,23 +129,34 @@ fn compute(table: &Table, indices: &[usize]) -> Vec<ColumnStats> {
             .collect();
         Some(column::column_stats(field, &arrays))
     };
-    if indices.len() < 2 {
+    let threads = threads.clamp(1, indices.len().max(1));
+    if threads == 1 {
         return indices.iter().filter_map(|&i| one(i)).collect();
     }
+    // Positions into `indices`, costliest column first (stable: ties keep their order).
+    let mut order: Vec<usize> = (0..indices.len()).collect();
+    order.sort_by_key(|&k| {
+        let cost = indices
+            .get(k)
+            .and_then(|&i| fields.get(i))
+            .map_or(0, |f| column::relative_cost(f.data_type()));
+        std::cmp::Reverse(cost)
+    });
     let next = AtomicUsize::new(0);
     let work = || {
         let mut done = Vec::new();
         loop {
-            let k = next.fetch_add(1, Ordering::Relaxed);
-            let Some(&i) = indices.get(k) else {
+            let Some(&k) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
                 return done;
             };
-            done.extend(one(i).map(|stats| (k, stats)));
+            if let Some(&i) = indices.get(k) {
+                done.extend(one(i).map(|stats| (k, stats)));
+            }
         }
     };
     let mut results: Vec<(usize, ColumnStats)> = std::thread::scope(|scope| {
-        // If a thread cannot be started, this one does all the work.
-        let helpers: Vec<_> = (1..STATS_THREADS.min(indices.len()))
+        // If a thread cannot be started, the others do its share.
+        let helpers: Vec<_> = (1..threads)
             .filter_map(|_| {
                 std::thread::Builder::new()
                     .name("describe-data".into())

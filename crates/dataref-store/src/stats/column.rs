@@ -3,6 +3,8 @@
 //! The hot loops read native values (`&[i64]`, `&str` borrowed from the array) and never
 //! build JSON per cell; JSON is made once per column at the end.
 
+use std::marker::PhantomData;
+
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     ArrowPrimitiveType, BinaryViewType, Date32Type, Date64Type, Decimal128Type, Float16Type,
@@ -11,14 +13,15 @@ use arrow_array::types::{
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
-use arrow_array::{Array, ArrayRef, PrimitiveArray};
+use arrow_array::{Array, ArrayRef, OffsetSizeTrait, PrimitiveArray};
 use arrow_schema::{DataType, Field, TimeUnit};
 use dataref_protocol::{ColumnStats, TopValue};
 use serde_json::Value;
 
 use super::distinct::Distinct;
 use super::frequent::StringFrequencies;
-use super::numeric::{for_the_model, summarize};
+use super::hash::Prefixed;
+use super::numeric::{FirstPass, KeySource, for_the_model, sort_key, summarize_column};
 use crate::value::{format_date, format_time_micros, format_timestamp_micros, type_name};
 
 /// Most frequent values listed per column.
@@ -76,10 +79,8 @@ pub(super) fn column_stats(field: &Field, arrays: &[&ArrayRef]) -> ColumnStats {
         DataType::Time64(TimeUnit::Nanosecond) => {
             temporal::<Time64NanosecondType>(&mut s, arrays, |v| format_time_micros(v / 1000))
         }
-        DataType::Utf8 => strings(&mut s, arrays.iter().map(|a| a.as_string::<i32>().iter())),
-        DataType::LargeUtf8 => {
-            strings(&mut s, arrays.iter().map(|a| a.as_string::<i64>().iter()));
-        }
+        DataType::Utf8 => utf8::<i32>(&mut s, arrays),
+        DataType::LargeUtf8 => utf8::<i64>(&mut s, arrays),
         DataType::Utf8View => strings(
             &mut s,
             arrays
@@ -113,6 +114,38 @@ pub(super) fn column_stats(field: &Field, arrays: &[&ArrayRef]) -> ColumnStats {
     s
 }
 
+/// How long a column of type `ty` takes next to others of the same length, roughly (for
+/// starting the slow ones first): 0 for what is only counted, up to 3.
+pub(super) fn relative_cost(ty: &DataType) -> u8 {
+    match ty {
+        DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => 3,
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64
+        | DataType::Float16
+        | DataType::Float32
+        | DataType::Float64
+        | DataType::Decimal128(..) => 2,
+        DataType::Date32
+        | DataType::Date64
+        | DataType::Timestamp(..)
+        | DataType::Time32(_)
+        | DataType::Time64(_) => 1,
+        _ => 0,
+    }
+}
+
 /// Calls `f` with every non-null value, reading the values slice directly.
 fn for_each_valid<T: ArrowPrimitiveType>(array: &PrimitiveArray<T>, mut f: impl FnMut(T::Native)) {
     let values = array.values();
@@ -126,6 +159,61 @@ fn for_each_valid<T: ArrowPrimitiveType>(array: &PrimitiveArray<T>, mut f: impl 
             }
         }
     }
+}
+
+/// The values of a numeric column for [`summarize_column`]'s later passes: read from the
+/// arrays again each time, converted as the first pass converted them (`None`: left out).
+struct Values<'a, T, F> {
+    arrays: &'a [&'a ArrayRef],
+    convert: F,
+    of: PhantomData<T>,
+}
+
+impl<'a, T, F> Values<'a, T, F>
+where
+    T: ArrowPrimitiveType,
+    F: Fn(T::Native) -> Option<f64>,
+{
+    fn new(arrays: &'a [&'a ArrayRef], convert: F) -> Self {
+        Self {
+            arrays,
+            convert,
+            of: PhantomData,
+        }
+    }
+}
+
+impl<T, F> KeySource for Values<'_, T, F>
+where
+    T: ArrowPrimitiveType,
+    F: Fn(T::Native) -> Option<f64>,
+{
+    fn each_key(&self, mut f: impl FnMut(u64)) {
+        for a in self.arrays {
+            for_each_valid(a.as_primitive::<T>(), |v| {
+                if let Some(x) = (self.convert)(v) {
+                    f(sort_key(x));
+                }
+            });
+        }
+    }
+}
+
+/// Each distinct value's sort key and count, when there are few enough (at most one per
+/// 16 values) that sorting them beats reading the column again for the quartiles.
+/// `value` turns a distinct key back into the value the first pass added.
+fn counted<K: Copy + Eq + std::hash::Hash + super::hash::Hash64>(
+    distinct: &Distinct<K>,
+    first: &FirstPass,
+    value: impl Fn(K) -> f64,
+) -> Option<Vec<(u64, u64)>> {
+    let counts = distinct.counts()?;
+    (counts.len().saturating_mul(16) <= first.len()).then(|| {
+        counts
+            .iter()
+            .map(|(&k, &c)| (sort_key(value(k)), c))
+            .collect()
+    })
 }
 
 fn set_distinct(s: &mut ColumnStats, (distinct, is_estimate): (u64, bool)) {
@@ -157,7 +245,7 @@ where
     T::Native: Into<i128>,
 {
     let mut distinct = Distinct::<u64>::new();
-    let mut values = Vec::with_capacity(s.count as usize);
+    let mut first = FirstPass::new();
     let (mut min, mut max) = (i128::MAX, i128::MIN);
     for a in arrays {
         for_each_valid(a.as_primitive::<T>(), |v| {
@@ -166,15 +254,20 @@ where
             distinct.insert(v as u64);
             min = min.min(v);
             max = max.max(v);
-            values.push(v as f64);
+            first.push(v as f64);
         });
     }
     set_distinct(s, distinct.finish());
-    if !values.is_empty() {
+    if !first.is_empty() {
         s.min = int_json(min);
         s.max = int_json(max);
     }
-    s.numeric = summarize(&mut values).map(for_the_model);
+    let signed = T::DATA_TYPE.is_signed_integer();
+    let counted = counted(&distinct, &first, |k| {
+        if signed { k as i64 as f64 } else { k as f64 }
+    });
+    let source = Values::<T, _>::new(arrays, |v| Some(v.into() as f64));
+    s.numeric = summarize_column(&first, &source, counted).map(for_the_model);
 }
 
 /// NaN and ±inf are counted in `non_finite` and left out of everything else: JSON has no
@@ -185,7 +278,7 @@ where
     T::Native: Into<f64>,
 {
     let mut distinct = Distinct::<u64>::new();
-    let mut values = Vec::with_capacity(s.count as usize);
+    let mut first = FirstPass::new();
     let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut non_finite = 0_u64;
     for a in arrays {
@@ -200,38 +293,45 @@ where
             distinct.insert(x.to_bits());
             min = min.min(x);
             max = max.max(x);
-            values.push(x);
+            first.push(x);
         });
     }
     s.non_finite = non_finite;
     s.count -= non_finite;
     set_distinct(s, distinct.finish());
-    if !values.is_empty() {
+    if !first.is_empty() {
         s.min = number(min);
         s.max = number(max);
     }
-    s.numeric = summarize(&mut values).map(for_the_model);
+    let counted = counted(&distinct, &first, f64::from_bits);
+    let source = Values::<T, _>::new(arrays, |v| {
+        let x: f64 = v.into();
+        x.is_finite().then_some(x + 0.0)
+    });
+    s.numeric = summarize_column(&first, &source, counted).map(for_the_model);
 }
 
 fn decimals(s: &mut ColumnStats, arrays: &[&ArrayRef], scale: i8) {
     let unit = 10_f64.powi(i32::from(scale));
     let mut distinct = Distinct::<u128>::new();
-    let mut values = Vec::with_capacity(s.count as usize);
+    let mut first = FirstPass::new();
     let (mut min, mut max) = (i128::MAX, i128::MIN);
     for a in arrays {
         for_each_valid(a.as_primitive::<Decimal128Type>(), |v| {
             distinct.insert(v as u128);
             min = min.min(v);
             max = max.max(v);
-            values.push(v as f64 / unit);
+            first.push(v as f64 / unit);
         });
     }
     set_distinct(s, distinct.finish());
-    if !values.is_empty() {
+    if !first.is_empty() {
         s.min = number(min as f64 / unit);
         s.max = number(max as f64 / unit);
     }
-    s.numeric = summarize(&mut values).map(for_the_model);
+    let counted = counted(&distinct, &first, |k| k as i128 as f64 / unit);
+    let source = Values::<Decimal128Type, _>::new(arrays, |v| Some(v as f64 / unit));
+    s.numeric = summarize_column(&first, &source, counted).map(for_the_model);
 }
 
 /// Dates and timestamps: distinct and min/max (formatted), no numeric summary.
@@ -276,6 +376,35 @@ fn timestamps(s: &mut ColumnStats, arrays: &[&ArrayRef], unit: TimeUnit) {
     }
 }
 
+/// `Utf8` and `LargeUtf8`: each value's head read straight from the array's data.
+fn utf8<O: OffsetSizeTrait>(s: &mut ColumnStats, arrays: &[&ArrayRef]) {
+    // No run detection here (as numbers have): with few distinct values in random order, a
+    // guessed branch on "same as the last one" costs more than the lookup it saves.
+    let mut freq = StringFrequencies::new();
+    for a in arrays {
+        let a = a.as_string::<O>();
+        let data = a.value_data();
+        let offsets = a.value_offsets();
+        let key = |i: usize| {
+            let start = offsets.get(i).map_or(0, |o| o.as_usize());
+            Prefixed::in_buffer(a.value(i), data, start)
+        };
+        match a.nulls().filter(|n| n.null_count() > 0) {
+            None => {
+                for i in 0..a.len() {
+                    freq.add(key(i));
+                }
+            }
+            Some(nulls) => {
+                for i in nulls.valid_indices() {
+                    freq.add(key(i));
+                }
+            }
+        }
+    }
+    string_summary(s, &freq);
+}
+
 fn strings<'a, I>(s: &mut ColumnStats, parts: impl Iterator<Item = I>)
 where
     I: Iterator<Item = Option<&'a str>>,
@@ -283,9 +412,13 @@ where
     let mut freq = StringFrequencies::new();
     for part in parts {
         for v in part.flatten() {
-            freq.insert(v);
+            freq.add(Prefixed::new(v));
         }
     }
+    string_summary(s, &freq);
+}
+
+fn string_summary(s: &mut ColumnStats, freq: &StringFrequencies<'_>) {
     let summary = freq.finish(TOP_VALUES);
     set_distinct(s, (summary.distinct, summary.distinct_is_estimate));
     s.min = summary

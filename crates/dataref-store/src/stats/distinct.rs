@@ -1,6 +1,6 @@
 //! Distinct counting: exact up to [`EXACT_LIMIT`] values, then a HyperLogLog estimate.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::hash::Hash;
 
 use super::hash::{FastBuild, Hash64};
@@ -10,38 +10,76 @@ use super::hll::Hll;
 /// would grow with the data, so we switch to sketches with fixed memory.
 pub(super) const EXACT_LIMIT: usize = 65_536;
 
-/// Distinct non-null values of one column.
+/// Distinct non-null values of one column, and how often each occurs while they are few
+/// enough to count exactly.
 #[derive(Debug)]
-pub(super) enum Distinct<K> {
-    Exact(HashSet<K, FastBuild>),
+pub(super) struct Distinct<K> {
+    count: Count<K>,
+    /// The current run of equal keys (sorted or clustered data repeat them): added to the
+    /// count once, when it ends, without hashing each repeat.
+    run: Option<(K, u64)>,
+}
+
+#[derive(Debug)]
+enum Count<K> {
+    Exact(HashMap<K, u64, FastBuild>),
     Estimate(Box<Hll>),
 }
 
-impl<K: Eq + Hash + Hash64> Distinct<K> {
+impl<K: Eq + Hash + Hash64 + Copy> Distinct<K> {
     pub(super) fn new() -> Self {
-        Self::Exact(HashSet::default())
-    }
-
-    pub(super) fn insert(&mut self, key: K) {
-        match self {
-            Self::Exact(set) => {
-                if set.insert(key) && set.len() > EXACT_LIMIT {
-                    let mut hll = Hll::new();
-                    for k in set.iter() {
-                        hll.insert(k.hash64());
-                    }
-                    *self = Self::Estimate(Box::new(hll));
-                }
-            }
-            Self::Estimate(hll) => hll.insert(key.hash64()),
+        Self {
+            count: Count::Exact(HashMap::default()),
+            run: None,
         }
     }
 
-    /// The count and whether it is an estimate.
-    pub(super) fn finish(&self) -> (u64, bool) {
-        match self {
-            Self::Exact(set) => (set.len() as u64, false),
-            Self::Estimate(hll) => (hll.estimate(), true),
+    #[inline]
+    pub(super) fn insert(&mut self, key: K) {
+        match &mut self.run {
+            Some((last, n)) if *last == key => *n += 1,
+            _ => {
+                if let Some((last, n)) = self.run.replace((key, 1)) {
+                    self.add(last, n);
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, key: K, n: u64) {
+        match &mut self.count {
+            Count::Exact(counts) => {
+                *counts.entry(key).or_insert(0) += n;
+                if counts.len() > EXACT_LIMIT {
+                    let mut hll = Hll::new();
+                    for k in counts.keys() {
+                        hll.insert(k.hash64());
+                    }
+                    self.count = Count::Estimate(Box::new(hll));
+                }
+            }
+            Count::Estimate(hll) => hll.insert(key.hash64()),
+        }
+    }
+
+    /// The count and whether it is an estimate (ending the current run: more inserts
+    /// may follow).
+    pub(super) fn finish(&mut self) -> (u64, bool) {
+        if let Some((last, n)) = self.run.take() {
+            self.add(last, n);
+        }
+        match &self.count {
+            Count::Exact(counts) => (counts.len() as u64, false),
+            Count::Estimate(hll) => (hll.estimate(), true),
+        }
+    }
+
+    /// Each distinct key and how often it occurs (after [`Distinct::finish`]), unless there
+    /// were too many to count.
+    pub(super) fn counts(&self) -> Option<&HashMap<K, u64, FastBuild>> {
+        match &self.count {
+            Count::Exact(counts) => Some(counts),
+            Count::Estimate(_) => None,
         }
     }
 }

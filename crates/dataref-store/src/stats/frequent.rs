@@ -10,14 +10,20 @@
 use std::collections::HashMap;
 
 use super::distinct::EXACT_LIMIT;
-use super::hash::{FastBuild, Hash64};
+use super::hash::{Hashed, PassBuild, Prefixed};
 use super::hll::Hll;
 
-type Counts<'a> = HashMap<&'a str, u64, FastBuild>;
+/// Exact counts. Keys carry a cheap hash and their first 16 bytes ([`Prefixed`]): one
+/// hash per value, and short strings compare without `memcmp`.
+type Exact<'a> = HashMap<Prefixed<'a>, u64, PassBuild>;
+
+/// A sketch's counters. Keys carry the [`Hashed::new`] hash that HyperLogLog takes too:
+/// still one hash per value.
+type Counts<'a> = HashMap<Hashed<'a, str>, u64, PassBuild>;
 
 #[derive(Debug)]
 pub(super) enum StringFrequencies<'a> {
-    Exact(Counts<'a>),
+    Exact(Exact<'a>),
     Sketch(Box<Sketch<'a>>),
 }
 
@@ -43,19 +49,35 @@ pub(super) struct StringSummary<'a> {
 
 impl<'a> StringFrequencies<'a> {
     pub(super) fn new() -> Self {
-        Self::Exact(Counts::default())
+        Self::Exact(Exact::default())
     }
 
+    #[cfg(test)]
     pub(super) fn insert(&mut self, s: &'a str) {
+        self.add(Prefixed::new(s));
+    }
+
+    /// Adds one occurrence of `key`'s value: one hash, one lookup.
+    #[inline]
+    pub(super) fn add(&mut self, key: Prefixed<'a>) {
         match self {
             Self::Exact(counts) => {
-                *counts.entry(s).or_insert(0) += 1;
+                *counts.entry(key).or_insert(0) += 1;
                 if counts.len() > EXACT_LIMIT {
-                    let counts = std::mem::take(counts);
-                    *self = Self::Sketch(Box::new(Sketch::from_exact(counts)));
+                    self.to_sketch();
                 }
             }
-            Self::Sketch(sketch) => sketch.insert(s),
+            Self::Sketch(sketch) => sketch.insert(Hashed::new(key.value)),
+        }
+    }
+
+    /// Past [`EXACT_LIMIT`] distinct values: from exact counts to a sketch (once).
+    #[cold]
+    #[inline(never)]
+    fn to_sketch(&mut self) {
+        if let Self::Exact(counts) = self {
+            let counts = std::mem::take(counts);
+            *self = Self::Sketch(Box::new(Sketch::from_exact(counts)));
         }
     }
 
@@ -65,9 +87,9 @@ impl<'a> StringFrequencies<'a> {
                 distinct: counts.len() as u64,
                 distinct_is_estimate: false,
                 // Cheaper over the distinct keys than comparing every row.
-                min: counts.keys().min().copied(),
-                max: counts.keys().max().copied(),
-                top: top_k(counts, k),
+                min: counts.keys().map(|k| k.value).min(),
+                max: counts.keys().map(|k| k.value).max(),
+                top: top_k(counts.iter().map(|(key, &c)| (key.value, c)), k),
                 top_is_estimate: false,
             },
             Self::Sketch(sketch) => StringSummary {
@@ -75,7 +97,7 @@ impl<'a> StringFrequencies<'a> {
                 distinct_is_estimate: true,
                 min: Some(sketch.min),
                 max: Some(sketch.max),
-                top: top_k(&sketch.counters, k),
+                top: top_k(sketch.counters.iter().map(|(key, &c)| (key.value, c)), k),
                 top_is_estimate: true,
             },
         }
@@ -83,13 +105,17 @@ impl<'a> StringFrequencies<'a> {
 }
 
 impl<'a> Sketch<'a> {
-    fn from_exact(counters: Counts<'a>) -> Self {
+    /// The sketch of the exact counts so far, whose keys are hashed again with the
+    /// [`Hash64`](super::hash::Hash64) the sketch reads.
+    fn from_exact(exact: Exact<'a>) -> Self {
+        let mut counters = Counts::with_capacity_and_hasher(2 * EXACT_LIMIT, PassBuild::default());
+        counters.extend(exact.into_iter().map(|(k, c)| (Hashed::new(k.value), c)));
         let mut hll = Hll::new();
-        for s in counters.keys() {
-            hll.insert(s.hash64());
+        for k in counters.keys() {
+            hll.insert(k.hash);
         }
-        let min = counters.keys().min().copied().unwrap_or_default();
-        let max = counters.keys().max().copied().unwrap_or_default();
+        let min = counters.keys().map(|k| k.value).min().unwrap_or_default();
+        let max = counters.keys().map(|k| k.value).max().unwrap_or_default();
         Self {
             hll,
             counters,
@@ -98,15 +124,16 @@ impl<'a> Sketch<'a> {
         }
     }
 
-    fn insert(&mut self, s: &'a str) {
-        self.hll.insert(s.hash64());
+    fn insert(&mut self, key: Hashed<'a, str>) {
+        self.hll.insert(key.hash);
+        let s = key.value;
         if s < self.min {
             self.min = s;
         }
         if s > self.max {
             self.max = s;
         }
-        *self.counters.entry(s).or_insert(0) += 1;
+        *self.counters.entry(key).or_insert(0) += 1;
         if self.counters.len() >= 2 * EXACT_LIMIT {
             self.reduce();
         }
@@ -131,11 +158,10 @@ impl<'a> Sketch<'a> {
 }
 
 /// The `k` highest counts, highest first, ties broken by value so the answer is stable.
-fn top_k<'a>(counts: &Counts<'a>, k: usize) -> Vec<(&'a str, u64)> {
+fn top_k<'a>(counts: impl Iterator<Item = (&'a str, u64)>, k: usize) -> Vec<(&'a str, u64)> {
     let mut top: Vec<(&'a str, u64)> = Vec::with_capacity(k + 1);
     let before = |a: &(&str, u64), b: &(&str, u64)| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0));
-    for (&s, &c) in counts {
-        let candidate = (s, c);
+    for candidate in counts {
         if top.len() == k
             && top
                 .last()

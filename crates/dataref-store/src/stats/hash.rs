@@ -7,7 +7,7 @@
 //! rest. The byte hash folds 16-byte blocks with a 64×64→128-bit multiply (after
 //! wyhash); integers go through the splitmix64 finaliser.
 
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 const K0: u64 = 0xa076_1d64_78bd_642f;
 const K1: u64 = 0xe703_7ed1_a0b4_28db;
@@ -79,6 +79,129 @@ pub(super) fn hash_bytes(bytes: &[u8], seed: u64) -> u64 {
     fold(fold(a ^ K1, b ^ h) ^ K2, (len as u64) ^ K1)
 }
 
+/// A cheaper hash than [`hash_bytes`] for the exact counting maps ([`Prefixed`]), where it
+/// is never stored in a sketch: every byte still counts, but the 16-byte blocks are each
+/// folded on their own and only then combined, so a string costs independent multiplies
+/// instead of a chain of them.
+pub(super) fn quick_hash(bytes: &[u8]) -> u64 {
+    let len = bytes.len();
+    match len {
+        0..=3 => {
+            let byte = |i: usize| u64::from(bytes.get(i).copied().unwrap_or_default());
+            let x = (byte(0) << 16) | (byte(len / 2) << 8) | byte(len.saturating_sub(1));
+            fold(x ^ K1, (len as u64) ^ K2)
+        }
+        4..=16 => {
+            let step = (len / 8) * 4;
+            let a = (read4(bytes, 0) << 32) | read4(bytes, step);
+            let b = (read4(bytes, len - 4) << 32) | read4(bytes, len - 4 - step);
+            fold(a ^ K1, b ^ K2 ^ (len as u64))
+        }
+        _ => {
+            let mut h = (len as u64) ^ K0;
+            let mut at = 0;
+            while len - at > 16 {
+                // The rotation keeps equal blocks at different places from cancelling.
+                h = h.rotate_left(23) ^ fold(read8(bytes, at) ^ K1, read8(bytes, at + 8) ^ K2);
+                at += 16;
+            }
+            h ^ fold(read8(bytes, len - 16) ^ K2, read8(bytes, len - 8) ^ K1)
+        }
+    }
+}
+
+/// A string for an exact counting map: its first [`HEAD`] bytes as words (zero past its
+/// end) and a hash of it that is never stored in a sketch. Up to 32 bytes (codes, names,
+/// categories, product lines), hashing is two independent multiplies and equality five
+/// word compares: no loop, no branch on the length, no call to `memcmp`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Prefixed<'a> {
+    pub hash: u64,
+    head: [u64; 4],
+    pub value: &'a str,
+}
+
+/// Bytes of a [`Prefixed`] head.
+const HEAD: usize = 32;
+
+/// The low `n` bytes of a word (all of it from 8 on).
+#[inline]
+fn low_bytes(n: usize) -> u64 {
+    ((1_u128 << (8 * n.min(8))) - 1) as u64
+}
+
+impl<'a> Prefixed<'a> {
+    /// From `value` alone (copying its head).
+    pub(super) fn new(value: &'a str) -> Self {
+        let bytes = value.as_bytes();
+        let mut head = [0_u8; HEAD];
+        let n = bytes.len().min(HEAD);
+        if let (Some(to), Some(from)) = (head.get_mut(..n), bytes.get(..n)) {
+            to.copy_from_slice(from);
+        }
+        Self::with_head(
+            value,
+            [
+                read8(&head, 0),
+                read8(&head, 8),
+                read8(&head, 16),
+                read8(&head, 24),
+            ],
+        )
+    }
+
+    /// `value`, which starts at `start` in `buffer` (an Arrow string array's data): the
+    /// head is read from the buffer as words, masked to the value's length.
+    #[inline]
+    pub(super) fn in_buffer(value: &'a str, buffer: &[u8], start: usize) -> Self {
+        if start + HEAD > buffer.len() {
+            return Self::new(value);
+        }
+        let len = value.len();
+        let word = |k: usize| read8(buffer, start + 8 * k) & low_bytes(len.saturating_sub(8 * k));
+        Self::with_head(value, [word(0), word(1), word(2), word(3)])
+    }
+
+    #[inline]
+    fn with_head(value: &'a str, head: [u64; 4]) -> Self {
+        let len = value.len();
+        let hash = if len <= HEAD {
+            fold(head[0] ^ K1, head[1] ^ K2 ^ (len as u64))
+                ^ fold(head[2] ^ K2, head[3] ^ K0).rotate_left(29)
+        } else {
+            quick_hash(value.as_bytes())
+        };
+        Self { hash, head, value }
+    }
+
+    /// Whether `self` and `other` are the same string.
+    #[inline]
+    pub(super) fn same(&self, other: &Self) -> bool {
+        let len = self.value.len();
+        // `&`, not `&&`: five compares are cheaper than four guessed branches.
+        (self.head[0] == other.head[0])
+            & (self.head[1] == other.head[1])
+            & (self.head[2] == other.head[2])
+            & (self.head[3] == other.head[3])
+            & (len == other.value.len())
+            && (len <= HEAD || self.value == other.value)
+    }
+}
+
+impl PartialEq for Prefixed<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.same(other)
+    }
+}
+
+impl Eq for Prefixed<'_> {}
+
+impl Hash for Prefixed<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
 /// A well-mixed 64-bit hash of a key, the same in every phase of a count (exact set,
 /// sketch), so keys moved from one to the other keep their hash.
 pub(super) trait Hash64 {
@@ -106,6 +229,92 @@ impl Hash64 for &str {
 impl Hash64 for &[u8] {
     fn hash64(&self) -> u64 {
         hash_bytes(self, 0)
+    }
+}
+
+/// A borrowed value with its [`Hash64`] computed once: the map hashes it, the sketch takes
+/// the same hash, and equality looks at the hash before comparing bytes.
+#[derive(Debug)]
+pub(super) struct Hashed<'a, T: ?Sized> {
+    pub hash: u64,
+    pub value: &'a T,
+}
+
+// By hand: a derive would ask `T: Copy`, which `str` is not; the reference is.
+impl<T: ?Sized> Clone for Hashed<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: ?Sized> Copy for Hashed<'_, T> {}
+
+impl<'a> Hashed<'a, str> {
+    /// With its [`Hash64`], as a sketch needs it.
+    pub(super) fn new(value: &'a str) -> Self {
+        Self {
+            hash: value.hash64(),
+            value,
+        }
+    }
+}
+
+impl PartialEq for Hashed<'_, str> {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && same_bytes(self.value.as_bytes(), other.value.as_bytes())
+    }
+}
+
+impl Eq for Hashed<'_, str> {}
+
+/// `a == b`, with strings up to 16 bytes compared as two words each (no call to `memcmp`,
+/// which dominates comparing short strings).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    match len {
+        0..=3 => a == b,
+        4..=8 => read4(a, 0) == read4(b, 0) && read4(a, len - 4) == read4(b, len - 4),
+        9..=16 => read8(a, 0) == read8(b, 0) && read8(a, len - 8) == read8(b, len - 8),
+        _ => a == b,
+    }
+}
+
+impl<T: ?Sized> Hash for Hashed<'_, T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl<T: ?Sized> Hash64 for Hashed<'_, T> {
+    fn hash64(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// `HashMap`/`HashSet` hasher state for keys that carry their hash ([`Hashed`]).
+pub(super) type PassBuild = BuildHasherDefault<PassThrough>;
+
+/// Takes a key's precomputed, well-mixed hash as it is (anything else through
+/// [`hash_bytes`] and [`mix64`], as [`FastHasher`] does).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = hash_bytes(bytes, self.0);
+    }
+
+    /// A single write (a [`Hashed`] key) gives `i` xor a constant, which folds away.
+    fn write_u64(&mut self, i: u64) {
+        self.0 = mix64(self.0) ^ i;
     }
 }
 

@@ -7,17 +7,100 @@
 //! - Every output is finite: callers leave NaN and ±inf out, and sums that overflow
 //!   are recomputed on scaled values.
 
-use std::cmp::Ordering;
-
 use dataref_protocol::NumericStats;
 
+/// A value as a `u64` whose unsigned order is `f64::total_cmp`'s: selections compare
+/// plain integers, and radix selection reads the key's bits.
+pub(super) fn sort_key(x: f64) -> u64 {
+    let bits = x.to_bits();
+    // Negative: flip every bit (larger magnitude, smaller key). Otherwise: set the sign.
+    bits ^ (((bits as i64 >> 63) as u64) | (1 << 63))
+}
+
+/// The value of a [`sort_key`].
+pub(super) fn from_sort_key(key: u64) -> f64 {
+    // Sign bit set: was non-negative, clear it. Clear: was negative, flip every bit.
+    f64::from_bits(key ^ ((key >> 63).wrapping_sub(1) | (1 << 63)))
+}
+
+/// A column's values (all finite), as [`sort_key`]s, read once per pass and never copied
+/// whole: a 10M-row column would otherwise cost 80 MB of fresh memory.
+pub(super) trait KeySource {
+    /// Calls `f` with the key of every value, in the same order each time.
+    fn each_key(&self, f: impl FnMut(u64));
+}
+
+impl KeySource for [u64] {
+    fn each_key(&self, mut f: impl FnMut(u64)) {
+        self.iter().for_each(|&k| f(k));
+    }
+}
+
+/// What the first pass over a column gathers for [`summarize_column`]: the count, the blocked
+/// sum, and the bits every key has (`all`) and some key has (`any`).
+#[derive(Debug, Clone)]
+pub(super) struct FirstPass {
+    n: usize,
+    sum: Blocked,
+    all: u64,
+    any: u64,
+}
+
+impl FirstPass {
+    pub(super) fn new() -> Self {
+        Self {
+            n: 0,
+            sum: Blocked::new(),
+            all: u64::MAX,
+            any: 0,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.n
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Adds the next value (finite).
+    #[inline]
+    pub(super) fn push(&mut self, x: f64) {
+        let k = sort_key(x);
+        self.n += 1;
+        self.sum.add(x);
+        self.all &= k;
+        self.any |= k;
+    }
+}
+
 /// Summarises `values` (all finite), reordering them. `None` when there are none.
+#[cfg(test)]
 pub(super) fn summarize(values: &mut [f64]) -> Option<NumericStats> {
-    if values.is_empty() {
+    let mut first = FirstPass::new();
+    values.iter().for_each(|&x| first.push(x));
+    let keys: Vec<u64> = values.iter().map(|&x| sort_key(x)).collect();
+    summarize_column(&first, keys.as_slice(), None)
+}
+
+/// Summarises the values of `source`, whose first pass was `first`. `None` when there are
+/// none. One more pass for mean and std (two when the sum overflowed). The quartiles come
+/// from `counted` when given (each distinct value's [`sort_key`] and count, for columns
+/// of few values), else from two or so more passes.
+pub(super) fn summarize_column<S: KeySource + ?Sized>(
+    first: &FirstPass,
+    source: &S,
+    counted: Option<Vec<(u64, u64)>>,
+) -> Option<NumericStats> {
+    if first.n == 0 {
         return None;
     }
-    let (mean, std) = mean_std(values);
-    let [p25, p50, p75] = quartiles(values);
+    let (mean, std) = mean_std(first, source);
+    let [p25, p50, p75] = match counted {
+        Some(counted) => quartiles_counted(counted, first.n),
+        None => quartiles_of(source, first.n, first.all, first.any),
+    };
     Some(NumericStats {
         mean: finite(mean),
         std: finite(std),
@@ -57,30 +140,69 @@ pub(super) fn readable(v: f64) -> f64 {
 /// number of values (numpy sums pairwise for the same reason).
 const BLOCK: usize = 256;
 
-fn blocked_sum(values: &[f64], f: impl Fn(f64) -> f64) -> f64 {
-    values
-        .chunks(BLOCK)
-        .map(|block| block.iter().map(|&x| f(x)).sum::<f64>())
-        .sum()
+/// A blocked sum fed one value at a time: the same additions in the same order as
+/// summing each block of [`BLOCK`] values and then the block sums (from -0.0, as
+/// `Iterator::sum` does).
+#[derive(Debug, Clone)]
+struct Blocked {
+    total: f64,
+    block: f64,
+    in_block: usize,
+}
+
+impl Blocked {
+    fn new() -> Self {
+        Self {
+            total: -0.0,
+            block: -0.0,
+            in_block: 0,
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, x: f64) {
+        self.block += x;
+        self.in_block += 1;
+        if self.in_block == BLOCK {
+            self.total += self.block;
+            self.block = -0.0;
+            self.in_block = 0;
+        }
+    }
+
+    fn finish(&self) -> f64 {
+        if self.in_block > 0 {
+            self.total + self.block
+        } else {
+            self.total
+        }
+    }
 }
 
 /// Corrected two-pass algorithm: the second pass both measures the spread and removes
 /// the rounding error of the first-pass mean.
-fn mean_std(values: &[f64]) -> (f64, f64) {
-    let n = values.len() as f64;
-    let sum = blocked_sum(values, |x| x);
+fn mean_std<S: KeySource + ?Sized>(first: &FirstPass, source: &S) -> (f64, f64) {
+    let n = first.n as f64;
+    let sum = first.sum.finish();
     let rough = if sum.is_finite() {
         sum / n
     } else {
-        blocked_sum(values, |x| x / n)
+        let mut scaled = Blocked::new();
+        source.each_key(|k| scaled.add(from_sort_key(k) / n));
+        scaled.finish()
     };
-    let dev = blocked_sum(values, |x| x - rough);
-    let sq = blocked_sum(values, |x| (x - rough) * (x - rough));
+    let (mut dev, mut sq) = (Blocked::new(), Blocked::new());
+    source.each_key(|k| {
+        let d = from_sort_key(k) - rough;
+        dev.add(d);
+        sq.add(d * d);
+    });
+    let (dev, sq) = (dev.finish(), sq.finish());
     if !sq.is_finite() {
-        return (rough, scaled_std(values, rough));
+        return (rough, scaled_std(source, first.n, rough));
     }
     let mean = rough + dev / n;
-    if values.len() < 2 {
+    if first.n < 2 {
         return (mean, 0.0);
     }
     let var = (sq - dev * dev / n) / (n - 1.0);
@@ -88,27 +210,67 @@ fn mean_std(values: &[f64]) -> (f64, f64) {
 }
 
 /// For values near `f64::MAX`, where squares overflow.
-fn scaled_std(values: &[f64], mean: f64) -> f64 {
-    if values.len() < 2 {
+fn scaled_std<S: KeySource + ?Sized>(source: &S, n: usize, mean: f64) -> f64 {
+    if n < 2 {
         return 0.0;
     }
-    let scale = values.iter().fold(0.0_f64, |m, x| m.max(x.abs()));
+    let mut scale = 0.0_f64;
+    source.each_key(|k| scale = scale.max(from_sort_key(k).abs()));
     let m = mean / scale;
-    let sq: f64 = values.iter().map(|x| (x / scale - m).powi(2)).sum();
-    scale * (sq / (values.len() as f64 - 1.0)).sqrt()
+    let mut sq = -0.0_f64;
+    source.each_key(|k| sq += (from_sort_key(k) / scale - m).powi(2));
+    scale * (sq / (n as f64 - 1.0)).sqrt()
 }
 
-fn by_value(a: &f64, b: &f64) -> Ordering {
-    a.total_cmp(b)
-}
-
-/// p25, p50, p75 with linear interpolation at position (n-1)·q.
-///
-/// Three selections place the order statistics at the lower ranks: the median over all
-/// values, then p75 right of it and p25 left of it (each half the size). The value one
-/// rank up is then the minimum of the short stretch up to the next placed rank.
+/// p25, p50, p75 with linear interpolation at position (n-1)·q, of `values`.
+#[cfg(test)]
 fn quartiles(values: &mut [f64]) -> [f64; 3] {
-    let n = values.len();
+    let keys: Vec<u64> = values.iter().map(|&x| sort_key(x)).collect();
+    let (all, any) = keys
+        .iter()
+        .fold((u64::MAX, 0), |(all, any), &k| (all & k, any | k));
+    quartiles_of(keys.as_slice(), keys.len(), all, any)
+}
+
+/// p25, p50, p75 with linear interpolation at position (n-1)·q, of the `n` values of
+/// `source`, which share the bits `all` and together have the bits `any`.
+fn quartiles_of<S: KeySource + ?Sized>(source: &S, n: usize, all: u64, any: u64) -> [f64; 3] {
+    quartiles_by(n, |ranks, found| {
+        let whole = Part {
+            prefix: None,
+            len: n,
+            all,
+            any,
+        };
+        select_streamed(source, &whole, ranks, found);
+    })
+}
+
+/// [`quartiles_of`] the values of which `counted` holds each distinct one's key and count
+/// (`n` in all).
+fn quartiles_counted(mut counted: Vec<(u64, u64)>, n: usize) -> [f64; 3] {
+    counted.sort_unstable_by_key(|&(k, _)| k);
+    quartiles_by(n, |ranks, found| {
+        // Walk up the values in order; rank r is the value whose counts reach past r.
+        let (mut below, mut next) = (0_u64, counted.iter());
+        let mut current = None;
+        for (&r, slot) in ranks.iter().zip(found.iter_mut()) {
+            while below <= r as u64 {
+                let Some(&(k, c)) = next.next() else { break };
+                below += c;
+                current = Some(k);
+            }
+            *slot = current.unwrap_or_default();
+        }
+    })
+}
+
+/// The quartiles of `n` values given `select`, which puts the keys of the values of the
+/// ranks it is given (sorted, distinct) into the slots it is given.
+///
+/// Each quartile needs the value at rank ⌊(n-1)·q⌋ and, unless it falls on a rank, the
+/// next one: at most six order statistics.
+fn quartiles_by(n: usize, select: impl FnOnce(&[usize], &mut [u64])) -> [f64; 3] {
     if n == 0 {
         return [0.0; 3];
     }
@@ -117,33 +279,294 @@ fn quartiles(values: &mut [f64]) -> [f64; 3] {
         let lo = h.floor() as usize;
         (lo, h - lo as f64)
     };
-    let [(lo25, t25), (lo50, t50), (lo75, t75)] = [rank(0.25), rank(0.5), rank(0.75)];
-    values.select_nth_unstable_by(lo50, by_value);
-    if lo75 > lo50 {
-        values[lo50 + 1..].select_nth_unstable_by(lo75 - lo50 - 1, by_value);
-    }
-    if lo25 < lo50 {
-        values[..lo50].select_nth_unstable_by(lo25, by_value);
-    }
-    // Invariant now: values[lo] is the lo-th smallest for each placed rank, and every
-    // value between two placed ranks lies between their values.
-    let value_at = |lo: usize, t: f64, next_placed: Option<usize>| {
-        let a = values[lo];
-        if t == 0.0 || lo + 1 >= n {
-            return a;
+    let quartiles = [rank(0.25), rank(0.5), rank(0.75)];
+    let mut ranks: Vec<usize> = Vec::with_capacity(6);
+    for &(lo, t) in &quartiles {
+        ranks.push(lo);
+        if t != 0.0 && lo + 1 < n {
+            ranks.push(lo + 1);
         }
-        let end = next_placed.filter(|&p| p > lo).map_or(n, |p| p + 1);
-        let b = values[lo + 1..end]
+    }
+    ranks.sort_unstable();
+    ranks.dedup();
+    let mut found = vec![0_u64; ranks.len()];
+    select(&ranks, &mut found);
+    let at = |r: usize| {
+        ranks
             .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min);
-        lerp(a, b, t)
+            .position(|&x| x == r)
+            .and_then(|i| found.get(i))
+            .map_or(0.0, |&k| from_sort_key(k))
     };
-    [
-        value_at(lo25, t25, Some(lo50)),
-        value_at(lo50, t50, Some(lo75)),
-        value_at(lo75, t75, None),
-    ]
+    quartiles.map(|(lo, t)| {
+        let a = at(lo);
+        if t == 0.0 || lo + 1 >= n {
+            a
+        } else {
+            lerp(a, at(lo + 1), t)
+        }
+    })
+}
+
+/// Below this many keys a selection is as fast as counting digits first.
+const RADIX_MIN: usize = 1 << 14;
+/// Bits per radix digit: a histogram of 2^16 counters stays in the L2 cache.
+const DIGIT_BITS: u32 = 16;
+const BUCKETS: usize = 1 << DIGIT_BITS;
+
+/// The keys of a source whose bits from `prefix.0` up equal `prefix.1` (all of them
+/// without a prefix): `len` keys, sharing the bits `all`, together having the bits `any`.
+struct Part {
+    prefix: Option<(u32, u64)>,
+    len: usize,
+    all: u64,
+    any: u64,
+}
+
+impl Part {
+    #[inline]
+    fn holds(&self, key: u64) -> bool {
+        self.prefix.is_none_or(|(shift, top)| key >> shift == top)
+    }
+}
+
+/// A wanted bucket of a [`Part`], while its keys are read.
+enum Bucket {
+    /// Few enough to keep: kept, then selected in memory.
+    Keep(Vec<u64>),
+    /// Too many: only the bits they share and have are noted, and the bucket becomes a
+    /// part of its own (unless all its keys are one value).
+    Note { all: u64, any: u64 },
+}
+
+/// Puts into `out[i]` the key of rank `ranks[i]` (sorted, distinct, each below
+/// `part.len`) among the keys of `part`, by radix selection over the source.
+///
+/// A histogram of the top 16 bits in which the part's keys differ tells which buckets
+/// hold the wanted ranks; a second pass keeps the keys of those buckets (typically a few
+/// percent), which are then selected in memory. A bucket too large to keep is a part of
+/// its own, 16 bits further down, unless its keys are all one value: low-cardinality
+/// columns end there. The source is read a few times in order; nothing of its size is
+/// allocated.
+fn select_streamed<S: KeySource + ?Sized>(
+    source: &S,
+    part: &Part,
+    ranks: &[usize],
+    out: &mut [u64],
+) {
+    if ranks.is_empty() {
+        return;
+    }
+    if part.all == part.any {
+        out.fill(part.all);
+        return;
+    }
+    if part.prefix.is_none() && part.len < RADIX_MIN {
+        let mut keys = Vec::with_capacity(part.len);
+        source.each_key(|k| keys.push(k));
+        order_statistics(&mut keys, ranks, out);
+        return;
+    }
+    // Bits above `varying` are the same in every key; the digit holds the top 16 below.
+    let varying = 64 - (part.all ^ part.any).leading_zeros();
+    let shift = varying.saturating_sub(DIGIT_BITS);
+    let digit = |k: u64| ((k >> shift) as usize) & (BUCKETS - 1);
+    let mut counts = vec![0_u32; BUCKETS];
+    source.each_key(|k| {
+        if part.holds(k)
+            && let Some(c) = counts.get_mut(digit(k))
+        {
+            *c = c.saturating_add(1);
+        }
+    });
+    let groups = locate(&counts, ranks);
+    // Keeping up to an eighth of the part costs less than reading it all again.
+    let keep_at_most = (part.len / 8).max(RADIX_MIN);
+    let mut buckets: Vec<Bucket> = groups
+        .iter()
+        .map(|g| {
+            if g.size <= keep_at_most {
+                Bucket::Keep(Vec::with_capacity(g.size))
+            } else {
+                Bucket::Note {
+                    all: u64::MAX,
+                    any: 0,
+                }
+            }
+        })
+        .collect();
+    // Bucket → 1 + its index in `groups`, 0 for the buckets not wanted.
+    let mut wanted = vec![0_u8; BUCKETS];
+    for (i, g) in groups.iter().enumerate() {
+        if let Some(w) = wanted.get_mut(g.bucket) {
+            *w = u8::try_from(i + 1).unwrap_or(u8::MAX);
+        }
+    }
+    source.each_key(|k| {
+        if !part.holds(k) {
+            return;
+        }
+        let w = wanted.get(digit(k)).copied().unwrap_or(0);
+        if w == 0 {
+            return;
+        }
+        match buckets.get_mut(usize::from(w) - 1) {
+            Some(Bucket::Keep(keys)) => keys.push(k),
+            Some(Bucket::Note { all, any }) => {
+                *all &= k;
+                *any |= k;
+            }
+            None => {}
+        }
+    });
+    for (g, bucket) in groups.iter().zip(buckets) {
+        let local: Vec<usize> = ranks[g.ranks.clone()]
+            .iter()
+            .map(|r| r - g.before)
+            .collect();
+        let Some(out) = out.get_mut(g.ranks.clone()) else {
+            continue;
+        };
+        match bucket {
+            Bucket::Keep(mut keys) => order_statistics(&mut keys, &local, out),
+            Bucket::Note { all, any } => {
+                // Every key of the bucket agrees from `shift` up.
+                let sub = Part {
+                    prefix: Some((shift, all >> shift)),
+                    len: g.size,
+                    all,
+                    any,
+                };
+                select_streamed(source, &sub, &local, out);
+            }
+        }
+    }
+}
+
+/// A bucket holding wanted ranks: which (positions into the ranks), how many keys lie in
+/// the buckets below it, and its own size.
+struct Group {
+    bucket: usize,
+    before: usize,
+    size: usize,
+    ranks: std::ops::Range<usize>,
+}
+
+/// The buckets of `counts` (a histogram) that hold `ranks` (sorted).
+fn locate(counts: &[u32], ranks: &[usize]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::with_capacity(ranks.len());
+    let (mut bucket, mut before) = (0_usize, 0_usize);
+    for (i, &r) in ranks.iter().enumerate() {
+        while let Some(&c) = counts.get(bucket)
+            && before + c as usize <= r
+        {
+            before += c as usize;
+            bucket += 1;
+        }
+        match groups.last_mut() {
+            Some(g) if g.bucket == bucket => g.ranks.end = i + 1,
+            _ => groups.push(Group {
+                bucket,
+                before,
+                size: counts.get(bucket).map_or(0, |&c| c as usize),
+                ranks: i..i + 1,
+            }),
+        }
+    }
+    groups
+}
+
+/// Puts into `out[i]` the key of rank `ranks[i]` (sorted, distinct, each below
+/// `keys.len()`), reordering `keys`: radix selection in place for many keys, repeated
+/// selection for few.
+fn order_statistics(keys: &mut [u64], ranks: &[usize], out: &mut [u64]) {
+    if ranks.is_empty() {
+        return;
+    }
+    if keys.len() < RADIX_MIN {
+        select_ranks(keys, ranks, out);
+        return;
+    }
+    let (all, any) = keys
+        .iter()
+        .fold((u64::MAX, 0_u64), |(all, any), &k| (all & k, any | k));
+    if all == any {
+        out.fill(all);
+        return;
+    }
+    let varying = 64 - (all ^ any).leading_zeros();
+    let shift = varying.saturating_sub(DIGIT_BITS);
+    let digit = |k: u64| ((k >> shift) as usize) & (BUCKETS - 1);
+    let mut counts = vec![0_u32; BUCKETS];
+    for &k in keys.iter() {
+        if let Some(c) = counts.get_mut(digit(k)) {
+            *c = c.saturating_add(1);
+        }
+    }
+    let groups = locate(&counts, ranks);
+    let mut wanted = vec![false; BUCKETS];
+    for g in &groups {
+        if let Some(w) = wanted.get_mut(g.bucket) {
+            *w = true;
+        }
+    }
+    // Keep the keys of the wanted buckets, in place (a key is read before its slot can be
+    // written over: the write index never passes the read index).
+    let mut kept = 0;
+    for i in 0..keys.len() {
+        let k = keys[i];
+        keys[kept] = k;
+        kept += usize::from(wanted.get(digit(k)).copied().unwrap_or(false));
+    }
+    // Then each wanted bucket on its own, split off the kept keys.
+    let mut rest = &mut keys[..kept];
+    for (i, g) in groups.iter().enumerate() {
+        let mine = if i + 1 == groups.len() {
+            std::mem::take(&mut rest)
+        } else {
+            let split = partition(rest, |k| digit(k) == g.bucket);
+            let (mine, others) = std::mem::take(&mut rest).split_at_mut(split);
+            rest = others;
+            mine
+        };
+        let local: Vec<usize> = ranks[g.ranks.clone()]
+            .iter()
+            .map(|r| r - g.before)
+            .collect();
+        if let Some(out) = out.get_mut(g.ranks.clone()) {
+            order_statistics(mine, &local, out);
+        }
+    }
+}
+
+/// Moves the keys for which `is_in` holds to the front; returns how many there are.
+fn partition(keys: &mut [u64], is_in: impl Fn(u64) -> bool) -> usize {
+    let mut front = 0;
+    for i in 0..keys.len() {
+        let k = keys[i];
+        // Always swap, move on only for a key that belongs in front: no branch to guess.
+        keys.swap(front, i);
+        front += usize::from(is_in(k));
+    }
+    front
+}
+
+/// [`order_statistics`] by repeated selection: the middle rank first, then the ranks on
+/// either side of it within their side.
+fn select_ranks(keys: &mut [u64], ranks: &[usize], out: &mut [u64]) {
+    let mid = ranks.len() / 2;
+    let (Some(&r), Some(slot)) = (ranks.get(mid), out.get_mut(mid)) else {
+        return;
+    };
+    if r >= keys.len() {
+        return;
+    }
+    let (left, &mut at, right) = keys.select_nth_unstable(r);
+    *slot = at;
+    let (out_left, out_right) = out.split_at_mut(mid);
+    select_ranks(left, &ranks[..mid], out_left);
+    let above: Vec<usize> = ranks[mid + 1..].iter().map(|x| x - r - 1).collect();
+    select_ranks(right, &above, out_right.get_mut(1..).unwrap_or_default());
 }
 
 /// numpy's `_lerp`: exact at both ends and monotonic.

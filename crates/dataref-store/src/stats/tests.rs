@@ -35,6 +35,11 @@ fn table_with_schema(schema: SchemaRef, batches: Vec<Vec<(&str, ArrayRef)>>) -> 
                 .unwrap()
         })
         .collect();
+    table_from_batches(schema, batches)
+}
+
+/// A table of `batches`; meta (rows, nulls) computed from them.
+pub(super) fn table_from_batches(schema: SchemaRef, batches: Vec<RecordBatch>) -> Table {
     let null_counts = (0..schema.fields().len())
         .map(|i| {
             batches
@@ -608,4 +613,153 @@ fn distinct_is_exact_up_to_the_limit_and_estimated_above() {
     assert_eq!(w.min, Some(json!("customer-0")));
     assert_eq!(w.max, Some(json!("customer-999999")));
     assert!(w.top.is_empty(), "every value occurs once");
+}
+
+/// Batches of uneven length with a column of every kind the statistics treat apart, nulls
+/// throughout, and string, number and timestamp columns past the exact-count limit.
+fn varied(rows: usize) -> Table {
+    use arrow_array::{Decimal128Array, LargeStringArray};
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut batches = Vec::new();
+    let mut done = 0;
+    while done < rows {
+        let n = (1 + next() as usize % 40_000).min(rows - done);
+        let mut c: Vec<Vec<u64>> = vec![Vec::with_capacity(n); 12];
+        for _ in 0..n {
+            for v in &mut c {
+                v.push(next());
+            }
+        }
+        let null = |v: u64, percent: u64| v % 100 < percent;
+        let days: Vec<Option<i32>> = c[0]
+            .iter()
+            .map(|&v| (!null(v, 3)).then_some(19_000 + (v >> 8) as i32 % 900))
+            .collect();
+        let regions = ["north", "south", "east", "west", "Nordics and Baltics"];
+        let region: Vec<Option<&str>> = c[1]
+            .iter()
+            .map(|&v| (!null(v, 5)).then_some(regions[(v >> 8) as usize % regions.len()]))
+            .collect();
+        let ids: Vec<Option<String>> = c[2]
+            .iter()
+            .map(|&v| (!null(v, 1)).then(|| format!("order-{:x}", v >> 44)))
+            .collect();
+        let notes: Vec<Option<String>> = c[3]
+            .iter()
+            .map(|&v| (!null(v, 20)).then(|| format!("a longer note, number {} of many", v % 300)))
+            .collect();
+        let units: Vec<Option<i64>> = c[4]
+            .iter()
+            .map(|&v| (!null(v, 2)).then_some((v >> 8) as i64 % 41 - 10))
+            .collect();
+        let price: Vec<Option<f64>> = c[5]
+            .iter()
+            .map(|&v| match v % 1000 {
+                0..=39 => None,
+                40 => Some(f64::NAN),
+                41 => Some(f64::INFINITY),
+                42 => Some(-0.0),
+                _ => Some(((v >> 11) % 2_000_000) as f64 / 100.0 - 5_000.0),
+            })
+            .collect();
+        let discount: Vec<Option<f64>> = c[6]
+            .iter()
+            .map(|&v| (!null(v, 7)).then_some(((v >> 8) % 7) as f64 * 0.05))
+            .collect();
+        let amount: Vec<Option<i128>> = c[7]
+            .iter()
+            .map(|&v| (!null(v, 4)).then_some(((v >> 20) % 10_000_000) as i128 - 2_000_000))
+            .collect();
+        let at: Vec<Option<i64>> = c[8]
+            .iter()
+            .map(|&v| (!null(v, 10)).then_some(1_700_000_000_000_000 + (v >> 24) as i64))
+            .collect();
+        let flag: Vec<Option<bool>> = c[9]
+            .iter()
+            .map(|&v| (!null(v, 10)).then_some(v & 256 != 0))
+            .collect();
+        let blob: Vec<Option<Vec<u8>>> = c[10]
+            .iter()
+            .map(|&v| (!null(v, 10)).then(|| v.to_le_bytes()[..(v % 9) as usize].to_vec()))
+            .collect();
+        let big: Vec<Option<u64>> = c[11]
+            .iter()
+            .map(|&v| (!null(v, 10)).then_some(u64::MAX - v % 1000))
+            .collect();
+        let id_refs: Vec<Option<&str>> = ids.iter().map(|v| v.as_deref()).collect();
+        let note_refs: Vec<Option<&str>> = notes.iter().map(|v| v.as_deref()).collect();
+        let blob_refs: Vec<Option<&[u8]>> = blob.iter().map(|v| v.as_deref()).collect();
+        batches.push(vec![
+            ("day", Arc::new(Date32Array::from(days)) as ArrayRef),
+            ("region", strs(&region)),
+            ("id", strs(&id_refs)),
+            (
+                "note",
+                Arc::new(LargeStringArray::from(note_refs)) as ArrayRef,
+            ),
+            ("units", ints(&units)),
+            ("price", floats(&price)),
+            ("discount", floats(&discount)),
+            (
+                "amount",
+                Arc::new(
+                    Decimal128Array::from(amount)
+                        .with_precision_and_scale(12, 2)
+                        .unwrap(),
+                ) as ArrayRef,
+            ),
+            (
+                "at",
+                Arc::new(TimestampMicrosecondArray::from(at)) as ArrayRef,
+            ),
+            ("flag", Arc::new(BooleanArray::from(flag)) as ArrayRef),
+            ("blob", Arc::new(BinaryArray::from(blob_refs)) as ArrayRef),
+            ("big", Arc::new(UInt64Array::from(big)) as ArrayRef),
+        ]);
+        done += n;
+    }
+    table(batches)
+}
+
+/// Columns are computed whole, each by one thread: the answer is the same on one thread
+/// as on several, in the order asked, whichever thread finished first.
+#[test]
+fn parallel_statistics_equal_sequential_ones() {
+    let t = varied(150_000);
+    assert!(t.batches.len() > 3);
+    let all: Vec<usize> = (0..t.meta.schema.fields().len()).collect();
+    let one = super::compute_on(&t, &all, 1);
+    // Every path is taken: estimates for the many-valued columns, exact counts for the rest.
+    let estimated: Vec<&str> = one
+        .iter()
+        .filter(|c| c.distinct_is_estimate)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(estimated, ["id", "price", "amount", "at"]);
+    assert!(col_named(&one, "price").non_finite > 0);
+    assert!(one.iter().all(|c| c.name == "flag" || c.nulls > 0));
+    for threads in [2, 3, 5, 16] {
+        assert_eq!(
+            super::compute_on(&t, &all, threads),
+            one,
+            "{threads} threads"
+        );
+    }
+    // Any order asked, any subset: each column as computed alone.
+    let asked = [11, 3, 0, 7, 5, 1];
+    let got = super::compute_on(&t, &asked, 2);
+    for (stats, &i) in got.iter().zip(&asked) {
+        assert_eq!(stats, &one[i]);
+    }
+    assert_eq!(describe_data(&t, None, 0, 100).unwrap().columns, one);
+}
+
+fn col_named<'a>(columns: &'a [ColumnStats], name: &str) -> &'a ColumnStats {
+    columns.iter().find(|c| c.name == name).unwrap()
 }
