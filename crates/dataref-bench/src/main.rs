@@ -22,7 +22,9 @@ mod export;
 mod first_run;
 mod postgres;
 mod python;
+mod server;
 mod spill;
+mod sql;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -104,6 +106,13 @@ enum BenchSection {
     /// session, context assembly (`window::fit`), and the tokens the model receives for the
     /// seed's question at each size, each against a baseline.
     Agent(agent::AgentArgs),
+    /// Fetch and describe through an MCP server over stdio, timed by the official Python
+    /// SDK's client: `dataref serve` against the seed article's pandas server, with
+    /// dataref's anonymous memory.
+    Server(server::ServerArgs),
+    /// The seed's question in SQL (`QOQ_SQL`) through `run_sql`, and the engine alone,
+    /// against DuckDB and pandas in-process on the same Arrow data, already loaded.
+    Sql(sql::SqlArgs),
     /// (internal) one measured step, in a process of its own.
     #[command(hide = true)]
     BenchWorker(WorkerArgs),
@@ -381,6 +390,14 @@ fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         Some(BenchSection::Agent(a)) => {
             agent::run(a)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::Server(a)) => {
+            server::run(a, &args.python, args.dir.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::Sql(a)) => {
+            sql::run(a, &args.python, args.dir.as_deref())?;
             return Ok(ExitCode::SUCCESS);
         }
         Some(BenchSection::BenchWorker(a)) => return worker(a),

@@ -1,0 +1,552 @@
+//! `dataref bench sql`: the seed's question written in SQL (`QOQ_SQL`: revenue per product
+//! line in the last quarter against the one before, the five largest drops) over the
+//! fetched sample, through `run_sql` as a call makes it, against DuckDB and pandas in one
+//! Python interpreter that holds the same Arrow data already loaded. One run, same machine,
+//! the four interleaved.
+//!
+//! - **run_sql (tool)**: `execute_tool_call` in-process, as `serve` runs a call: the owner
+//!   check and the mapping of the artifact, parse, plan and run, the result stored as a new
+//!   artifact and described.
+//! - **run_sql engine only**: `dataref_sql::Query` over the table opened once beforehand:
+//!   parse, plan, run and collect, the part DuckDB's query time compares with.
+//! - **DuckDB**: the artifact's Arrow IPC file read into memory with pyarrow, registered
+//!   with `con.register`; only `execute(sql).fetchall()` is timed.
+//! - **pandas**: the seed's `run_python` code (`pivot_table`) on `to_pandas()` of the same
+//!   table; only the code is timed.
+//!
+//! The four answers (five lines and their deltas) are compared on every run; any
+//! disagreement stops the bench.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use arrow_array::RecordBatch;
+use clap::Args;
+use dataref_agent::scripted::QOQ_SQL;
+use dataref_config::Config;
+use dataref_protocol::DataRef;
+use dataref_store::{ArtifactStore, SystemClock, Table};
+use dataref_tool::{RunContext, SharedContext, ToolCall, ToolRegistry, execute_tool_call};
+use serde_json::{Value, json};
+
+use super::{Fetched, fetch_sample};
+use crate::context::SEED_QOQ_CODE;
+
+#[derive(Debug, Args)]
+pub struct SqlArgs {
+    /// Sample sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000000,10000000")]
+    rows: Vec<u64>,
+    /// Timed runs of each of the four, interleaved (the median is reported), after one
+    /// untimed warm-up of each.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    runs: usize,
+    /// Python with pandas, pyarrow and duckdb. Default: the top-level `--python`.
+    #[arg(long)]
+    python: Option<String>,
+    /// Where sample databases are kept between runs. Default: the top-level `--dir`, else
+    /// `<data dir>/bench`.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+/// One interpreter, the table loaded once; it answers `duckdb` and `pandas` on stdin with
+/// one JSON line each: the time of the query (or the code) alone and the answer.
+const BASELINE_PY: &str = r#"
+import json, sys, time
+path, duck_sql, code = sys.argv[1], sys.argv[2], sys.argv[3]
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.ipc
+
+def emit(v):
+    sys.stdout.write(json.dumps(v) + "\n")
+    sys.stdout.flush()
+
+t = time.perf_counter()
+with pa.OSFile(path, "rb") as f:
+    table = pa.ipc.open_file(f).read_all()
+sales = table.to_pandas(date_as_object=False)
+con = duckdb.connect()
+con.register("sales", table)
+emit({"ready": True, "rows": table.num_rows, "load_secs": time.perf_counter() - t,
+      "duckdb_threads": con.execute("SELECT current_setting('threads')").fetchone()[0],
+      "duckdb": duckdb.__version__, "pandas": pd.__version__, "pyarrow": pa.__version__,
+      "python": sys.version.split()[0]})
+compiled = compile(code, "<code>", "exec")
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "duckdb":
+        t = time.perf_counter()
+        rows = con.execute(duck_sql).fetchall()
+        secs = time.perf_counter() - t
+        emit({"secs": secs, "answer": [[str(r[0]), float(r[3])] for r in rows]})
+    elif cmd == "pandas":
+        g = {"__name__": "__main__", "pd": pd, "np": np, "sales": sales, "outputs": {},
+             "result": None}
+        t = time.perf_counter()
+        exec(compiled, g)
+        secs = time.perf_counter() - t
+        emit({"secs": secs,
+              "answer": [[str(k), float(v)] for k, v in g["delta"].head(5).items()]})
+    elif cmd == "quit":
+        break
+    else:
+        emit({"error": "unknown command " + repr(cmd)})
+"#;
+
+/// What the interpreter must import.
+const CHECK_PY: &str = "import duckdb, pandas, pyarrow";
+
+/// Five lines and their deltas, in order.
+type Answer = Vec<(String, f64)>;
+
+/// `QOQ_SQL` as DuckDB takes it: `pivot` is a reserved word there (its PIVOT statement), so
+/// the CTE's name is quoted; nothing else differs.
+fn duckdb_sql() -> Result<String> {
+    let quoted = QOQ_SQL
+        .replacen("), pivot AS (", "), \"pivot\" AS (", 1)
+        .replacen("FROM pivot\n", "FROM \"pivot\"\n", 1);
+    if quoted.matches("\"pivot\"").count() != 2 {
+        bail!(
+            "`QOQ_SQL` no longer has the CTE `pivot` this bench quotes for DuckDB\nhint: update `duckdb_sql` in crates/dataref-bench/src/sql.rs"
+        );
+    }
+    Ok(quoted)
+}
+
+/// Medians of one size.
+struct Measured {
+    rows: u64,
+    tool: f64,
+    engine: f64,
+    duckdb: f64,
+    pandas: f64,
+}
+
+pub fn run(args: &SqlArgs, python: &str, dir: Option<&Path>) -> Result<()> {
+    let python = args.python.as_deref().unwrap_or(python);
+    let dir = match args.dir.as_deref().or(dir) {
+        Some(d) => d.to_path_buf(),
+        None => dataref_app::home(None)?.join("bench"),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating `{}`", dir.display()))?;
+    if args.runs == 0 {
+        bail!("`--runs` must be at least 1");
+    }
+    check_python(python)?;
+    let duck_sql = duckdb_sql()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting a runtime")?;
+    let mut measured = Vec::new();
+    let mut versions = Value::Null;
+    for &n in &args.rows {
+        let config = Config::builtin_sample(dir.clone(), n);
+        dataref_app::ensure_sample(&config)?;
+        dataref_app::progress_line(&format!("fetching the {n}-row sample…"));
+        let fetched = fetch_sample(&dir, n)?;
+        let (m, v) = measure(args.runs, python, &duck_sql, &config, &fetched, &runtime)
+            .with_context(|| format!("measuring run_sql on {n} rows"))?;
+        measured.push(m);
+        versions = v;
+    }
+    report(
+        &measured,
+        &versions,
+        args.runs,
+        &mut std::io::stdout().lock(),
+    )
+}
+
+fn check_python(python: &str) -> Result<()> {
+    let ok = Command::new(python)
+        .args(["-c", CHECK_PY])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        bail!(
+            "`{python}` cannot import duckdb, pandas and pyarrow, the section's baselines\nhint: `scripts/bench` sets up a venv with them, or pass `--python PATH`"
+        );
+    }
+    Ok(())
+}
+
+fn measure(
+    runs: usize,
+    python: &str,
+    duck_sql: &str,
+    config: &Config,
+    fetched: &Fetched,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(Measured, Value)> {
+    let store: Arc<dyn ArtifactStore> = fetched.store.clone();
+    let workspace = Arc::new(dataref_workspace::Workspace::for_principal(
+        &fetched.dir,
+        &fetched.owner,
+    )?);
+    let shared = SharedContext {
+        home: fetched.dir.clone(),
+        store: store.clone(),
+        limits: config.limits.clone(),
+        clock: Arc::new(SystemClock),
+    };
+    let ctx = shared.context(fetched.owner.clone(), workspace);
+    let registry = dataref_tools::builtin_registry_with(config, None)?;
+    // The engine-only runs take the table opened once, with the limits the tool uses.
+    let table = store.open_table(&fetched.owner, &fetched.meta.data_ref)?;
+    let limits = dataref_sql::Limits {
+        memory_bytes: usize::try_from(config.sql.memory_bytes).unwrap_or(usize::MAX),
+        ..dataref_sql::Limits::default()
+    };
+    let tool = Tool {
+        registry: &registry,
+        ctx: &ctx,
+        store: store.as_ref(),
+        data_ref: &fetched.meta.data_ref,
+    };
+
+    dataref_app::progress_line(&format!(
+        "loading {} rows into DuckDB and pandas…",
+        fetched.meta.rows
+    ));
+    let mut py = Baseline::start(python, &table.path, duck_sql)?;
+    let ready = py.read()?;
+    if ready.get("rows").and_then(Value::as_u64) != Some(fetched.meta.rows) {
+        bail!(
+            "the Python baseline read {ready} rather than {} rows",
+            fetched.meta.rows
+        );
+    }
+    dataref_app::progress_line(&format!(
+        "measuring the QoQ query on {} rows ({runs} runs of each, interleaved)…",
+        fetched.meta.rows
+    ));
+    let mut times: [Vec<f64>; 4] = Default::default();
+    // Run 0 is the untimed warm-up.
+    for i in 0..=runs {
+        let (t_tool, reference) = runtime.block_on(tool.run())?;
+        let (t_engine, engine) = runtime.block_on(engine_run(&table, &limits))?;
+        let (t_duck, duck) = py.ask("duckdb")?;
+        let (t_pandas, pandas) = py.ask("pandas")?;
+        for (who, answer) in [
+            ("run_sql engine only", &engine),
+            ("DuckDB", &duck),
+            ("pandas", &pandas),
+        ] {
+            check_same(&reference, who, answer)?;
+        }
+        if i > 0 {
+            for (s, t) in times.iter_mut().zip([t_tool, t_engine, t_duck, t_pandas]) {
+                s.push(t);
+            }
+        }
+    }
+    py.quit()?;
+    let [tool_t, engine_t, duck_t, pandas_t] = times.map(|s| median(&s));
+    let versions = json!({
+        "duckdb": ready.get("duckdb"),
+        "pandas": ready.get("pandas"),
+        "pyarrow": ready.get("pyarrow"),
+        "python": ready.get("python"),
+        "duckdb_threads": ready.get("duckdb_threads"),
+        "engine_threads": limits.threads,
+    });
+    Ok((
+        Measured {
+            rows: fetched.meta.rows,
+            tool: tool_t,
+            engine: engine_t,
+            duckdb: duck_t,
+            pandas: pandas_t,
+        },
+        versions,
+    ))
+}
+
+/// `run_sql` as a call makes it, through the registry.
+struct Tool<'a> {
+    registry: &'a ToolRegistry,
+    ctx: &'a RunContext,
+    store: &'a dyn ArtifactStore,
+    data_ref: &'a DataRef,
+}
+
+impl Tool<'_> {
+    /// One timed call; the answer is read back from the stored result, untimed.
+    async fn run(&self) -> Result<(f64, Answer)> {
+        let call = ToolCall::new(
+            "run_sql",
+            json!({"sql": QOQ_SQL, "inputs": {"sales": self.data_ref.to_string()}}),
+        );
+        let t = Instant::now();
+        let o = execute_tool_call(self.registry, call, self.ctx).await;
+        let secs = t.elapsed().as_secs_f64();
+        if o.is_error() {
+            bail!("run_sql failed: {}", o.text);
+        }
+        let result: DataRef = o
+            .structured
+            .as_ref()
+            .and_then(|s| s.get("dataRef"))
+            .and_then(Value::as_str)
+            .with_context(|| format!("run_sql returned no `dataRef`: {}", o.text))
+            .and_then(|s| DataRef::parse(s).context("run_sql's `dataRef`"))?;
+        let stored = self.store.open_table(&self.ctx.principal, &result)?;
+        Ok((secs, answer(&stored.batches)?))
+    }
+}
+
+/// The engine alone over the opened table: parse, plan, run and collect.
+async fn engine_run(table: &Table, limits: &dataref_sql::Limits) -> Result<(f64, Answer)> {
+    let input = dataref_sql::Input::new("sales", table.meta.schema.clone(), table.batches.clone());
+    let t = Instant::now();
+    let mut q = dataref_sql::Query::start(QOQ_SQL, vec![input], limits).await?;
+    let mut batches = Vec::new();
+    while let Some(b) = q.next_batch().await? {
+        batches.push(b);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    Ok((secs, answer(&batches)?))
+}
+
+/// The `line` and `delta` columns of a result.
+fn answer(batches: &[RecordBatch]) -> Result<Answer> {
+    let mut out = Vec::new();
+    for b in batches {
+        let (Some(line), Some(delta)) = (b.column_by_name("line"), b.column_by_name("delta"))
+        else {
+            bail!(
+                "the result has no `line` and `delta` columns: {:?}",
+                b.schema()
+            );
+        };
+        for row in 0..b.num_rows() {
+            let (l, _) = dataref_store::cell_to_json(line, row, None);
+            let (d, _) = dataref_store::cell_to_json(delta, row, None);
+            out.push((
+                l.as_str().map_or_else(|| l.to_string(), str::to_owned),
+                d.as_f64().unwrap_or(f64::NAN),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The same five lines in the same order, deltas equal but for the order of the sums.
+fn check_same(reference: &Answer, who: &str, answer: &Answer) -> Result<()> {
+    let same = reference.len() == 5
+        && reference.len() == answer.len()
+        && reference.iter().zip(answer).all(|((l1, d1), (l2, d2))| {
+            l1 == l2 && (d1 - d2).abs() <= 1e-9 * d1.abs().max(d2.abs()).max(1.0)
+        });
+    if !same {
+        bail!(
+            "the answers differ\n  run_sql (tool): {reference:?}\n  {who}: {answer:?}\nhint: the four must agree on the five lines and their deltas; one of them computes something else"
+        );
+    }
+    Ok(())
+}
+
+/// The Python interpreter holding the loaded table.
+struct Baseline {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Baseline {
+    fn start(python: &str, path: &Path, duck_sql: &str) -> Result<Self> {
+        let mut child = Command::new(python)
+            .args(["-c", BASELINE_PY])
+            .arg(path)
+            .arg(duck_sql)
+            .arg(SEED_QOQ_CODE)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            // Its errors show as they happen, above ours.
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting `{python}`"))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            bail!("no pipes to `{python}`");
+        };
+        Ok(Self {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+        })
+    }
+
+    fn read(&mut self) -> Result<Value> {
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .context("reading from the Python baseline")?;
+        if line.is_empty() {
+            bail!("the Python baseline exited (its error is above)");
+        }
+        let v: Value = serde_json::from_str(&line)
+            .with_context(|| format!("reading the Python baseline's answer: {line}"))?;
+        if let Some(e) = v.get("error") {
+            bail!("the Python baseline: {e}");
+        }
+        Ok(v)
+    }
+
+    fn ask(&mut self, what: &str) -> Result<(f64, Answer)> {
+        writeln!(self.stdin, "{what}").context("writing to the Python baseline")?;
+        self.stdin.flush()?;
+        let v = self.read()?;
+        let secs = v.get("secs").and_then(Value::as_f64).unwrap_or(f64::NAN);
+        let answer = v
+            .get("answer")
+            .and_then(Value::as_array)
+            .with_context(|| format!("{what} gave no answer: {v}"))?
+            .iter()
+            .map(|p| {
+                (
+                    p.get(0).and_then(Value::as_str).unwrap_or("?").to_owned(),
+                    p.get(1).and_then(Value::as_f64).unwrap_or(f64::NAN),
+                )
+            })
+            .collect();
+        Ok((secs, answer))
+    }
+
+    fn quit(mut self) -> Result<()> {
+        writeln!(self.stdin, "quit").context("writing to the Python baseline")?;
+        drop(self.stdin);
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("the Python baseline ended with {status}");
+        }
+        Ok(())
+    }
+}
+
+/// `1000000` → `1,000,000`.
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn median(s: &[f64]) -> f64 {
+    let mut s = s.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+fn secs(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+fn report(measured: &[Measured], v: &Value, runs: usize, out: &mut impl Write) -> Result<()> {
+    let text = |k: &str| match v.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => "?".to_owned(),
+        Some(other) => other.to_string(),
+    };
+    writeln!(
+        out,
+        "\nrun_sql: the seed's QoQ question in SQL (`QOQ_SQL`) over the fetched sample, median of {runs} runs each, interleaved after one untimed warm-up; {} cores, the engine on {} threads, DuckDB {} on {} threads; pandas {}, pyarrow {}, Python {}\n",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        text("engine_threads"),
+        text("duckdb"),
+        text("duckdb_threads"),
+        text("pandas"),
+        text("pyarrow"),
+        text("python"),
+    )?;
+    writeln!(
+        out,
+        "| rows | run_sql (tool) | run_sql engine only | DuckDB (in-process, loaded) | pandas (in-process, loaded) | run_sql ÷ DuckDB | pandas ÷ run_sql |"
+    )?;
+    writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|")?;
+    for m in measured {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.2}× (engine {:.2}×) | {:.1}× (engine {:.1}×) |",
+            group(m.rows),
+            secs(m.tool),
+            secs(m.engine),
+            secs(m.duckdb),
+            secs(m.pandas),
+            m.tool / m.duckdb,
+            m.engine / m.duckdb,
+            m.pandas / m.tool,
+            m.pandas / m.engine,
+        )?;
+    }
+    writeln!(
+        out,
+        "\n- run_sql (tool): `execute_tool_call` in-process: the owner check and mapping of the artifact, parse, plan and run, the 5-row result stored as an artifact and described.\n\
+         - engine only: `dataref_sql::Query` over the table opened (mapped) once beforehand: parse, plan, run, collect. This is the one to set against DuckDB's query-only time.\n\
+         - DuckDB: the artifact's Arrow IPC file read into memory with pyarrow, `con.register(\"sales\", table)`; timed: `con.execute(sql).fetchall()`. The SQL is `QOQ_SQL` with the CTE name quoted (`\"pivot\"`: PIVOT is a reserved word in DuckDB); nothing else differs.\n\
+         - pandas: the seed's `run_python` code (`pivot_table` line × quarter, last-quarter delta) on `to_pandas()` of the same table; timed: the code alone.\n\
+         - The four agreed on the five lines and their deltas in every run."
+    )?;
+    let within = |m: &Measured| m.tool <= 1.5 * m.duckdb;
+    let within_engine = |m: &Measured| m.engine <= 1.5 * m.duckdb;
+    let faster = |m: &Measured| m.pandas >= 3.0 * m.tool;
+    let verdict = |ok: bool| if ok { "met" } else { "not met" };
+    let list = |f: &dyn Fn(&Measured) -> f64| {
+        measured
+            .iter()
+            .map(|m| format!("{:.2}× at {}", f(m), group(m.rows)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    writeln!(
+        out,
+        "\ngoals: run_sql within 1.5× of DuckDB at 1M and 10M rows (tool: {}, {}; engine only: {}, {}); at least 3× faster than pandas in-process ({}, {})",
+        verdict(measured.iter().all(within)),
+        list(&|m| m.tool / m.duckdb),
+        verdict(measured.iter().all(within_engine)),
+        list(&|m| m.engine / m.duckdb),
+        verdict(measured.iter().all(faster)),
+        list(&|m| m.pandas / m.tool),
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duckdb_sql_only_quotes_the_cte() -> Result<()> {
+        let q = duckdb_sql()?;
+        assert_eq!(q.replace("\"pivot\"", "pivot"), QOQ_SQL);
+        Ok(())
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+}
