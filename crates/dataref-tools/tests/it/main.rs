@@ -18,6 +18,7 @@ mod files;
 mod http_tool;
 mod postgres;
 mod python;
+mod sql;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Fixture, error_text, fixture_full, run};
 
 /// A dataRef nobody minted.
-const RANDOM_REF: &str = "data_AAAAAAAAAAAAAAAAAAAAAA";
+pub(super) const RANDOM_REF: &str = "data_AAAAAAAAAAAAAAAAAAAAAA";
 
 /// The runtime the sandbox crate's tests provision, shared (PyPI is hit once per target dir).
 fn runtime_home() -> PathBuf {
@@ -59,12 +59,12 @@ async fn fetch_since(f: &Fixture, since: &str) -> (String, u64) {
     )
 }
 
-async fn fetch(f: &Fixture) -> String {
+pub(super) async fn fetch(f: &Fixture) -> String {
     fetch_since(f, "2020-01-01").await.0
 }
 
 /// A `run_python` call that produced a result (`ok` may still be false).
-async fn python(f: &Fixture, args: Value) -> Value {
+pub(super) async fn python(f: &Fixture, args: Value) -> Value {
     let o = run(f, ToolCall::new("run_python", args)).await;
     assert!(!o.is_error(), "{}", o.text);
     let v = o.structured.unwrap();
@@ -84,7 +84,7 @@ async fn refused(f: &Fixture, args: Value) -> String {
 }
 
 /// The same store, another caller with a workspace of their own.
-fn as_bob(f: &Fixture) -> RunContext {
+pub(super) fn as_bob(f: &Fixture) -> RunContext {
     let principal = Principal::new("bob").unwrap();
     let workspace = Arc::new(Workspace::for_principal(f.home.path(), &principal).unwrap());
     RunContext {
