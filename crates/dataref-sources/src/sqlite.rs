@@ -45,6 +45,11 @@ const BATCH_ROWS: usize = 65_536;
 /// A batch also ends once its text and blob columns hold this many bytes, so wide rows
 /// keep memory bounded and a column's 32-bit offsets cannot overflow.
 const BATCH_BYTES: usize = 16 << 20;
+/// Cells per batch, at most: a result of many columns gets fewer rows per batch (never
+/// under [`MIN_BATCH_ROWS`]), so the few batches in flight between the two threads stay
+/// around 8 MiB of fixed-width values each, however wide the rows.
+const BATCH_CELLS: usize = 1 << 20;
+const MIN_BATCH_ROWS: usize = 1_024;
 /// Rows looked at to choose the type of a column nobody declared.
 const INFER_ROWS: usize = 1_024;
 /// How often the watcher thread asks the caller whether the fetch was cancelled.
@@ -155,6 +160,11 @@ pub fn fetch(
         drop(done);
         match watcher.join() {
             Ok(None) => result,
+            // The artifact is committed by now: an error would leave it stored unreported.
+            Ok(Some(_)) | Err(_) if result.is_ok() => {
+                tracing::warn!(database = %path.display(), "the cancellation check panicked after the fetch had finished");
+                result
+            }
             Ok(Some(payload)) | Err(payload) => Err(pipeline::panicked(
                 path,
                 "the cancellation check",
@@ -441,6 +451,8 @@ struct Batch {
     schema: SchemaRef,
     /// The text and blob columns, whose bytes also bound a batch.
     variable: Vec<usize>,
+    /// Rows a batch ends at: [`BATCH_ROWS`], fewer for many columns.
+    batch_rows: usize,
     /// Rows in this batch.
     rows: usize,
     /// Rows in all batches, this one included.
@@ -450,6 +462,7 @@ struct Batch {
 
 impl Batch {
     fn new(names: Vec<String>, types: Vec<ColumnType>, schema: SchemaRef, max_rows: u64) -> Self {
+        let batch_rows = (BATCH_CELLS / types.len().max(1)).clamp(MIN_BATCH_ROWS, BATCH_ROWS);
         let variable = types
             .iter()
             .enumerate()
@@ -463,11 +476,12 @@ impl Batch {
                 .map(|(name, ty)| Column {
                     name,
                     ty,
-                    builder: Builder::new(ty, BATCH_ROWS),
+                    builder: Builder::new(ty, batch_rows),
                 })
                 .collect(),
             schema,
             variable,
+            batch_rows,
             rows: 0,
             total: 0,
             max_rows,
@@ -504,7 +518,7 @@ impl Batch {
     /// Hands the batch to the writer once it is full.
     #[inline]
     fn send_if_full(&mut self, out: &Batches) -> Result<(), SourceError> {
-        if self.rows == BATCH_ROWS || self.variable_bytes() >= BATCH_BYTES {
+        if self.rows == self.batch_rows || self.variable_bytes() >= BATCH_BYTES {
             out.send(self.take()?)?;
         }
         Ok(())
@@ -526,7 +540,7 @@ impl Batch {
         let arrays = self
             .columns
             .iter_mut()
-            .map(|c| c.builder.finish(BATCH_ROWS))
+            .map(|c| c.builder.finish(self.batch_rows))
             .collect::<Result<Vec<ArrayRef>, _>>()
             .map_err(|e| SourceError::Store(e.into()))?;
         self.rows = 0;

@@ -311,14 +311,15 @@ impl Builder {
             Self::Text(b) => {
                 let a = b.finish();
                 // Start the next batch with room for as many bytes as this one used, so a
-                // text column does not regrow its buffer by doubling every batch.
-                let bytes = a.values().len();
+                // text column does not regrow its buffer by doubling every batch (but no
+                // more than a batch may hold: one huge cell must not size every batch).
+                let bytes = a.values().len().min(super::BATCH_BYTES);
                 *b = BinaryBuilder::with_capacity(rows, bytes);
                 Arc::new(StringArray::try_from_binary(a)?)
             }
             Self::Blob(b) => {
                 let a = b.finish();
-                let bytes = a.values().len();
+                let bytes = a.values().len().min(super::BATCH_BYTES);
                 *b = BinaryBuilder::with_capacity(rows, bytes);
                 Arc::new(a)
             }

@@ -79,6 +79,8 @@ pub(super) fn overlap(
         Err(payload) => return Err(panicked(cx.database, "the writer thread", payload.as_ref())),
     };
     match produced {
+        // Cancelled after the last batch: nothing is committed (the writer is dropped).
+        Ok(Ok(())) if cx.stop.is_cancelled() => Err(SourceError::Cancelled),
         Ok(Ok(())) => Ok(writer.finish()?),
         // `writer` is dropped on the way out, which removes the partial artifact.
         Ok(Err(e)) => Err(e),

@@ -290,7 +290,7 @@ fn the_writer_runs_on_a_thread_of_its_own() {
 
 #[test]
 fn wide_text_closes_batches_by_bytes() {
-    // 4 KiB a row: a batch reaches the byte bound long before its row count.
+    // About 8 KiB a row (2,046 `é`): a batch reaches the byte bound long before its row count.
     let rows = 10_000u64;
     let env = Env::new("CREATE TABLE t (x);", StoreLimits::default());
     let sql = format!(
@@ -516,6 +516,44 @@ fn the_earliest_bad_cell_is_reported() {
         }
         other => panic!("expected a type change, got {other:?}"),
     }
+}
+
+/// The check is per cell, not over the batch's joined bytes: halves of one character in
+/// two cells (`c3` then `a9`, "é" together) are two bad cells, not one good one.
+#[test]
+fn a_character_split_across_cells_is_not_utf8() {
+    let env = Env::new(
+        "CREATE TABLE t (s TEXT);
+         INSERT INTO t VALUES (CAST(x'c3' AS TEXT)), (CAST(x'a9' AS TEXT));",
+        StoreLimits::default(),
+    );
+    match env.fetch("SELECT s FROM t ORDER BY rowid") {
+        Err(SourceError::TypeChange { column, row, .. }) => {
+            assert_eq!((column.as_str(), row), ("s", 1));
+        }
+        other => panic!("expected a type change, got {other:?}"),
+    }
+    assert_eq!(env.leftovers(), (0, 0));
+}
+
+/// Many columns, fewer rows a batch: what is in flight between the threads stays bounded
+/// by cells, not by a row count that would make a batch of 1,000 numbers a row 512 MiB.
+#[test]
+fn wide_rows_make_shorter_batches() {
+    let columns = 400;
+    let rows = 20_000u64;
+    let env = Env::new("CREATE TABLE t (x);", StoreLimits::default());
+    let list: Vec<String> = (0..columns).map(|i| format!("n + {i} AS c{i}")).collect();
+    let sql = format!("{} SELECT {} FROM c", counting(Some(rows)), list.join(", "));
+    let meta = env.fetch(&sql).unwrap();
+    assert_eq!(meta.rows, rows);
+    let table = env.table(&meta);
+    let per_batch = (BATCH_CELLS / columns).max(MIN_BATCH_ROWS);
+    assert_eq!(table.batches.len() as u64, rows.div_ceil(per_batch as u64));
+    assert!(table.batches.iter().all(|b| b.num_rows() <= per_batch));
+    let last = table.batches.last().unwrap();
+    let c399 = last.column(columns - 1).as_primitive::<Int64Type>();
+    assert_eq!(c399.value(last.num_rows() - 1), rows as i64 + 399);
 }
 
 #[test]

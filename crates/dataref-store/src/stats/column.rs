@@ -20,7 +20,6 @@ use serde_json::Value;
 
 use super::distinct::Distinct;
 use super::frequent::StringFrequencies;
-use super::hash::Prefixed;
 use super::numeric::{FirstPass, KeySource, for_the_model, sort_key, summarize_column};
 use crate::value::{format_date, format_time_micros, format_timestamp_micros, type_name};
 
@@ -376,7 +375,7 @@ fn timestamps(s: &mut ColumnStats, arrays: &[&ArrayRef], unit: TimeUnit) {
     }
 }
 
-/// `Utf8` and `LargeUtf8`: each value's head read straight from the array's data.
+/// `Utf8` and `LargeUtf8`: each value's head is read straight from the array's data.
 fn utf8<O: OffsetSizeTrait>(s: &mut ColumnStats, arrays: &[&ArrayRef]) {
     // No run detection here (as numbers have): with few distinct values in random order, a
     // guessed branch on "same as the last one" costs more than the lookup it saves.
@@ -385,19 +384,19 @@ fn utf8<O: OffsetSizeTrait>(s: &mut ColumnStats, arrays: &[&ArrayRef]) {
         let a = a.as_string::<O>();
         let data = a.value_data();
         let offsets = a.value_offsets();
-        let key = |i: usize| {
+        let mut add = |i: usize| {
             let start = offsets.get(i).map_or(0, |o| o.as_usize());
-            Prefixed::in_buffer(a.value(i), data, start)
+            freq.add(a.value(i), Some((data, start)));
         };
         match a.nulls().filter(|n| n.null_count() > 0) {
             None => {
                 for i in 0..a.len() {
-                    freq.add(key(i));
+                    add(i);
                 }
             }
             Some(nulls) => {
                 for i in nulls.valid_indices() {
-                    freq.add(key(i));
+                    add(i);
                 }
             }
         }
@@ -412,7 +411,7 @@ where
     let mut freq = StringFrequencies::new();
     for part in parts {
         for v in part.flatten() {
-            freq.add(Prefixed::new(v));
+            freq.add(v, None);
         }
     }
     string_summary(s, &freq);

@@ -102,4 +102,21 @@ mod tests {
         assert!(estimate);
         assert!((n as f64 - 65_537.0).abs() < 65_537.0 * 0.02, "{n}");
     }
+
+    #[test]
+    fn runs_are_counted_like_single_values() {
+        let values = [3_u64, 3, 3, 1, 3, 2, 2, 1, 1, 1, 3];
+        let mut d = Distinct::<u64>::new();
+        values.iter().for_each(|&v| d.insert(v));
+        assert_eq!(d.finish(), (3, false));
+        let mut counts: Vec<(u64, u64)> =
+            d.counts().unwrap().iter().map(|(&k, &c)| (k, c)).collect();
+        counts.sort_unstable();
+        assert_eq!(counts, [(1, 4), (2, 2), (3, 5)]);
+        // Values after `finish` still count.
+        d.insert(3);
+        d.insert(4);
+        assert_eq!(d.finish(), (4, false));
+        assert_eq!(d.counts().unwrap()[&3], 6);
+    }
 }

@@ -13,8 +13,8 @@ use super::distinct::EXACT_LIMIT;
 use super::hash::{Hashed, PassBuild, Prefixed};
 use super::hll::Hll;
 
-/// Exact counts. Keys carry a cheap hash and their first 16 bytes ([`Prefixed`]): one
-/// hash per value, and short strings compare without `memcmp`.
+/// Exact counts. Keys carry a cheap hash and their first 32 bytes ([`Prefixed`]): one
+/// hash per value, and strings up to 32 bytes compare without `memcmp`.
 type Exact<'a> = HashMap<Prefixed<'a>, u64, PassBuild>;
 
 /// A sketch's counters. Keys carry the [`Hashed::new`] hash that HyperLogLog takes too:
@@ -54,27 +54,33 @@ impl<'a> StringFrequencies<'a> {
 
     #[cfg(test)]
     pub(super) fn insert(&mut self, s: &'a str) {
-        self.add(Prefixed::new(s));
+        self.add(s, None);
     }
 
-    /// Adds one occurrence of `key`'s value: one hash, one lookup.
+    /// Adds one occurrence of `s`: one hash, one lookup. `within` is the Arrow array data
+    /// `s` lies in and where it starts there, if it does: its head is then read from
+    /// there instead of copied.
     #[inline]
-    pub(super) fn add(&mut self, key: Prefixed<'a>) {
+    pub(super) fn add(&mut self, s: &'a str, within: Option<(&[u8], usize)>) {
         match self {
             Self::Exact(counts) => {
+                let key = match within {
+                    Some((data, start)) => Prefixed::in_buffer(s, data, start),
+                    None => Prefixed::new(s),
+                };
                 *counts.entry(key).or_insert(0) += 1;
                 if counts.len() > EXACT_LIMIT {
-                    self.to_sketch();
+                    self.start_sketch();
                 }
             }
-            Self::Sketch(sketch) => sketch.insert(Hashed::new(key.value)),
+            Self::Sketch(sketch) => sketch.insert(Hashed::new(s)),
         }
     }
 
     /// Past [`EXACT_LIMIT`] distinct values: from exact counts to a sketch (once).
     #[cold]
     #[inline(never)]
-    fn to_sketch(&mut self) {
+    fn start_sketch(&mut self) {
         if let Self::Exact(counts) = self {
             let counts = std::mem::take(counts);
             *self = Self::Sketch(Box::new(Sketch::from_exact(counts)));

@@ -6,6 +6,11 @@
 //! HyperLogLog sketch takes its register index from the low bits and its rank from the
 //! rest. The byte hash folds 16-byte blocks with a 64×64→128-bit multiply (after
 //! wyhash); integers go through the splitmix64 finaliser.
+//!
+//! Keys are hashed once: map keys carry their hash ([`Hashed`], [`Prefixed`]) and the map
+//! takes it as it is ([`PassThrough`]). Exact string counts, which are never sketched, use
+//! a cheaper hash of their first 32 bytes ([`Prefixed`]); a sketch's keys are hashed with
+//! [`hash_bytes`], which HyperLogLog reads too.
 
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
@@ -374,6 +379,51 @@ mod tests {
                 flipped[at] ^= 1;
                 assert_ne!(h, hash_bytes(&flipped, 0), "len {len} byte {at}");
             }
+        }
+    }
+
+    #[test]
+    fn prefixed_strings_are_equal_exactly_when_their_bytes_are() {
+        for len in 0..48_usize {
+            let base: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            // In a buffer with bytes after it (read past the end, then masked), and alone.
+            let buffer = format!("{base}zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz");
+            let in_buffer = Prefixed::in_buffer(&base, buffer.as_bytes(), 0);
+            let alone = Prefixed::new(&base);
+            assert!(in_buffer.same(&alone), "len {len}");
+            assert_eq!(in_buffer.hash, alone.hash, "len {len}");
+            for at in 0..len {
+                let mut other = base.clone().into_bytes();
+                other[at] = b'A';
+                let other = String::from_utf8(other).unwrap();
+                let p = Prefixed::new(&other);
+                assert!(!p.same(&alone), "len {len} byte {at}");
+                assert_ne!(p.hash, alone.hash, "len {len} byte {at}");
+            }
+            let longer = format!("{base}a");
+            assert!(!Prefixed::new(&longer).same(&alone));
+            assert_ne!(Prefixed::new(&longer).hash, alone.hash, "len {len}");
+        }
+        // Near the end of the buffer the head is copied instead.
+        let tail = Prefixed::in_buffer("end", b"the end", 4);
+        assert!(tail.same(&Prefixed::new("end")));
+    }
+
+    #[test]
+    fn prefixed_hash_spreads_for_the_map() {
+        // hashbrown takes the bucket from the low bits and a tag from the top 7.
+        let n = 1_u32 << 16;
+        let (mut low, mut top) = (vec![0u32; 16], vec![0u32; 16]);
+        for i in 0..n {
+            let s = format!("id-{i}");
+            let h = Prefixed::new(&s).hash;
+            low[(h & 15) as usize] += 1;
+            top[(h >> 60) as usize] += 1;
+        }
+        for c in low.into_iter().chain(top) {
+            assert!((c as f64 - 4096.0).abs() < 4096.0 * 0.1, "{c}");
         }
     }
 
