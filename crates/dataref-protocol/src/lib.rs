@@ -31,7 +31,9 @@ pub use describe::{
     ColumnStats, DESCRIBED_COLUMNS, DataStats, Description, NumericStats, STATS_FIELDS, StatsTable,
     TOP_MAX_DISTINCT, TopValue,
 };
-pub use text::{mime_type, percent_decode, percent_encode, truncate_chars, truncate_echo};
+pub use text::{
+    human_bytes, mime_type, percent_decode, percent_encode, truncate_chars, truncate_echo,
+};
 pub use time::{Timestamp, civil_from_days, days_from_civil};
 pub use tool::{ToolAnnotations, ToolSpec, object_schema};
 

@@ -1,6 +1,6 @@
 //! Small text helpers used on both sides of the HTTP/MCP split: percent-encoding of
-//! workspace paths (resource URIs, download URLs), MIME types by extension, and bounding
-//! values echoed back in messages.
+//! workspace paths (resource URIs, download URLs), MIME types by extension, bounding
+//! values echoed back in messages, and sizes as people read them.
 
 /// Unreserved characters and `/` as they are, every other byte as `%XX`: the path part of
 /// `dataref://files/{path}` URIs and of download URLs.
@@ -103,6 +103,24 @@ pub fn truncate_chars(s: &str, max: usize) -> String {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
     }
+}
+
+/// A byte count as people read it: `1.5 GiB`, `312 MiB`, `12 KiB`, `80 bytes` (quota
+/// refusals, `run_sql`'s memory limit).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if n >= size {
+            let whole = n / size;
+            return if whole < 10 {
+                let tenths = (n % size) * 10 / size;
+                format!("{whole}.{tenths} {unit}")
+            } else {
+                format!("{whole} {unit}")
+            };
+        }
+    }
+    format!("{n} bytes")
 }
 
 #[cfg(test)]

@@ -43,7 +43,10 @@ pub enum SqlError {
         tables: Vec<TableColumns>,
     },
     /// The query needed more working memory than it may have.
-    #[error("the query needed more than {} MB of working memory", .limit_bytes >> 20)]
+    #[error(
+        "the query needed more than {} of working memory",
+        dataref_protocol::human_bytes(*.limit_bytes as u64)
+    )]
     OutOfMemory { limit_bytes: usize },
     /// Ours, not the caller's.
     #[error("the SQL engine failed: {0}")]

@@ -48,8 +48,9 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
-use datafusion::sql::parser::Statement as DfStatement;
-use datafusion::sql::sqlparser::ast::Statement as AstStatement;
+use datafusion::sql::parser::{DFParserBuilder, Statement as DfStatement};
+use datafusion::sql::sqlparser::ast::{SetExpr, Statement as AstStatement};
+use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use futures_util::StreamExt;
 
 pub use error::{SqlError, TableColumns};
@@ -117,8 +118,10 @@ impl Query {
         let fail = |e| SqlError::from_engine(e, sql, &tables, memory);
         let ctx = context(inputs, limits).map_err(fail)?;
         let state = ctx.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(sql, &dialect).map_err(fail)?;
+        let statement = parse_one(sql, &state).map_err(|e| match e {
+            Parsed::Engine(e) => fail(e),
+            Parsed::Refused(e) => e,
+        })?;
         check_statement(&statement)?;
         let plan = state.statement_to_plan(statement).await.map_err(fail)?;
         check_plan(&plan)?;
@@ -201,10 +204,48 @@ fn context(inputs: Vec<Input>, limits: &Limits) -> datafusion::error::Result<Ses
     Ok(ctx)
 }
 
+enum Parsed {
+    Engine(datafusion::error::DataFusionError),
+    Refused(SqlError),
+}
+
+/// The one statement of `sql`, parsed as the session would: a second one is refused (the
+/// engine's own parse would only say that it is not supported).
+fn parse_one(
+    sql: &str,
+    state: &datafusion::execution::session_state::SessionState,
+) -> Result<DfStatement, Parsed> {
+    let options = state.config().options();
+    let name = options.sql_parser.dialect;
+    let Some(dialect) = dialect_from_str(name) else {
+        return Err(Parsed::Engine(datafusion::error::DataFusionError::Plan(
+            format!("no SQL dialect `{name}`"),
+        )));
+    };
+    let mut statements = DFParserBuilder::new(sql)
+        .with_dialect(dialect.as_ref())
+        .with_recursion_limit(options.sql_parser.recursion_limit.get())
+        .build()
+        .and_then(|mut p| p.parse_statements())
+        .map_err(Parsed::Engine)?;
+    if statements.len() > 1 {
+        return Err(Parsed::Refused(SqlError::Refused {
+            kind: "a second statement".to_owned(),
+        }));
+    }
+    statements.pop_front().ok_or_else(|| {
+        Parsed::Engine(datafusion::error::DataFusionError::Plan(
+            "there is no statement to run".to_owned(),
+        ))
+    })
+}
+
 /// Only a query goes on; every other kind is refused by name.
 fn check_statement(statement: &DfStatement) -> Result<(), SqlError> {
     let kind = match statement {
         DfStatement::Statement(s) => match s.as_ref() {
+            // `SELECT … INTO t` is a query in the grammar but creates a table.
+            AstStatement::Query(q) if selects_into(&q.body) => "SELECT … INTO".to_owned(),
             AstStatement::Query(_) => return Ok(()),
             other => statement_kind(other),
         },
@@ -214,6 +255,16 @@ fn check_statement(statement: &DfStatement) -> Result<(), SqlError> {
         DfStatement::Reset(_) => "RESET".to_owned(),
     };
     Err(SqlError::Refused { kind })
+}
+
+/// Whether a query's body (or a branch of its set operation) is a `SELECT … INTO`.
+fn selects_into(body: &SetExpr) -> bool {
+    match body {
+        SetExpr::Select(s) => s.into.is_some(),
+        SetExpr::Query(q) => selects_into(&q.body),
+        SetExpr::SetOperation { left, right, .. } => selects_into(left) || selects_into(right),
+        _ => false,
+    }
 }
 
 /// The statement's leading keywords (`CREATE TABLE`, `SET`, …), from its own rendering.

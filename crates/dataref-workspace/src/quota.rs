@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{self, AtFlags, FileType, Mode, OFlags};
 
+pub use dataref_protocol::human_bytes;
+
 use crate::TEMP_PREFIX;
 
 /// Entries a walk looks at before it stops counting (what it saw still counts).
@@ -231,23 +233,6 @@ impl QuotaRefusal {
     pub fn of(e: &io::Error) -> Option<&QuotaRefusal> {
         e.get_ref()?.downcast_ref::<QuotaRefusal>()
     }
-}
-
-/// `1.5 GiB`, `312 MiB`, `12 KiB`, `80 bytes`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (unit, size) in UNITS {
-        if n >= size {
-            let whole = n / size;
-            return if whole < 10 {
-                let tenths = (n % size) * 10 / size;
-                format!("{whole}.{tenths} {unit}")
-            } else {
-                format!("{whole} {unit}")
-            };
-        }
-    }
-    format!("{n} bytes")
 }
 
 /// Sizes of the regular files beneath `root`, by top-level entry, never following a link
