@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::context::{SEED_QOQ_CODE, call, pointer};
 use dataref_app::Sample;
 
-use crate::result_text;
+use crate::{median, result_text};
 
 #[derive(Debug, Args)]
 pub struct FirstRunArgs {
@@ -166,19 +166,6 @@ async fn timed(
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    }
 }
 
 fn print_table(out: &mut impl Write, args: &FirstRunArgs, rounds: &[Round]) -> Result<()> {

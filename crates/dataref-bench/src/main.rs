@@ -311,6 +311,33 @@ fn tempdir_in(dir: &Path) -> Result<PathBuf> {
     Ok(p)
 }
 
+/// `1000000` → `1,000,000`.
+pub(crate) fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The median; NaN for no samples.
+pub(crate) fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
 /// VmHWM: the high-water mark of this process's resident memory.
 fn peak_rss_bytes() -> u64 {
     proc_status_bytes("VmHWM:")
@@ -573,4 +600,16 @@ fn fetch_section(
         "\ngoals: fetch ≥ 3× pandas; peak RSS of a 10M-row fetch < 200 MB; describe_data at 1M rows < 0.5 s"
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+    }
 }

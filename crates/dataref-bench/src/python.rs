@@ -26,7 +26,7 @@ use dataref_sandbox::pool::{PythonJob, PythonRun, PythonSandbox, SandboxSettings
 use dataref_store::ArtifactStore;
 use serde_json::{Value, json};
 
-use super::{BenchArgs, Fetched, f, fetch_sample, mb, peak_rss_bytes, run_json};
+use super::{BenchArgs, Fetched, f, fetch_sample, group, mb, peak_rss_bytes, run_json};
 
 /// The seed article's `run_python` call, verbatim.
 const PIVOT_CODE: &str = r#"q = sales.assign(q=sales.date.dt.to_period("Q"))
@@ -302,19 +302,6 @@ fn secs(s: f64) -> String {
     } else {
         format!("{s:.2} s")
     }
-}
-
-/// `1000000` → `1,000,000`.
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Nearest-rank percentile; NaN for no samples.

@@ -6,7 +6,9 @@ Each run starts the server (COMMAND ARGS...) afresh, does the handshake, then ti
 `fetch_sales(since="2025-01-01")` and `describe_data` on the dataRef it returned, each as
 the client sees it (request sent to result parsed). A thread samples the server process's
 RssAnon and VmRSS (`/proc/<pid>/status`) every few milliseconds, so each step has the peak
-seen during it. The server's stderr goes to LOG (its tail is shown when a run fails).
+seen during it. The tool list is read, and the SDK's output-schema validators built, after
+the handshake and outside the timers: a host does that once per session, not per call. The
+server's stderr goes to LOG (its tail is shown when a run fails).
 Prints one JSON line: each run, and `summary`: the median time of each step and the
 highest memory peak of any run.
 """
@@ -23,6 +25,9 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 SAMPLE_EVERY = 0.003
+# A call that takes longer than this has hung (the seed's server takes about 1.5 minutes
+# for 10M rows).
+CALL_TIMEOUT_SECS = 900
 
 
 def status_kb(pid: int) -> dict:
@@ -107,13 +112,20 @@ async def one_run(params: StdioServerParameters, rows: int, log) -> dict:
     async with stdio_client(params, errlog=log) as (read, write):
         async with ClientSession(read, write) as s:
             await s.initialize()
+            listed = await s.list_tools()
+            warm = getattr(s, "_output_schema_validator", None)
+            for tool in listed.tools:
+                if warm is not None and tool.outputSchema is not None:
+                    warm(tool.name, tool.outputSchema)
             pid = server_pid()
             sampler = Sampler(pid)
             sampler.start()
             idle = sampler.mark()
 
             t = time.perf_counter()
-            r = await s.call_tool("fetch_sales", {"since": "2025-01-01"})
+            r = await s.call_tool(
+                "fetch_sales", {"since": "2025-01-01"}, read_timeout_seconds=CALL_TIMEOUT_SECS
+            )
             fetch_secs = time.perf_counter() - t
             fetch_mem = sampler.mark()
             d = structured(r, "fetch_sales")
@@ -122,7 +134,9 @@ async def one_run(params: StdioServerParameters, rows: int, log) -> dict:
             fetch_bytes = sum(len(c.text) for c in r.content if c.type == "text")
 
             t = time.perf_counter()
-            r = await s.call_tool("describe_data", {"dataRef": d["dataRef"]})
+            r = await s.call_tool(
+                "describe_data", {"dataRef": d["dataRef"]}, read_timeout_seconds=CALL_TIMEOUT_SECS
+            )
             describe_secs = time.perf_counter() - t
             describe_mem = sampler.mark()
             structured(r, "describe_data")
@@ -150,8 +164,10 @@ async def main():
     if sys.argv[4] != "--":
         raise SystemExit("usage: server_client.py RUNS ROWS LOG -- COMMAND ARGS...")
     command, args = sys.argv[5], sys.argv[6:]
-    # The server's environment is this one's (its DATAREF_* and PATH included).
-    params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
+    # The server's environment is this one's but for DATAREF_* (a caller's DATAREF_LOG=debug
+    # would slow dataref down): both servers are configured by their arguments alone.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATAREF_")}
+    params = StdioServerParameters(command=command, args=args, env=env)
     out = []
     with open(log_path, "w") as log:
         for i in range(runs):
