@@ -35,27 +35,8 @@ result = {'from': prev, 'to': last, 'lost_most': [
     {'line': r.line, 'delta': round(r.delta, 2), 'pct': round(r.pct * 100, 1)} for r in top.itertuples()]}
 ";
 
-/// The same question in SQL, for `run_sql`: revenue per product line in the latest quarter
-/// and the one before (a pivot with `FILTER`), the change, and the five that lost most.
-/// Standard enough to run unchanged in DuckDB (the benchmark's baseline).
-pub const QOQ_SQL: &str = "\
-WITH q AS (
-  SELECT line, date_trunc('quarter', date) AS quarter, revenue FROM sales
-), bounds AS (
-  SELECT max(quarter) AS last_q FROM q
-), pivot AS (
-  SELECT line,
-    coalesce(sum(revenue) FILTER (WHERE quarter = last_q - INTERVAL '3 months'), 0) AS previous,
-    coalesce(sum(revenue) FILTER (WHERE quarter = last_q), 0) AS latest
-  FROM q CROSS JOIN bounds
-  GROUP BY line
-)
-SELECT line, previous, latest, latest - previous AS delta,
-  round(100 * (latest - previous) / nullif(previous, 0), 1) AS pct
-FROM pivot
-ORDER BY delta, line
-LIMIT 5
-";
+/// The same question in SQL, for `run_sql` (kept with the built-in sample it is about).
+pub use dataref_config::QOQ_SQL;
 
 /// The endpoint name the scripted analyst reports.
 pub const SCRIPTED_ENDPOINT: &str = "scripted (no model endpoint configured)";

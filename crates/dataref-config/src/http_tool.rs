@@ -13,12 +13,13 @@ use crate::raw::{RawHttpParam, RawHttpTool};
 use crate::units::{duration, size};
 
 /// The built-in tools' names (besides `fetch_<query>`): an HTTP tool may not take one.
-pub const BUILTIN_TOOL_NAMES: [&str; 11] = [
+pub const BUILTIN_TOOL_NAMES: [&str; 12] = [
     "query",
     "describe_data",
     "list_artifacts",
     "render_chart",
     "render_table",
+    "run_sql",
     "run_python",
     "read_file",
     "list_files",

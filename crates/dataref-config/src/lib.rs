@@ -52,8 +52,8 @@ pub use http_tool::{
     UrlTemplate,
 };
 pub use resolve::{
-    ColumnType, Config, Limits, ParamConfig, ParamType, PythonConfig, QueryConfig, SampleSpec,
-    SourceConfig, SourceKind, SqlConfig, StoreConfig,
+    ColumnType, Config, Limits, ParamConfig, ParamType, PythonConfig, QOQ_SQL, QueryConfig,
+    SampleSpec, SourceConfig, SourceKind, SqlConfig, StoreConfig,
 };
 pub use spill::{SpillConfig, ToolSpill};
 pub use units::{parse_bytes, parse_duration};

@@ -14,6 +14,30 @@ use crate::spill::{SpillConfig, resolve_spill};
 use crate::units::{duration, size};
 use crate::upstream::{UpstreamConfig, resolve_upstreams};
 
+/// The built-in sample's question (which product lines lost the most revenue from the
+/// previous quarter to the latest?) in SQL, for `run_sql`: revenue per product line in the
+/// latest quarter and the one before (a pivot with `FILTER`), the change, and the five that lost most.
+/// Standard enough to run unchanged in DuckDB, the benchmark's baseline (no CTE named
+/// `pivot`: a reserved word there).
+pub const QOQ_SQL: &str = "\
+WITH q AS (
+  SELECT line, date_trunc('quarter', date) AS quarter, revenue FROM sales
+), bounds AS (
+  SELECT max(quarter) AS last_q FROM q
+), by_line AS (
+  SELECT line,
+    coalesce(sum(revenue) FILTER (WHERE quarter = last_q - INTERVAL '3 months'), 0) AS previous,
+    coalesce(sum(revenue) FILTER (WHERE quarter = last_q), 0) AS latest
+  FROM q CROSS JOIN bounds
+  GROUP BY line
+)
+SELECT line, previous, latest, latest - previous AS delta,
+  round(100 * (latest - previous) / nullif(previous, 0), 1) AS pct
+FROM by_line
+ORDER BY delta, line
+LIMIT 5
+";
+
 /// Everything dataref needs to run, resolved and checked.
 #[derive(Debug, Clone)]
 pub struct Config {

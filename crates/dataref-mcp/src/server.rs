@@ -45,7 +45,7 @@ schema, row count, null counts and a tiny sample: enough to write code against, 
 - Inspect a stored table with `describe_data` (statistics per column); find earlier results \
 with `list_artifacts`.
 - Compute next to the data, passing dataRefs as inputs: `run_sql` for one SELECT (filter, join, \
-group, pivot, window), `run_python` for what SQL cannot say (statistics, reshaping, files).
+group, pivot, window), `run_python` (when available) for what SQL cannot say.
 - Show the person data with `render_chart`, `render_table` or `export_data` (when available); \
 they take a dataRef, so the rows reach the person without passing through you.
 - A large result of any other tool is written to a file in your workspace (`.spill/…`) and you \

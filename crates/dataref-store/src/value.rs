@@ -196,11 +196,6 @@ fn float(v: f64) -> Value {
         .unwrap_or_else(|| Value::String(v.to_string()))
 }
 
-/// One cell as JSON. Strings (and hex-encoded binary) longer than `max_chars` are cut and
-/// end in `…`, and lists show their first ten elements; the bool says whether that
-/// happened. Dates are `YYYY-MM-DD`, timestamps ISO 8601, times `HH:MM:SS[.ffffff]`,
-/// intervals ISO 8601 durations, decimals numbers (text past 15 significant digits),
-/// lists arrays, non-finite floats strings.
 /// The first `max_rows` rows of `batches` as JSON records (`[{"col": value, …}, …]`) and how
 /// many rows that was: what the naive pattern sends the model, for measuring what returning
 /// rows would cost (`dataref demo`, the benchmarks).
@@ -226,6 +221,11 @@ pub fn records_json(batches: &[arrow_array::RecordBatch], max_rows: usize) -> (S
     (Value::Array(records).to_string(), n)
 }
 
+/// One cell as JSON. Strings (and hex-encoded binary) longer than `max_chars` are cut and
+/// end in `…`, and lists show their first ten elements; the bool says whether that
+/// happened. Dates are `YYYY-MM-DD`, timestamps ISO 8601, times `HH:MM:SS[.ffffff]`,
+/// intervals ISO 8601 durations, decimals numbers (text past 15 significant digits),
+/// lists arrays, non-finite floats strings.
 pub fn cell_to_json(array: &ArrayRef, row: usize, max_chars: Option<usize>) -> (Value, bool) {
     if array.is_null(row) {
         return (Value::Null, false);

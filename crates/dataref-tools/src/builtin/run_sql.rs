@@ -19,6 +19,10 @@ use serde_json::{Map, Value};
 
 use crate::support::{blocking, output, spec_for};
 
+/// Significant digits of a float in `values`: a sum's last-bit noise
+/// (`14282.780000000002`) costs the model tokens and teaches it nothing.
+const FLOAT_DIGITS: usize = 15;
+
 /// Batches in flight between the engine and the writer thread.
 const WRITE_QUEUE: usize = 4;
 /// A `value` answer over this many characters of JSON is stored as a table instead.
@@ -26,13 +30,11 @@ const VALUE_MAX_CHARS: usize = 8_000;
 /// Longest input name (a table name in the SQL).
 const MAX_NAME_CHARS: usize = 64;
 
-const DESCRIPTION: &str = "Run one SQL query over dataRefs, next to the data: filter, \
-join, group, pivot (CASE or FILTER), window functions, dates. `inputs` names each table, \
-e.g. {\"sales\": \"data_…\"} for `FROM sales`. DataFusion SQL (PostgreSQL-like); \
-double-quote mixed-case column names. The result is stored: you get a dataRef, schema, \
-row count and a small sample. `store_as: \"value\"` returns the rows instead when there \
-are few (an aggregate). Use run_python for statistics, reshaping SQL cannot express, \
-documents and pictures.";
+const DESCRIPTION: &str = "One SQL query over dataRefs, next to the data: filter, join, \
+group, pivot, window. `inputs` names the tables ({\"sales\": \"data_…\"} → FROM sales). \
+DataFusion SQL, like PostgreSQL. Returns a dataRef, schema and sample; `store_as: \"value\"` \
+returns a small result's rows. Use run_python for statistics, reshaping SQL cannot express, \
+documents, pictures.";
 
 /// How the result comes back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -49,12 +51,12 @@ pub enum StoreAs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunSqlArgs {
-    /// One SELECT (or WITH … SELECT) over the tables named in `inputs`.
+    /// One SELECT or WITH query.
     #[schemars(length(min = 1, max = 100_000))]
     sql: String,
-    /// Table name → dataRef, e.g. `{"sales": "data_…"}`.
+    /// Table name → dataRef.
     inputs: BTreeMap<String, DataRef>,
-    /// `table` (default) or `value`.
+    /// Default `table`.
     #[serde(default)]
     store_as: StoreAs,
 }
@@ -205,11 +207,23 @@ fn check_name(name: &str) -> Result<(), ToolError> {
 fn timed_out(timeout: Duration) -> ToolError {
     ToolError::respond(
         format!(
-            "the query ran longer than {} s and was stopped",
-            timeout.as_secs()
+            "the query ran longer than {} and was stopped",
+            duration_text(timeout)
         ),
         Some("filter or aggregate earlier, or split the question into smaller queries".into()),
     )
+}
+
+/// `60 s`, `1.5 s`, `500 ms`: never `0 s`.
+fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms.is_multiple_of(1_000) {
+        format!("{} s", ms / 1_000)
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
 }
 
 fn sql_error(e: SqlError) -> ToolError {
@@ -299,6 +313,7 @@ fn as_value(
             let mut out = Vec::with_capacity(b.num_columns());
             for (i, col) in b.columns().iter().enumerate() {
                 let (v, _) = dataref_store::cell_to_json(col, row, None);
+                let v = significant(v);
                 if v.is_null()
                     && let Some(n) = nulls.get_mut(i)
                 {
@@ -398,5 +413,37 @@ async fn store_result(
         // The engine's error first: the writer only saw the queue close.
         (Err(e), _) => Err(e),
         (Ok(()), w) => w,
+    }
+}
+
+/// A float rounded to [`FLOAT_DIGITS`] significant digits; anything else as it is.
+fn significant(v: Value) -> Value {
+    let Some(x) = v.as_f64().filter(|_| v.is_f64()) else {
+        return v;
+    };
+    format!("{x:.*e}", FLOAT_DIGITS - 1)
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(v, Value::Number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_lose_only_their_last_bit_noise() {
+        for (raw, shown) in [
+            (14282.780000000002, "14282.78"),
+            (-9237.710000000003, "-9237.71"),
+            (0.1 + 0.2, "0.3"),
+            (1.0 / 3.0, "0.333333333333333"),
+            (1e-300, "1e-300"),
+        ] {
+            assert_eq!(significant(serde_json::json!(raw)).to_string(), shown);
+        }
+        assert_eq!(significant(serde_json::json!(12)), serde_json::json!(12));
+        assert_eq!(significant(serde_json::json!("x")), serde_json::json!("x"));
     }
 }

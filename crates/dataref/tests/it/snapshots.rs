@@ -164,6 +164,14 @@ async fn one_result_per_built_in_tool() {
     for (tool, args) in [
         ("describe_data", json!({"dataRef": by_region})),
         ("list_artifacts", json!({})),
+        (
+            "run_sql",
+            json!({
+                "sql": "SELECT channel, count(*) AS orders, round(sum(revenue), 2) AS revenue FROM sales GROUP BY channel ORDER BY channel",
+                "inputs": {"sales": sales},
+                "store_as": "value",
+            }),
+        ),
     ] {
         results.push((tool, ok(call(&client, tool, args).await, tool)));
     }

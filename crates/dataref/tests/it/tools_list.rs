@@ -4,10 +4,11 @@
 use rmcp::model::Tool;
 use serde_json::{Value, json};
 
-/// o200k tokens of the part a model reads (name, description, input schema), at most.
-const VISIBLE_TOKENS: usize = 2_300;
-/// o200k tokens of the whole `tools/list` result, at most.
-const WHOLE_TOKENS: usize = 3_700;
+/// o200k tokens of the part a model reads (name, description, input schema), at most: issue
+/// #14's budget for every built-in tool (12 came to 2,281; `run_sql` is the 13th).
+const VISIBLE_TOKENS: usize = 2_500;
+/// o200k tokens of the whole `tools/list` result, at most (issue #14's budget).
+const WHOLE_TOKENS: usize = 4_000;
 /// Characters of one tool's description, at most.
 const DESCRIPTION_CHARS: usize = 350;
 /// Characters of one argument's description, at most.
@@ -25,7 +26,7 @@ async fn listed() -> Vec<Tool> {
 #[tokio::test(flavor = "multi_thread")]
 async fn tools_list_fits_the_token_budget() {
     let tools = listed().await;
-    assert_eq!(tools.len(), 12, "every built-in tool is listed");
+    assert_eq!(tools.len(), 13, "every built-in tool is listed");
     let bpe = tiktoken_rs::o200k_base().expect("o200k");
     let visible: Vec<Value> = tools
         .iter()
@@ -67,7 +68,7 @@ async fn tools_list_fits_the_token_budget() {
 }
 
 /// What the short descriptions must still teach: by reference, never rows; the two-step
-/// `call_tool`; when to use each consumer.
+/// `call_tool`; when to use each consumer; SQL or Python.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_short_descriptions_still_teach_the_rules() {
     let tools = listed().await;
@@ -97,6 +98,21 @@ async fn the_short_descriptions_still_teach_the_rules() {
     let d = description("call_tool");
     for needle in ["(1) `run_python`", "(2) `call_tool(", "overrides"] {
         assert!(d.contains(needle), "call_tool lacks {needle:?}: {d}");
+    }
+    // When SQL, when Python (issue #17).
+    let d = description("run_sql");
+    for needle in [
+        "filter",
+        "join",
+        "group",
+        "pivot",
+        "window",
+        "`inputs`",
+        "dataRef",
+        "run_python for statistics, reshaping",
+        "documents, pictures",
+    ] {
+        assert!(d.contains(needle), "run_sql lacks {needle:?}: {d}");
     }
     for reader in ["read_file", "describe_data"] {
         assert!(
