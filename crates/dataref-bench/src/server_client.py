@@ -115,8 +115,9 @@ async def one_run(params: StdioServerParameters, rows: int, log) -> dict:
             listed = await s.list_tools()
             warm = getattr(s, "_output_schema_validator", None)
             for tool in listed.tools:
-                if warm is not None and tool.outputSchema is not None:
-                    warm(tool.name, tool.outputSchema)
+                schema = getattr(tool, "output_schema", None) or getattr(tool, "outputSchema", None)
+                if warm is not None and schema is not None:
+                    warm(tool.name, schema)
             pid = server_pid()
             sampler = Sampler(pid)
             sampler.start()

@@ -74,10 +74,13 @@ with pa.OSFile(path, "rb") as f:
     table = pa.ipc.open_file(f).read_all()
 sales = table.to_pandas(date_as_object=False)
 con = duckdb.connect()
+# No progress bar: it would be printed on stdout, where the answers go.
+con.execute("SET enable_progress_bar = false")
 con.register("sales", table)
 # DuckDB's own columnar table, copied from the same Arrow data: usually faster than a scan
 # of registered Arrow, so the goal is judged against the faster of the two.
 native = duckdb.connect()
+native.execute("SET enable_progress_bar = false")
 native.register("arrow_in", table)
 native.execute("CREATE TABLE sales AS SELECT * FROM arrow_in")
 native.unregister("arrow_in")
