@@ -118,10 +118,17 @@ impl Query {
         let fail = |e| SqlError::from_engine(e, sql, &tables, memory);
         let ctx = context(inputs, limits).map_err(fail)?;
         let state = ctx.state();
-        let statement = parse_one(sql, &state).map_err(|e| match e {
-            Parsed::Engine(e) => fail(e),
-            Parsed::Refused(e) => e,
-        })?;
+        let mut statements = parse(sql, &state).map_err(fail)?;
+        if statements.len() > 1 {
+            return Err(SqlError::Refused {
+                kind: "a second statement".to_owned(),
+            });
+        }
+        let Some(statement) = statements.pop_front() else {
+            return Err(fail(datafusion::error::DataFusionError::Plan(
+                "there is no statement to run".to_owned(),
+            )));
+        };
         check_statement(&statement)?;
         let plan = state.statement_to_plan(statement).await.map_err(fail)?;
         check_plan(&plan)?;
@@ -204,40 +211,22 @@ fn context(inputs: Vec<Input>, limits: &Limits) -> datafusion::error::Result<Ses
     Ok(ctx)
 }
 
-enum Parsed {
-    Engine(datafusion::error::DataFusionError),
-    Refused(SqlError),
-}
-
-/// The one statement of `sql`, parsed as the session would: a second one is refused (the
-/// engine's own parse would only say that it is not supported).
-fn parse_one(
+/// The statements of `sql`, parsed as the session would, all of them: the engine's own
+/// parse stops at a second one with only "not supported", where we refuse it by kind.
+fn parse(
     sql: &str,
     state: &datafusion::execution::session_state::SessionState,
-) -> Result<DfStatement, Parsed> {
+) -> datafusion::error::Result<std::collections::VecDeque<DfStatement>> {
     let options = state.config().options();
     let name = options.sql_parser.dialect;
-    let Some(dialect) = dialect_from_str(name) else {
-        return Err(Parsed::Engine(datafusion::error::DataFusionError::Plan(
-            format!("no SQL dialect `{name}`"),
-        )));
-    };
-    let mut statements = DFParserBuilder::new(sql)
+    let dialect = dialect_from_str(name).ok_or_else(|| {
+        datafusion::error::DataFusionError::Plan(format!("no SQL dialect `{name}`"))
+    })?;
+    DFParserBuilder::new(sql)
         .with_dialect(dialect.as_ref())
         .with_recursion_limit(options.sql_parser.recursion_limit.get())
-        .build()
-        .and_then(|mut p| p.parse_statements())
-        .map_err(Parsed::Engine)?;
-    if statements.len() > 1 {
-        return Err(Parsed::Refused(SqlError::Refused {
-            kind: "a second statement".to_owned(),
-        }));
-    }
-    statements.pop_front().ok_or_else(|| {
-        Parsed::Engine(datafusion::error::DataFusionError::Plan(
-            "there is no statement to run".to_owned(),
-        ))
-    })
+        .build()?
+        .parse_statements()
 }
 
 /// Only a query goes on; every other kind is refused by name.
