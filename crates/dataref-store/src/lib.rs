@@ -95,6 +95,35 @@ pub struct Table {
     pub path: PathBuf,
 }
 
+/// A stored table mapped for reading, its columns decoded when asked for: a reader that
+/// needs a few columns of a wide table reads (and validates) only those.
+#[derive(Debug, Clone)]
+pub struct MappedTable {
+    pub meta: ArtifactMeta,
+    /// The Arrow IPC file.
+    pub path: PathBuf,
+    /// The whole file, mapped.
+    pub(crate) buffer: arrow_buffer::Buffer,
+}
+
+impl MappedTable {
+    /// The batches, with only the columns of `projection` (schema indices, in its order)
+    /// when there is one; their buffers point into the mapping.
+    pub fn batches(&self, projection: Option<&[usize]>) -> Result<Vec<RecordBatch>, StoreError> {
+        Ok(local::decode(&self.buffer, projection)?)
+    }
+
+    /// Every column decoded.
+    pub fn into_table(self) -> Result<Table, StoreError> {
+        let batches = self.batches(None)?;
+        Ok(Table {
+            meta: self.meta,
+            batches,
+            path: self.path,
+        })
+    }
+}
+
 /// Storage for table artifacts. Implementations are shared across threads; no method holds
 /// a lock across file I/O.
 pub trait ArtifactStore: Send + Sync {
@@ -107,8 +136,13 @@ pub trait ArtifactStore: Send + Sync {
         lineage: Lineage,
     ) -> Result<Box<dyn TableWriter>, StoreError>;
 
-    /// Opens a live table of `owner`'s.
-    fn open_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<Table, StoreError>;
+    /// Maps a live table of `owner`'s, no column decoded yet.
+    fn map_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<MappedTable, StoreError>;
+
+    /// Opens a live table of `owner`'s, every column decoded.
+    fn open_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<Table, StoreError> {
+        self.map_table(owner, data_ref)?.into_table()
+    }
 
     /// The Arrow IPC file of a live table of `owner`'s, opened read-only and not mapped
     /// (for handing its descriptor on, e.g. to the Python sandbox).

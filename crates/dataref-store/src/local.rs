@@ -34,6 +34,8 @@
 
 mod index;
 mod mapped;
+
+pub(crate) use mapped::decode;
 mod writer;
 
 use std::fs::{self, File};
@@ -49,7 +51,7 @@ use dataref_protocol::{DataRef, Principal, Timestamp};
 
 use self::index::Index;
 use self::writer::{Bound, Cap, LocalTableWriter};
-use crate::{ArtifactMeta, ArtifactStore, Clock, Lineage, StoreError, Table, TableWriter};
+use crate::{ArtifactMeta, ArtifactStore, Clock, Lineage, MappedTable, StoreError, TableWriter};
 
 const ARTIFACTS_DIR: &str = "artifacts";
 const TMP_DIR: &str = ".tmp";
@@ -300,7 +302,7 @@ impl ArtifactStore for LocalStore {
         Ok(Box::new(writer))
     }
 
-    fn open_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<Table, StoreError> {
+    fn map_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<MappedTable, StoreError> {
         let meta = self.meta(owner, data_ref)?;
         let path = self.inner.artifact_path(data_ref);
         let file = match File::open(&path) {
@@ -311,12 +313,7 @@ impl ArtifactStore for LocalStore {
         };
         let buffer =
             mapped::map_file(&file).map_err(|e| io_err("cannot map artifact", &path, e))?;
-        let batches = mapped::decode(&buffer)?;
-        Ok(Table {
-            meta,
-            batches,
-            path,
-        })
+        Ok(MappedTable { meta, path, buffer })
     }
 
     fn open_file(&self, owner: &Principal, data_ref: &DataRef) -> Result<File, StoreError> {

@@ -11,7 +11,7 @@ use arrow_array::types::{Date32Type, Float64Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
 use dataref_protocol::DataRef;
 use dataref_store::{
-    LocalStore, StoreError, StoreLimits, SweepReport, SystemClock, Table, TableWriter,
+    LocalStore, MappedTable, StoreError, StoreLimits, SweepReport, SystemClock, Table, TableWriter,
 };
 use tempfile::TempDir;
 
@@ -171,8 +171,8 @@ impl ArtifactStore for Faulty {
             plan: self.plan.clone(),
         }))
     }
-    fn open_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<Table, StoreError> {
-        self.inner.open_table(owner, data_ref)
+    fn map_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<MappedTable, StoreError> {
+        self.inner.map_table(owner, data_ref)
     }
     fn open_file(
         &self,
