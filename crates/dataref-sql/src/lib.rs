@@ -14,7 +14,8 @@
 //!   that needs more is [`SqlError::OutOfMemory`]); the caller bounds the time (dropping the
 //!   stream stops every task of the query).
 //!
-//! Inputs are the store's memory-mapped batches, handed to the engine without a copy.
+//! Inputs are the store's memory-mapped batches, handed to the engine without a copy; an
+//! [`Input::columns`] source decodes (and validates) only the columns the plan reads.
 //!
 //! ```no_run
 //! # async fn demo(batches: Vec<arrow_array::RecordBatch>, schema: arrow_schema::SchemaRef)
@@ -33,12 +34,12 @@
 //! ```
 
 mod error;
+mod input;
 
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use datafusion::catalog::MemTable;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::SessionStateDefaults;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
@@ -54,6 +55,7 @@ use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use futures_util::StreamExt;
 
 pub use error::{SqlError, TableColumns};
+pub use input::{Columns, Input};
 
 /// What one query may use.
 #[derive(Debug, Clone)]
@@ -70,24 +72,6 @@ impl Default for Limits {
         Self {
             memory_bytes: 512 << 20,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        }
-    }
-}
-
-/// One table of the query: its name in the SQL and its batches.
-#[derive(Debug, Clone)]
-pub struct Input {
-    pub name: String,
-    pub schema: SchemaRef,
-    pub batches: Vec<RecordBatch>,
-}
-
-impl Input {
-    pub fn new(name: impl Into<String>, schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
-        Self {
-            name: name.into(),
-            schema,
-            batches,
         }
     }
 }
@@ -194,19 +178,8 @@ fn context(inputs: Vec<Input>, limits: &Limits) -> datafusion::error::Result<Ses
         .build();
     let ctx = SessionContext::new_with_state(state);
     for input in inputs {
-        // Spread the batches over the partitions so a scan uses every thread.
-        let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); threads];
-        for (i, b) in input.batches.into_iter().enumerate() {
-            if let Some(p) = parts.get_mut(i % threads) {
-                p.push(b);
-            }
-        }
-        parts.retain(|p| !p.is_empty());
-        if parts.is_empty() {
-            parts.push(Vec::new());
-        }
-        let table = MemTable::try_new(input.schema, parts)?;
-        ctx.register_table(input.name.as_str(), Arc::new(table))?;
+        let name = input.name.clone();
+        ctx.register_table(name.as_str(), input.into_table(threads))?;
     }
     Ok(ctx)
 }

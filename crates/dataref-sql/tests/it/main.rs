@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use arrow_array::{Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::ArrowError;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use dataref_sql::{Input, Limits, Query, SqlError};
+use dataref_sql::{Columns, Input, Limits, Query, SqlError};
 
 fn sales() -> (SchemaRef, Vec<RecordBatch>) {
     let schema: SchemaRef = Arc::new(Schema::new(vec![
@@ -73,6 +74,73 @@ async fn a_query_runs_over_the_inputs() {
         .await
         .unwrap();
     assert_eq!(rows(&with), 1);
+}
+
+/// A source that records what it is asked for and cannot give `line`, the way a mapped
+/// file with a damaged column could not.
+#[derive(Debug, Default)]
+struct Recorded {
+    asked: std::sync::Mutex<Vec<Option<Vec<usize>>>>,
+}
+
+impl Columns for Recorded {
+    fn batches(&self, projection: Option<&[usize]>) -> Result<Vec<RecordBatch>, ArrowError> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(projection.map(<[usize]>::to_vec));
+        if projection.is_none_or(|p| p.contains(&1)) {
+            return Err(ArrowError::ParseError("column `line` is damaged".into()));
+        }
+        let (_, batches) = sales();
+        batches
+            .iter()
+            .map(|b| b.project(projection.unwrap_or(&[])))
+            .collect()
+    }
+}
+
+async fn run_columns(sql: &str, source: &Arc<Recorded>) -> Result<Vec<RecordBatch>, SqlError> {
+    let (schema, _) = sales();
+    let input = Input::columns("sales", schema, source.clone());
+    let mut q = Query::start(sql, vec![input], &Limits::default()).await?;
+    let mut out = Vec::new();
+    while let Some(b) = q.next_batch().await? {
+        out.push(b);
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_columns_source_is_asked_only_for_the_columns_the_query_reads() {
+    let source = Arc::new(Recorded::default());
+    let out = run_columns("SELECT sum(revenue) AS r FROM sales WHERE id < 10", &source)
+        .await
+        .unwrap();
+    assert_eq!(rows(&out), 1);
+    let asked = source.asked.lock().unwrap().clone();
+    assert!(!asked.is_empty());
+    for p in &asked {
+        let mut p = p.clone().expect("a projection");
+        p.sort_unstable();
+        assert_eq!(p, vec![0, 2], "id and revenue only");
+    }
+    // No column at all, still the rows.
+    let n = run_columns("SELECT count(*) AS n FROM sales", &source)
+        .await
+        .unwrap();
+    let n = n[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    assert_eq!(n.value(0), 4000);
+    // A column that cannot be decoded is the query's error, with the source's message.
+    let err = run_columns("SELECT line FROM sales", &source)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("column `line` is damaged"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

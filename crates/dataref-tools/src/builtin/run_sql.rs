@@ -4,14 +4,16 @@
 //! described like a producer's, or — asked for and small — its rows.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
+use arrow_schema::ArrowError;
 use async_trait::async_trait;
 use dataref_config::SqlConfig;
 use dataref_protocol::{DataRef, Description, ToolSpec};
-use dataref_sql::{Input, Limits, Query, SqlError};
-use dataref_store::{ArtifactMeta, Lineage, SampleOptions, describe};
+use dataref_sql::{Columns, Input, Limits, Query, SqlError};
+use dataref_store::{ArtifactMeta, Lineage, MappedTable, SampleOptions, describe};
 use dataref_tool::{RunContext, ToolError, ToolOutput, TypedTool};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -151,8 +153,9 @@ impl TypedTool for RunSqlTool {
             blocking("run_sql", move || {
                 let mut inputs = Vec::with_capacity(wanted.len());
                 for (name, data_ref) in wanted {
-                    let table = store.open_table(&owner, &data_ref)?;
-                    inputs.push(Input::new(name, table.meta.schema.clone(), table.batches));
+                    let table = store.map_table(&owner, &data_ref)?;
+                    let schema = table.meta.schema.clone();
+                    inputs.push(Input::columns(name, schema, Arc::new(Mapped(table))));
                 }
                 Ok(inputs)
             })
@@ -182,6 +185,19 @@ impl TypedTool for RunSqlTool {
             }
         };
         output(result)
+    }
+}
+
+/// A stored table as the engine's input: only the columns the plan reads are decoded, so
+/// a query over three of twenty columns validates three.
+#[derive(Debug)]
+struct Mapped(MappedTable);
+
+impl Columns for Mapped {
+    fn batches(&self, projection: Option<&[usize]>) -> Result<Vec<RecordBatch>, ArrowError> {
+        self.0
+            .batches(projection)
+            .map_err(|e| ArrowError::ExternalError(Box::new(e)))
     }
 }
 
