@@ -15,20 +15,25 @@ use crate::units::{duration, size};
 use crate::upstream::{UpstreamConfig, resolve_upstreams};
 
 /// The built-in sample's question (which product lines lost the most revenue from the
-/// previous quarter to the latest?) in SQL, for `run_sql`: revenue per product line in the
-/// latest quarter and the one before (a pivot with `FILTER`), the change, and the five that lost most.
-/// Standard enough to run unchanged in DuckDB, the benchmark's baseline (no CTE named
-/// `pivot`: a reserved word there).
+/// previous quarter to the latest?) in SQL, for `run_sql`: the latest quarter's first day,
+/// the rows of that quarter and the one before, revenue per product line in each (a pivot
+/// with `FILTER`), the change, and the five that lost most.
+///
+/// The rows are bounded by date before grouping, as one writes it by hand. An earlier form
+/// truncated every row's date to its quarter and summed every row under the two filters:
+/// the same answer, but DataFusion took 2.6–3.2× DuckDB's time on it (DataFusion evaluates
+/// each aggregate's `FILTER` over every row; DuckDB less so), where on this form they are
+/// level (`dataref bench sql`). Standard enough to run unchanged in DuckDB, the
+/// benchmark's baseline (no CTE named `pivot`: a reserved word there).
 pub const QOQ_SQL: &str = "\
-WITH q AS (
-  SELECT line, date_trunc('quarter', date) AS quarter, revenue FROM sales
-), bounds AS (
-  SELECT max(quarter) AS last_q FROM q
+WITH bounds AS (
+  SELECT CAST(date_trunc('quarter', max(date)) AS DATE) AS last_q FROM sales
 ), by_line AS (
   SELECT line,
-    coalesce(sum(revenue) FILTER (WHERE quarter = last_q - INTERVAL '3 months'), 0) AS previous,
-    coalesce(sum(revenue) FILTER (WHERE quarter = last_q), 0) AS latest
-  FROM q CROSS JOIN bounds
+    coalesce(sum(revenue) FILTER (WHERE date < last_q), 0) AS previous,
+    coalesce(sum(revenue) FILTER (WHERE date >= last_q), 0) AS latest
+  FROM sales CROSS JOIN bounds
+  WHERE date >= last_q - INTERVAL '3 months'
   GROUP BY line
 )
 SELECT line, previous, latest, latest - previous AS delta,
