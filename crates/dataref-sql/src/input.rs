@@ -113,9 +113,10 @@ impl TableProvider for InputTable {
 
 /// Batches dealt round-robin over `n` partitions; at least one partition, maybe empty.
 fn spread(batches: Vec<RecordBatch>, n: usize) -> Vec<Vec<RecordBatch>> {
-    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); n.max(1)];
+    let n = n.max(1);
+    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); n];
     for (i, b) in batches.into_iter().enumerate() {
-        if let Some(p) = parts.get_mut(i % n.max(1)) {
+        if let Some(p) = parts.get_mut(i % n) {
             p.push(b);
         }
     }

@@ -34,9 +34,9 @@
 
 mod index;
 mod mapped;
+mod writer;
 
 pub(crate) use mapped::decode;
-mod writer;
 
 use std::fs::{self, File};
 use std::io;
