@@ -262,12 +262,13 @@ fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
     });
     if describe {
         let t = Instant::now();
-        let table = store.open_table(owner, &meta.data_ref)?;
-        let d = dataref_store::describe(&table, SampleOptions::default());
+        let opts = SampleOptions::default();
+        let table = store.map_table(owner, &meta.data_ref)?.head(opts.rows)?;
+        let d = dataref_store::describe(&table, opts);
         out["describe_secs"] = json!(t.elapsed().as_secs_f64());
         out["describe_bytes"] = json!(serde_json::to_string(&d)?.len());
         let t = Instant::now();
-        let table = store.open_table(owner, &meta.data_ref)?;
+        let table = store.map_table(owner, &meta.data_ref)?;
         let s = dataref_store::describe_data(&table, None, 0, 100)?;
         out["describe_data_secs"] = json!(t.elapsed().as_secs_f64());
         out["describe_data_columns"] = json!(s.columns.len());

@@ -41,7 +41,7 @@ mod value;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
 pub use local::{LocalStore, StoreLimits, SweepReport};
-pub use stats::{SampleOptions, describe, describe_data};
+pub use stats::{ColumnSource, SampleOptions, describe, describe_data};
 pub use untrusted::{MalformedIpc, UntrustedBatches, UntrustedIpc};
 pub use value::{
     cell_to_json, closest, did_you_mean, format_date, format_timestamp_micros, records_json,
@@ -110,7 +110,18 @@ impl MappedTable {
     /// The batches, with only the columns of `projection` (schema indices, in its order)
     /// when there is one; their buffers point into the mapping.
     pub fn batches(&self, projection: Option<&[usize]>) -> Result<Vec<RecordBatch>, StoreError> {
-        Ok(local::decode(&self.buffer, projection)?)
+        Ok(local::decode(&self.buffer, projection, None)?)
+    }
+
+    /// The first batches, every column, only as many as hold `rows` rows (all of them if
+    /// the table is shorter): what a description's sample reads, without decoding (or
+    /// validating) the rest. `meta` still counts every row.
+    pub fn head(&self, rows: usize) -> Result<Table, StoreError> {
+        Ok(Table {
+            meta: self.meta.clone(),
+            batches: local::decode(&self.buffer, None, Some(rows))?,
+            path: self.path.clone(),
+        })
     }
 
     /// Every column decoded.

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use arrow_array::ArrayRef;
 use dataref_protocol::{ColumnStats, DataStats, Description};
 
-use crate::{StoreError, Table};
+use crate::{ArtifactMeta, MappedTable, StoreError, Table};
 
 /// Threads `describe_data` computes columns on. Two, not one per core: the server runs
 /// many calls at once, and two already bring a 1M-row table well under a second.
@@ -56,6 +56,12 @@ impl Default for SampleOptions {
 /// column for wider tables): if the sample does not fit, its values are cut shorter
 /// (down to 16 characters) and then rows are dropped, and `sampleNote` says so. With
 /// `opts.rows == 0` the sample is withheld and `sampleNote` says that instead.
+///
+/// The sample reads only the first rows: `table` may be a [`MappedTable::head`] of
+/// `opts.rows` rows, which is how producers describe what they just wrote (the nulls come
+/// from the write itself, so nothing is read twice).
+///
+/// [`MappedTable::head`]: crate::MappedTable::head
 pub fn describe(table: &Table, opts: SampleOptions) -> Description {
     sample::describe(table, opts)
 }
@@ -67,12 +73,13 @@ pub fn describe(table: &Table, opts: SampleOptions) -> Description {
 ///
 /// An unknown name is [`StoreError::UnknownColumn`], whose hint suggests the closest.
 pub fn describe_data(
-    table: &Table,
+    table: &dyn ColumnSource,
     columns: Option<&[String]>,
     column_offset: usize,
     max_columns: usize,
 ) -> Result<DataStats, StoreError> {
-    let fields = table.meta.schema.fields();
+    let meta = table.meta();
+    let fields = meta.schema.fields();
     let selected: Vec<usize> = match columns {
         None => (0..fields.len()).collect(),
         Some(wanted) => {
@@ -100,16 +107,16 @@ pub fn describe_data(
         .collect();
     let end = column_offset.saturating_add(page.len());
     Ok(DataStats {
-        data_ref: table.meta.data_ref.clone(),
-        rows: table.meta.rows,
+        data_ref: meta.data_ref.clone(),
+        rows: meta.rows,
         total_columns: fields.len(),
-        columns: compute(table, &page),
+        columns: compute(table, &page)?,
         next_column_offset: (end < selected.len()).then_some(end),
     })
 }
 
 /// Statistics of the columns at `indices`, in that order, on [`STATS_THREADS`] threads.
-fn compute(table: &Table, indices: &[usize]) -> Vec<ColumnStats> {
+fn compute(table: &dyn ColumnSource, indices: &[usize]) -> Result<Vec<ColumnStats>, StoreError> {
     compute_on(table, indices, STATS_THREADS)
 }
 
@@ -118,16 +125,20 @@ fn compute(table: &Table, indices: &[usize]) -> Vec<ColumnStats> {
 /// so the last column to finish is a cheap one and no thread waits long for another. The
 /// answer does not depend on the number of threads: each column is computed whole by
 /// one of them.
-fn compute_on(table: &Table, indices: &[usize], threads: usize) -> Vec<ColumnStats> {
-    let fields = table.meta.schema.fields();
-    let one = |i: usize| -> Option<ColumnStats> {
+fn compute_on(
+    table: &dyn ColumnSource,
+    indices: &[usize],
+    threads: usize,
+) -> Result<Vec<ColumnStats>, StoreError> {
+    let fields = table.meta().schema.fields();
+    // Reading the column (for a mapped table: decoding and validating it) happens on the
+    // thread that computes it, so that is parallel too.
+    let one = |i: usize| -> Option<Result<ColumnStats, StoreError>> {
         let field = fields.get(i)?;
-        let arrays: Vec<&ArrayRef> = table
-            .batches
-            .iter()
-            .filter_map(|b| b.columns().get(i))
-            .collect();
-        Some(column::column_stats(field, &arrays))
+        Some(table.column(i).map(|arrays| {
+            let arrays: Vec<&ArrayRef> = arrays.iter().collect();
+            column::column_stats(field, &arrays)
+        }))
     };
     let threads = threads.clamp(1, indices.len().max(1));
     if threads == 1 {
@@ -154,7 +165,7 @@ fn compute_on(table: &Table, indices: &[usize], threads: usize) -> Vec<ColumnSta
             }
         }
     };
-    let mut results: Vec<(usize, ColumnStats)> = std::thread::scope(|scope| {
+    let mut results: Vec<(usize, Result<ColumnStats, StoreError>)> = std::thread::scope(|scope| {
         // If a thread cannot be started, the others do its share.
         let helpers: Vec<_> = (1..threads)
             .filter_map(|_| {
@@ -173,6 +184,44 @@ fn compute_on(table: &Table, indices: &[usize], threads: usize) -> Vec<ColumnSta
         }
         all
     });
-    results.sort_by_key(|&(k, _)| k);
+    // In the order asked; the first column that could not be read is the error.
+    results.sort_by_key(|(k, _)| *k);
     results.into_iter().map(|(_, stats)| stats).collect()
+}
+
+/// A table whose columns [`describe_data`] reads one at a time: a decoded [`Table`], or a
+/// [`MappedTable`], which decodes (and validates) only the columns asked for, each on the
+/// thread that computes its statistics.
+pub trait ColumnSource: Sync {
+    fn meta(&self) -> &ArtifactMeta;
+    /// Column `index` of every batch, in order.
+    fn column(&self, index: usize) -> Result<Vec<ArrayRef>, StoreError>;
+}
+
+impl ColumnSource for Table {
+    fn meta(&self) -> &ArtifactMeta {
+        &self.meta
+    }
+
+    fn column(&self, index: usize) -> Result<Vec<ArrayRef>, StoreError> {
+        Ok(self
+            .batches
+            .iter()
+            .filter_map(|b| b.columns().get(index).cloned())
+            .collect())
+    }
+}
+
+impl ColumnSource for MappedTable {
+    fn meta(&self) -> &ArtifactMeta {
+        &self.meta
+    }
+
+    fn column(&self, index: usize) -> Result<Vec<ArrayRef>, StoreError> {
+        Ok(self
+            .batches(Some(&[index]))?
+            .into_iter()
+            .filter_map(|b| b.columns().first().cloned())
+            .collect())
+    }
 }

@@ -494,14 +494,12 @@ impl HttpTool {
                 let mut writer = store.create_table(&owner, batch.schema(), lineage)?;
                 writer.write(&batch)?;
                 let meta = writer.finish()?;
-                let table = store.open_table(&owner, &meta.data_ref)?;
-                Ok(describe(
-                    &table,
-                    SampleOptions {
-                        rows: 2,
-                        max_value_chars: 80,
-                    },
-                ))
+                let opts = SampleOptions {
+                    rows: 2,
+                    max_value_chars: 80,
+                };
+                let table = store.map_table(&owner, &meta.data_ref)?.head(opts.rows)?;
+                Ok(describe(&table, opts))
             })
             .await?;
             d.notes.extend(notes);

@@ -39,13 +39,15 @@ pub(super) fn map_file(file: &File) -> io::Result<Buffer> {
     Ok(unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(mmap)) })
 }
 
-/// Decodes every record batch of the IPC file in `buffer`, only the columns of `projection`
-/// (in its order) when there is one: the others are neither read nor validated. The
-/// batches' buffers are slices of `buffer` (64-byte aligned by our writer, so arrow does
-/// not realign by copying).
+/// Decodes the record batches of the IPC file in `buffer`, only the columns of `projection`
+/// (in its order) when there is one: the others are neither read nor validated. With
+/// `head`, decoding stops at the first batch that brings the rows to at least that many,
+/// and later batches are not read either. The batches' buffers are slices of `buffer`
+/// (64-byte aligned by our writer, so arrow does not realign by copying).
 pub(crate) fn decode(
     buffer: &Buffer,
     projection: Option<&[usize]>,
+    head: Option<usize>,
 ) -> Result<Vec<RecordBatch>, ArrowError> {
     let corrupt = |what: &str| ArrowError::ParseError(format!("corrupt artifact file: {what}"));
     let len = buffer.len();
@@ -92,7 +94,11 @@ pub(crate) fn decode(
         .recordBatches()
         .ok_or_else(|| corrupt("no record batch index"))?;
     let mut batches = Vec::with_capacity(blocks.len());
+    let mut rows = 0usize;
     for block in blocks {
+        if head.is_some_and(|head| rows >= head) {
+            break;
+        }
         let data = block_data(buffer, block)?;
         // arrow 59 asserts and unwraps on some buffer counts that do not match the schema
         // (a skipped column's, for one): a damaged file is an error here, not a panic.
@@ -101,6 +107,7 @@ pub(crate) fn decode(
         }))
         .map_err(|_| corrupt("a record batch does not match the schema"))?;
         if let Some(batch) = read? {
+            rows = rows.saturating_add(batch.num_rows());
             batches.push(batch);
         }
     }
@@ -155,13 +162,26 @@ mod tests {
         (path, batches)
     }
 
+    /// Makes the second byte of the first occurrence of `text` in the file invalid UTF-8
+    /// and maps the damaged file.
+    fn with_invalid_utf8(path: &std::path::Path, text: &[u8]) -> Buffer {
+        let mut bytes = std::fs::read(path).unwrap();
+        let at = bytes
+            .windows(text.len())
+            .position(|w| w == text)
+            .expect("the text in the file");
+        bytes[at + 1] = 0xff;
+        std::fs::write(path, &bytes).unwrap();
+        map_file(&File::open(path).unwrap()).unwrap()
+    }
+
     #[test]
     fn batches_point_into_the_mapping() {
         let dir = tempfile::tempdir().unwrap();
         let (path, written) = sample_file(dir.path());
         let buffer = map_file(&File::open(&path).unwrap()).unwrap();
         let range = buffer.as_ptr() as usize..buffer.as_ptr() as usize + buffer.len();
-        let read = decode(&buffer, None).unwrap();
+        let read = decode(&buffer, None, None).unwrap();
         assert_eq!(read, written);
         let mut checked = 0;
         for batch in &read {
@@ -207,12 +227,12 @@ mod tests {
             let file = File::open(&p).unwrap();
             let result = map_file(&file)
                 .map_err(ArrowError::from)
-                .and_then(|b| decode(&b, None));
+                .and_then(|b| decode(&b, None, None));
             assert!(result.is_err(), "case {i} decoded");
             // Skipping a column reads the file along another path: still an error.
             let projected = map_file(&file)
                 .map_err(ArrowError::from)
-                .and_then(|b| decode(&b, Some(&[1])));
+                .and_then(|b| decode(&b, Some(&[1]), None));
             assert!(projected.is_err(), "case {i} decoded with a projection");
         }
     }
@@ -222,9 +242,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, written) = sample_file(dir.path());
         let buffer = map_file(&File::open(&path).unwrap()).unwrap();
-        let swapped = decode(&buffer, Some(&[1, 0])).unwrap();
-        let only_s = decode(&buffer, Some(&[1])).unwrap();
-        let none = decode(&buffer, Some(&[])).unwrap();
+        let swapped = decode(&buffer, Some(&[1, 0]), None).unwrap();
+        let only_s = decode(&buffer, Some(&[1]), None).unwrap();
+        let none = decode(&buffer, Some(&[]), None).unwrap();
         for (i, w) in written.iter().enumerate() {
             assert_eq!(swapped[i], w.project(&[1, 0]).unwrap());
             assert_eq!(only_s[i], w.project(&[1]).unwrap());
@@ -232,7 +252,9 @@ mod tests {
             assert_eq!(none[i].num_columns(), 0);
             assert_eq!(none[i].num_rows(), w.num_rows());
         }
-        let err = decode(&buffer, Some(&[0, 2])).unwrap_err().to_string();
+        let err = decode(&buffer, Some(&[0, 2]), None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("column 2 asked for, the table has 2"), "{err}");
     }
 
@@ -241,16 +263,23 @@ mod tests {
         // Invalid UTF-8 in `s`: an error when `s` is read, none when only `n` is.
         let dir = tempfile::tempdir().unwrap();
         let (path, _) = sample_file(dir.path());
-        let mut bytes = std::fs::read(&path).unwrap();
-        let at = bytes
-            .windows(6)
-            .position(|w| w == b"v0-1v0")
-            .expect("the first batch's strings");
-        bytes[at + 1] = 0xff;
-        std::fs::write(&path, &bytes).unwrap();
-        let buffer = map_file(&File::open(&path).unwrap()).unwrap();
-        let err = decode(&buffer, None).unwrap_err().to_string();
+        let buffer = with_invalid_utf8(&path, b"v0-1v0");
+        let err = decode(&buffer, None, None).unwrap_err().to_string();
         assert!(err.contains("utf"), "{err}");
-        assert_eq!(decode(&buffer, Some(&[0])).unwrap().len(), 3);
+        assert_eq!(decode(&buffer, Some(&[0]), None).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_head_decodes_only_the_batches_that_hold_it() {
+        // Invalid UTF-8 in the last batch: read whole, an error; its head, not read at all.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, written) = sample_file(dir.path());
+        let buffer = with_invalid_utf8(&path, b"v2-1v2");
+        assert!(decode(&buffer, None, None).is_err());
+        for (head, batches) in [(0, 0), (1, 1), (1000, 1), (1001, 2), (2000, 2)] {
+            let read = decode(&buffer, None, Some(head)).unwrap();
+            assert_eq!(read, written[..batches], "head {head}");
+        }
+        assert!(decode(&buffer, None, Some(2001)).is_err());
     }
 }

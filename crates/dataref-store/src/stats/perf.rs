@@ -132,11 +132,11 @@ fn time_describe_data() {
         let runs = if rows > 1_000_000 { 5 } else { 15 };
         let all = best(runs, || super::describe_data(&table, None, 0, 100).unwrap());
         let one = best(runs, || {
-            super::compute_on(&table, &[0, 1, 2, 3, 4, 5, 6], 1)
+            super::compute_on(&table, &[0, 1, 2, 3, 4, 5, 6], 1).unwrap()
         });
         eprintln!("{rows} rows: describe_data {all:.1} ms (on one thread: {one:.1} ms)");
         for (i, f) in table.meta.schema.fields().iter().enumerate() {
-            let ms = best(runs, || super::compute_on(&table, &[i], 1));
+            let ms = best(runs, || super::compute_on(&table, &[i], 1).unwrap());
             eprintln!("  {:<9} {ms:.1} ms", f.name());
         }
         let d = best(runs, || {

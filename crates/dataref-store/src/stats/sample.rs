@@ -53,9 +53,10 @@ pub(super) fn describe(table: &Table, opts: SampleOptions) -> Description {
         sample_note: None,
         notes: Vec::new(),
     };
+    // Rows at hand for the sample: all of them, or the head a `MappedTable` decoded.
     let stored: usize = table.batches.iter().map(|b| b.num_rows()).sum();
     if opts.rows == 0 {
-        if stored > 0 {
+        if meta.rows > 0 {
             desc.sample_note = Some(
                 "no sample: this source withholds sample rows; `describe_data` gives column \
                  statistics"

@@ -7,7 +7,10 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type};
 use arrow_array::{Array, ArrayRef, Int32Array, RecordBatch};
 use dataref_protocol::{DataRef, Timestamp};
-use dataref_store::{ArtifactStore, LocalStore, StoreError, StoreLimits, SweepReport, SystemClock};
+use dataref_store::{
+    ArtifactStore, LocalStore, SampleOptions, StoreError, StoreLimits, SweepReport, SystemClock,
+    describe, describe_data,
+};
 
 use crate::{Fixture, T0, batch, expected_nulls, files_in, lineage, owner, schema, write_table};
 
@@ -607,4 +610,70 @@ fn artifact_files_are_private_to_the_server() {
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700, "{} has mode {mode:o}", dir.display());
     }
+}
+
+/// What a reader of a mapped table gets is what the decoded table gives: the statistics of
+/// every column or of some, and a description from the head alone.
+#[test]
+fn a_mapped_table_is_described_as_the_decoded_one() {
+    let f = Fixture::new(StoreLimits::default());
+    let alice = owner("alice");
+    let batches = [batch(0, 1000), batch(1000, 1000), batch(2000, 500)];
+    let meta = write_table(&f.store, &alice, &batches);
+    let mapped = f.store.map_table(&alice, &meta.data_ref).unwrap();
+    let table = f.store.open_table(&alice, &meta.data_ref).unwrap();
+    assert_eq!(
+        describe_data(&mapped, None, 0, 10).unwrap(),
+        describe_data(&table, None, 0, 10).unwrap()
+    );
+    let some = ["region".to_owned(), "id".to_owned()];
+    assert_eq!(
+        describe_data(&mapped, Some(&some), 1, 1).unwrap(),
+        describe_data(&table, Some(&some), 1, 1).unwrap()
+    );
+
+    let opts = SampleOptions::default();
+    let head = mapped.head(opts.rows).unwrap();
+    assert_eq!(head.batches, batches[..1]);
+    assert_eq!(head.meta.rows, 2500);
+    assert_eq!(describe(&head, opts), describe(&table, opts));
+    // No sample asked: no batch read, and the note still says the rows were withheld.
+    let withheld = SampleOptions { rows: 0, ..opts };
+    let none = mapped.head(0).unwrap();
+    assert!(none.batches.is_empty());
+    let d = describe(&none, withheld);
+    assert_eq!(d, describe(&table, withheld));
+    assert!(d.sample_note.is_some_and(|n| n.contains("withholds")));
+}
+
+/// A column damaged on disk (invalid UTF-8 in the last batch) fails what reads it, as an
+/// error of ours and not a panic; what reads only other columns, or only the head, works.
+#[test]
+fn a_damaged_column_fails_only_its_readers() {
+    let f = Fixture::new(StoreLimits::default());
+    let alice = owner("alice");
+    let meta = write_table(&f.store, &alice, &[batch(0, 1000), batch(1000, 1000)]);
+    let path = f.artifacts().join(format!("{}.arrow", meta.data_ref));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(7)
+        .rposition(|w| w == b"region-")
+        .expect("the last batch's text");
+    bytes[at] = 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let mapped = f.store.map_table(&alice, &meta.data_ref).unwrap();
+    let err = describe_data(&mapped, None, 0, 10).unwrap_err();
+    assert!(!err.is_caller_error(), "{err:?}");
+    let ids = ["id".to_owned(), "amount".to_owned()];
+    assert_eq!(
+        describe_data(&mapped, Some(&ids), 0, 10)
+            .unwrap()
+            .columns
+            .len(),
+        2
+    );
+    let head = mapped.head(2).unwrap();
+    assert_eq!(describe(&head, SampleOptions::default()).sample.len(), 2);
+    assert!(f.store.open_table(&alice, &meta.data_ref).is_err());
 }

@@ -60,7 +60,7 @@ impl TypedTool for DescribeDataTool {
         let owner = ctx.principal.clone();
         let max_columns = ctx.limits.describe_max_columns;
         let stats = blocking("describe_data", move || {
-            let table = store.open_table(&owner, &a.data_ref)?;
+            let table = store.map_table(&owner, &a.data_ref)?;
             Ok(dataref_store::describe_data(
                 &table,
                 a.columns.as_deref(),

@@ -161,7 +161,9 @@ pub(crate) async fn produce(
                 &is_cancelled,
             )
             .map_err(source_error)?;
-        let table = store.open_table(&owner, &fetched.meta.data_ref)?;
+        let table = store
+            .map_table(&owner, &fetched.meta.data_ref)?
+            .head(source.sample_rows)?;
         let mut d = describe(
             &table,
             SampleOptions {

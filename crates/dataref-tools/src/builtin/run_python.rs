@@ -695,7 +695,9 @@ fn store_output(
         writer.write(&batch)?;
     }
     let meta = writer.finish()?;
-    let table = store.open_table(&ctx.principal, &meta.data_ref)?;
+    let table = store
+        .map_table(&ctx.principal, &meta.data_ref)?
+        .head(OUTPUT_SAMPLE_ROWS)?;
     let mut description = describe(
         &table,
         SampleOptions {

@@ -297,8 +297,9 @@ async fn run_query(
     let store = ctx.store.clone();
     let owner = ctx.principal.clone();
     let mut d = blocking("run_sql", move || {
-        let table = store.open_table(&owner, &meta.data_ref)?;
-        Ok(describe(&table, SampleOptions::default()))
+        let opts = SampleOptions::default();
+        let table = store.map_table(&owner, &meta.data_ref)?.head(opts.rows)?;
+        Ok(describe(&table, opts))
     })
     .await?;
     d.notes.extend(notes);
