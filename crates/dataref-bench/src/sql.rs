@@ -5,8 +5,9 @@
 //! the four interleaved.
 //!
 //! - **run_sql (tool)**: `execute_tool_call` in-process, as `serve` runs a call: the owner
-//!   check and the mapping of the artifact, parse, plan and run, the result stored as a new
-//!   artifact and described.
+//!   check, the artifact from the store's mapping cache (its columns decoded by the
+//!   warm-up, as a second question about a table finds them), parse, plan and run, the
+//!   result stored as a new artifact and described.
 //! - **run_sql engine only**: `dataref_sql::Query` over the table opened once beforehand:
 //!   parse, plan, run and collect, the part DuckDB's query time compares with.
 //! - **DuckDB**: the artifact's Arrow IPC file read into memory with pyarrow, registered
@@ -511,7 +512,7 @@ fn report(measured: &[Measured], v: &Value, runs: usize, out: &mut impl Write) -
     }
     writeln!(
         out,
-        "\n- run_sql (tool): `execute_tool_call` in-process: the owner check and mapping of the artifact, parse, plan and run, the 5-row result stored as an artifact and described.\n\
+        "\n- run_sql (tool): `execute_tool_call` in-process: the owner check, the artifact from the store's mapping cache (its columns decoded by the warm-up, as for any second question about a table), parse, plan and run, the 5-row result stored as an artifact and described.\n\
          - engine only: `dataref_sql::Query` over the table opened (mapped) once beforehand: parse, plan, run, collect.\n\
          - DuckDB on Arrow: the artifact's Arrow IPC file read into memory with pyarrow, `con.register(\"sales\", table)`; own table: `CREATE TABLE sales AS SELECT * FROM` that Arrow table. Timed: `execute(sql).fetchall()`, the same `QOQ_SQL` text. The ratios are to the faster of the two.\n\
          - pandas: the seed's `run_python` code (`pivot_table` line × quarter, last-quarter delta) on `to_pandas()` of the same table; timed: the code alone.\n\

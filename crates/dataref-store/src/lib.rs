@@ -49,6 +49,7 @@ pub use value::{
 };
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -102,15 +103,16 @@ pub struct MappedTable {
     pub meta: ArtifactMeta,
     /// The Arrow IPC file.
     pub path: PathBuf,
-    /// The whole file, mapped.
-    pub(crate) buffer: arrow_buffer::Buffer,
+    /// The whole file, mapped, and the columns decoded from it so far (shared with the
+    /// artifact's other readers).
+    pub(crate) mapping: Arc<local::Mapping>,
 }
 
 impl MappedTable {
     /// The batches, with only the columns of `projection` (schema indices, in its order)
     /// when there is one; their buffers point into the mapping.
     pub fn batches(&self, projection: Option<&[usize]>) -> Result<Vec<RecordBatch>, StoreError> {
-        Ok(local::decode(&self.buffer, projection, None)?)
+        Ok(self.mapping.batches(projection)?)
     }
 
     /// The first batches, every column, only as many as hold `rows` rows (all of them if
@@ -119,7 +121,7 @@ impl MappedTable {
     pub fn head(&self, rows: usize) -> Result<Table, StoreError> {
         Ok(Table {
             meta: self.meta.clone(),
-            batches: local::decode(&self.buffer, None, Some(rows))?,
+            batches: local::decode(self.mapping.buffer(), None, Some(rows))?,
             path: self.path.clone(),
         })
     }

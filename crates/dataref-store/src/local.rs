@@ -36,12 +36,13 @@ mod index;
 mod mapped;
 mod writer;
 
-pub(crate) use mapped::decode;
+pub(crate) use mapped::{Mapping, decode};
 
+use std::collections::VecDeque;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rustix::fs::{FlockOperation, flock};
@@ -54,6 +55,10 @@ use self::writer::{Bound, Cap, LocalTableWriter};
 use crate::{ArtifactMeta, ArtifactStore, Clock, Lineage, MappedTable, StoreError, TableWriter};
 
 const ARTIFACTS_DIR: &str = "artifacts";
+/// Artifacts whose mapping (and decoded columns) the store keeps between reads. An agent
+/// asks several questions of the few tables it fetched; a few dozen covers that, and
+/// holding more would keep more swept files' disk space until they are evicted.
+const MAPPINGS_KEPT: usize = 32;
 const TMP_DIR: &str = ".tmp";
 const INDEX_FILE: &str = "index.sqlite";
 const EXTENSION: &str = "arrow";
@@ -99,6 +104,9 @@ struct Inner {
     index: Index,
     limits: StoreLimits,
     clock: Arc<dyn Clock>,
+    /// The most recently read artifacts' mappings, newest last. Keyed by ref alone: the
+    /// owner is checked against the index on every read, before this is looked at.
+    mappings: Mutex<VecDeque<Kept>>,
     /// Holds the shared flock on `index.sqlite` while this store is open (see the module
     /// docs); released when the last writer and the store are gone.
     lock: File,
@@ -110,10 +118,68 @@ impl Inner {
             .join(format!("{}.{EXTENSION}", data_ref.as_str()))
     }
 
+    fn mappings(&self) -> std::sync::MutexGuard<'_, VecDeque<Kept>> {
+        // Every change to the list is a single push, pop or retain: nothing half done.
+        self.mappings.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The kept mapping of `data_ref`, now the most recently used.
+    fn kept_mapping(&self, data_ref: &DataRef) -> Option<Arc<Mapping>> {
+        let mut kept = self.mappings();
+        let at = kept.iter().position(|k| k.data_ref == *data_ref)?;
+        let entry = kept.remove(at)?;
+        let mapping = entry.mapping.clone();
+        kept.push_back(entry);
+        Some(mapping)
+    }
+
+    /// Keeps `mapping` of the artifact `meta` describes for later reads, evicting the least
+    /// recently used beyond [`MAPPINGS_KEPT`] and any expired; when another read kept one
+    /// meanwhile, that one is used instead.
+    fn keep_mapping(&self, meta: &ArtifactMeta, mapping: Mapping) -> Arc<Mapping> {
+        let now = self.clock.now();
+        let mut kept = self.mappings();
+        kept.retain(|k| k.expires_at > now);
+        if let Some(other) = kept.iter().find(|k| k.data_ref == meta.data_ref) {
+            return other.mapping.clone();
+        }
+        let mapping = Arc::new(mapping);
+        // Expired since the owner check: served this once, not kept for a sweep to miss.
+        if meta.expires_at <= now {
+            return mapping;
+        }
+        kept.push_back(Kept {
+            data_ref: meta.data_ref.clone(),
+            expires_at: meta.expires_at,
+            mapping: mapping.clone(),
+        });
+        while kept.len() > MAPPINGS_KEPT {
+            kept.pop_front();
+        }
+        mapping
+    }
+
+    /// Drops the mappings of expired artifacts, so a swept file's disk space is freed once
+    /// its last reader is done. By expiry, not by the refs this sweep removed: another
+    /// store on the same home (another server) may have swept them.
+    fn forget_expired(&self, now: Timestamp) {
+        self.mappings().retain(|k| k.expires_at > now);
+    }
+
     fn expiry(&self, now: Timestamp) -> Timestamp {
         let ttl = i64::try_from(self.limits.ttl.as_secs()).unwrap_or(i64::MAX);
         Timestamp(now.0.saturating_add(ttl))
     }
+}
+
+/// A mapping the store keeps between reads.
+#[derive(Debug)]
+struct Kept {
+    data_ref: DataRef,
+    /// When the artifact expires: a sweep, by this store or another on the same home,
+    /// removes it then.
+    expires_at: Timestamp,
+    mapping: Arc<Mapping>,
 }
 
 /// The report of [`LocalStore::open`]'s reconciliation, for the log.
@@ -162,6 +228,7 @@ impl LocalStore {
                 index,
                 limits,
                 clock,
+                mappings: Mutex::default(),
                 lock,
             }),
         };
@@ -303,17 +370,30 @@ impl ArtifactStore for LocalStore {
     }
 
     fn map_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<MappedTable, StoreError> {
+        // The owner check, on every read: the cache below is only looked at after it.
         let meta = self.meta(owner, data_ref)?;
         let path = self.inner.artifact_path(data_ref);
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            // Swept (or removed by hand) between the index read and here.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found(data_ref)),
-            Err(e) => return Err(io_err("cannot open artifact", &path, e)),
+        let mapping = match self.inner.kept_mapping(data_ref) {
+            Some(mapping) => mapping,
+            None => {
+                let file = match File::open(&path) {
+                    Ok(file) => file,
+                    // Swept (or removed by hand) between the index read and here.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        return Err(not_found(data_ref));
+                    }
+                    Err(e) => return Err(io_err("cannot open artifact", &path, e)),
+                };
+                let buffer =
+                    mapped::map_file(&file).map_err(|e| io_err("cannot map artifact", &path, e))?;
+                self.inner.keep_mapping(&meta, Mapping::new(buffer))
+            }
         };
-        let buffer =
-            mapped::map_file(&file).map_err(|e| io_err("cannot map artifact", &path, e))?;
-        Ok(MappedTable { meta, path, buffer })
+        Ok(MappedTable {
+            meta,
+            path,
+            mapping,
+        })
     }
 
     fn open_file(&self, owner: &Principal, data_ref: &DataRef) -> Result<File, StoreError> {
@@ -347,7 +427,8 @@ impl ArtifactStore for LocalStore {
     }
 
     fn sweep(&self) -> Result<SweepReport, StoreError> {
-        let expired = self.inner.index.take_expired(self.inner.clock.now())?;
+        let now = self.inner.clock.now();
+        let expired = self.inner.index.take_expired(now)?;
         let mut report = SweepReport::default();
         for (r, bytes) in expired {
             report.removed += 1;
@@ -359,6 +440,7 @@ impl ArtifactStore for LocalStore {
             };
             remove_if_present(&self.inner.artifact_path(&data_ref));
         }
+        self.inner.forget_expired(now);
         Ok(report)
     }
 }

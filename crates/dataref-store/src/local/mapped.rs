@@ -4,13 +4,13 @@
 use std::fs::File;
 use std::io;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_ipc::reader::{FileDecoder, read_footer_length};
 use arrow_ipc::{Block, convert::fb_to_schema, root_as_footer};
-use arrow_schema::ArrowError;
+use arrow_schema::{ArrowError, SchemaRef};
 
 /// `ARROW1` + padding at the start, footer length + `ARROW1` at the end: nothing shorter
 /// can be an IPC file, and checking first keeps the slicing below in bounds.
@@ -39,6 +39,117 @@ pub(super) fn map_file(file: &File) -> io::Result<Buffer> {
     Ok(unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(mmap)) })
 }
 
+/// One artifact file, mapped, with the columns decoded (and so validated) from it so far.
+/// The store keeps recent ones ([`LocalStore`](super::LocalStore)'s cache) and every reader
+/// of the artifact shares them, so a table queried again is neither faulted in nor
+/// validated again: a column is decoded once per mapping, whoever asks. The arrays are
+/// slices of the mapping, so keeping them costs no memory of its own.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    buffer: Buffer,
+    decoded: Mutex<Decoded>,
+}
+
+#[derive(Debug, Default)]
+struct Decoded {
+    /// The file's schema, once a column has been decoded.
+    schema: Option<SchemaRef>,
+    /// Per column of the file's schema, its array in each batch once decoded.
+    columns: Vec<Option<Arc<[ArrayRef]>>>,
+}
+
+impl Mapping {
+    pub(crate) fn new(buffer: Buffer) -> Self {
+        Self {
+            buffer,
+            decoded: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Decoded> {
+        // Only ever written after a decode succeeded: a panic cannot leave it half done.
+        self.decoded.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The batches with the columns of `projection` (every column without one), decoding
+    /// only those not decoded before. A column that fails to decode is not kept, so it
+    /// fails for its next reader too, and the others still serve theirs.
+    pub(crate) fn batches(
+        &self,
+        projection: Option<&[usize]>,
+    ) -> Result<Vec<RecordBatch>, ArrowError> {
+        // No columns (`count(*)`): only the row counts, which cost nothing to read.
+        if projection.is_some_and(<[usize]>::is_empty) {
+            return decode(&self.buffer, projection, None);
+        }
+        let known = self.lock().schema.as_ref().map(|s| s.fields().len());
+        let width = match known {
+            Some(width) => width,
+            None => {
+                let schema = decode_parts(&self.buffer, Some(&[]), Some(0))?.0;
+                let width = schema.fields().len();
+                let mut decoded = self.lock();
+                if decoded.schema.is_none() {
+                    decoded.schema = Some(schema);
+                    decoded.columns = vec![None; width];
+                }
+                width
+            }
+        };
+        let all: Vec<usize>;
+        let wanted = match projection {
+            Some(p) => p,
+            None => {
+                all = (0..width).collect();
+                &all
+            }
+        };
+        let mut missing: Vec<usize> = {
+            let decoded = self.lock();
+            wanted
+                .iter()
+                .copied()
+                .filter(|&i| decoded.columns.get(i).is_none_or(Option::is_none))
+                .collect()
+        };
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            // Decoded without the lock (it faults pages in and validates), so readers of
+            // columns already decoded do not wait; a column two readers decoded at once is
+            // kept once. Out-of-range indices are refused here, with the decoder's error.
+            let (_, batches) = decode_parts(&self.buffer, Some(&missing), None)?;
+            let mut decoded = self.lock();
+            for (k, &i) in missing.iter().enumerate() {
+                if decoded.columns[i].is_none() {
+                    decoded.columns[i] =
+                        Some(batches.iter().map(|b| b.column(k).clone()).collect());
+                }
+            }
+        }
+        let decoded = self.lock();
+        let schema = match &decoded.schema {
+            Some(schema) => Arc::new(schema.project(wanted)?),
+            None => return Err(ArrowError::ParseError("no schema decoded".into())),
+        };
+        let columns: Vec<&[ArrayRef]> = wanted
+            .iter()
+            .map(|&i| decoded.columns[i].as_deref().unwrap_or_default())
+            .collect();
+        let batch_count = columns.first().map_or(0, |c| c.len());
+        (0..batch_count)
+            .map(|b| {
+                let arrays = columns.iter().map(|c| c[b].clone()).collect();
+                RecordBatch::try_new(schema.clone(), arrays)
+            })
+            .collect()
+    }
+}
+
 /// Decodes the record batches of the IPC file in `buffer`, only the columns of `projection`
 /// (in its order) when there is one: the others are neither read nor validated. With
 /// `head`, decoding stops at the first batch that brings the rows to at least that many,
@@ -49,6 +160,15 @@ pub(crate) fn decode(
     projection: Option<&[usize]>,
     head: Option<usize>,
 ) -> Result<Vec<RecordBatch>, ArrowError> {
+    decode_parts(buffer, projection, head).map(|(_, batches)| batches)
+}
+
+/// [`decode`], and the file's whole schema.
+fn decode_parts(
+    buffer: &Buffer,
+    projection: Option<&[usize]>,
+    head: Option<usize>,
+) -> Result<(SchemaRef, Vec<RecordBatch>), ArrowError> {
     let corrupt = |what: &str| ArrowError::ParseError(format!("corrupt artifact file: {what}"));
     let len = buffer.len();
     if len < MIN_FILE_LEN {
@@ -82,7 +202,7 @@ pub(crate) fn decode(
         )));
     }
     let schema = Arc::new(schema);
-    let mut decoder = FileDecoder::new(schema, footer.version());
+    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
     if let Some(p) = projection {
         decoder = decoder.with_projection(p.to_vec());
     }
@@ -111,7 +231,7 @@ pub(crate) fn decode(
             batches.push(batch);
         }
     }
-    Ok(batches)
+    Ok((schema, batches))
 }
 
 /// The bytes of one block, checked to lie inside the file: `Buffer::slice_with_length`

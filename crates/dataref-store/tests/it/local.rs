@@ -677,3 +677,162 @@ fn a_damaged_column_fails_only_its_readers() {
     assert_eq!(describe(&head, SampleOptions::default()).sample.len(), 2);
     assert!(f.store.open_table(&alice, &meta.data_ref).is_err());
 }
+
+/// Whether this process still maps `path` (a swept file's disk space is freed only when
+/// nothing maps it).
+#[cfg(target_os = "linux")]
+fn mapped_by_this_process(path: &std::path::Path) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let name = path.file_name().unwrap().to_str().unwrap();
+    maps.lines().any(|l| l.contains(name))
+}
+
+/// Whether two reads of `data_ref` got the same decoded `id` arrays (the kept mapping).
+fn same_columns(a: &dataref_store::MappedTable, b: &dataref_store::MappedTable) -> bool {
+    let (a, b) = (
+        a.batches(Some(&[0])).unwrap(),
+        b.batches(Some(&[0])).unwrap(),
+    );
+    Arc::ptr_eq(a[0].column(0), b[0].column(0))
+}
+
+#[test]
+fn a_table_read_again_shares_the_columns_decoded_the_first_time() {
+    let f = Fixture::new(StoreLimits::default());
+    let alice = owner("alice");
+    let meta = write_table(&f.store, &alice, &[batch(0, 1000), batch(1000, 1000)]);
+
+    let first = f.store.map_table(&alice, &meta.data_ref).unwrap();
+    let region = first.batches(Some(&[2])).unwrap();
+    let again = f.store.map_table(&alice, &meta.data_ref).unwrap();
+    // Asked in another order, with another column beside it: `region` is the same arrays.
+    let both = again.batches(Some(&[0, 2])).unwrap();
+    assert_eq!(both.len(), 2);
+    for (one, two) in region.iter().zip(&both) {
+        assert!(Arc::ptr_eq(one.column(0), two.column(1)));
+        assert_eq!(two.schema().field(0).name(), "id");
+        assert_eq!(two.num_rows(), 1000);
+    }
+    // Every column, as `open_table` reads them, from the same decoded arrays.
+    let whole = f.store.open_table(&alice, &meta.data_ref).unwrap();
+    assert!(Arc::ptr_eq(whole.batches[1].column(0), both[1].column(0)));
+    assert_eq!(whole.batches[1].schema(), schema());
+    // No columns (`count(*)`): the row counts only.
+    let none = again.batches(Some(&[])).unwrap();
+    assert_eq!(none.iter().map(RecordBatch::num_rows).sum::<usize>(), 2000);
+    let err = again.batches(Some(&[0, 3])).unwrap_err();
+    assert!(err.to_string().contains("column 3"), "{err}");
+}
+
+#[test]
+fn threads_reading_one_table_at_once_share_one_mapping() {
+    let f = Fixture::new(StoreLimits::default());
+    let alice = owner("alice");
+    let meta = write_table(&f.store, &alice, &[batch(0, 5000)]);
+    let start = Barrier::new(8);
+    let ids: Vec<ArrayRef> = thread::scope(|s| {
+        let reads: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    let t = f.store.map_table(&alice, &meta.data_ref).unwrap();
+                    t.batches(None).unwrap()[0].column(0).clone()
+                })
+            })
+            .collect();
+        reads.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let again = f.store.map_table(&alice, &meta.data_ref).unwrap();
+    let kept = again.batches(Some(&[0])).unwrap()[0].column(0).clone();
+    // Each thread may have decoded its own copy at once; the next reader gets one of them.
+    assert!(ids.iter().any(|id| Arc::ptr_eq(id, &kept)));
+    assert!(ids.iter().all(|id| id.as_ref() == kept.as_ref()));
+}
+
+#[test]
+fn the_least_recently_read_mapping_is_the_one_let_go() {
+    let f = Fixture::new(StoreLimits::default());
+    let alice = owner("alice");
+    let metas: Vec<_> = (0..34)
+        .map(|i| write_table(&f.store, &alice, &[batch(i * 10, 10)]))
+        .collect();
+    let map = |i: usize| f.store.map_table(&alice, &metas[i].data_ref).unwrap();
+    let (first, second) = (map(0), map(1));
+    for i in 2..32 {
+        map(i);
+    }
+    // 32 kept; reading the first again makes the second the oldest.
+    assert!(same_columns(&first, &map(0)));
+    map(32);
+    assert!(
+        same_columns(&first, &map(0)),
+        "the recently read one was let go"
+    );
+    assert!(!same_columns(&second, &map(1)), "more than 32 kept");
+}
+
+#[test]
+fn a_kept_mapping_answers_only_its_owner_and_only_until_expiry() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let (alice, bob) = (owner("alice"), owner("bob"));
+    let meta = write_table(&f.store, &alice, &[batch(0, 10)]);
+    // Alice's read keeps the mapping and its decoded columns.
+    assert_eq!(
+        f.store
+            .open_table(&alice, &meta.data_ref)
+            .unwrap()
+            .meta
+            .rows,
+        10
+    );
+    let unknown = f.store.map_table(&bob, &unknown_ref()).unwrap_err();
+    let same_as_unknown = |err: StoreError| {
+        assert!(matches!(err, StoreError::NotFound { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string().replace(meta.data_ref.as_str(), "REF"),
+            unknown.to_string().replace(unknown_ref().as_str(), "REF")
+        );
+    };
+    same_as_unknown(f.store.map_table(&bob, &meta.data_ref).unwrap_err());
+    same_as_unknown(f.store.open_table(&bob, &meta.data_ref).unwrap_err());
+    // Expired and not yet swept, the mapping still kept: unknown to alice too.
+    f.clock.advance(60);
+    same_as_unknown(f.store.map_table(&alice, &meta.data_ref).unwrap_err());
+    same_as_unknown(f.store.open_table(&alice, &meta.data_ref).unwrap_err());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_swept_artifact_is_not_kept_mapped_whichever_store_swept_it() {
+    let f = Fixture::new(limits(1 << 30, 1 << 30));
+    let alice = owner("alice");
+    let file_of =
+        |meta: &dataref_store::ArtifactMeta| f.artifacts().join(format!("{}.arrow", meta.data_ref));
+    let mine = write_table(&f.store, &alice, &[batch(0, 50)]);
+    drop(f.store.open_table(&alice, &mine.data_ref).unwrap());
+    assert!(
+        mapped_by_this_process(&file_of(&mine)),
+        "kept for the next read"
+    );
+    f.clock.advance(60);
+    assert_eq!(f.store.sweep().unwrap().removed, 1);
+    assert!(!file_of(&mine).exists());
+    assert!(
+        !mapped_by_this_process(&file_of(&mine)),
+        "a swept file stays mapped"
+    );
+
+    // Another server on the same home sweeps; this one's own sweep finds nothing to
+    // remove in the index but still lets go of the file.
+    let other = LocalStore::open(f.home(), f.limits.clone(), f.clock.clone()).unwrap();
+    let theirs = write_table(&f.store, &alice, &[batch(0, 50)]);
+    drop(f.store.open_table(&alice, &theirs.data_ref).unwrap());
+    f.clock.advance(60);
+    assert_eq!(other.sweep().unwrap().removed, 1);
+    assert!(mapped_by_this_process(&file_of(&theirs)));
+    assert_eq!(f.store.sweep().unwrap().removed, 0);
+    assert!(
+        !mapped_by_this_process(&file_of(&theirs)),
+        "another's sweep kept it mapped"
+    );
+}
