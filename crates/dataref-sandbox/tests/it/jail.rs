@@ -366,9 +366,17 @@ fn fork_bomb_is_bounded_and_another_job_still_runs() {
     assert_eq!(stdout(&other).trim(), "still-here");
     let bomb = bomb.join().unwrap();
     assert_eq!(bomb.pids, Enforcement::Cgroup);
+    // Bounded either way: the clock ran out, the shell gave up, or its stream of "Cannot
+    // fork" filled the output cap first (seen on a loaded machine, where the bomb's
+    // shells spin longer before the clock).
     assert!(
-        matches!(bomb.status, JobStatus::TimedOut | JobStatus::Exited(_)),
-        "{bomb:?}"
+        matches!(
+            bomb.status,
+            JobStatus::TimedOut | JobStatus::Exited(_) | JobStatus::OutputFlood
+        ),
+        "{:?} after {:?}",
+        bomb.status,
+        bomb.duration
     );
     assert!(
         String::from_utf8_lossy(&bomb.stderr.bytes).contains("fork")
