@@ -16,6 +16,8 @@ pub enum AgentEvent {
         tool: String,
         /// One line: the tool and its main arguments.
         summary: String,
+        /// The arguments as they will run (for a page that shows the SQL or the code).
+        arguments: Value,
     },
     /// A tool call ended.
     ToolCallFinished {
@@ -27,6 +29,12 @@ pub enum AgentEvent {
         /// One line: what came back (a dataRef and its rows, the error).
         summary: String,
         ms: u64,
+        /// The table the call stored, when it stored one (for a page to open it).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data_ref: Option<String>,
+        /// The workspace file the result names (a chart's PNG, an export), when it has one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
     },
     /// A call waits for the person's yes or no. `arguments` are what will really be sent
     /// (for `call_tool`, the target's expanded arguments).

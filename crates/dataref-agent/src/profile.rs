@@ -117,7 +117,8 @@ impl Agent {
         registry: &ToolRegistry,
     ) -> Result<Self, ProfileError> {
         let agent = profile.name.clone();
-        let names = registry.names();
+        // The view's own tools (app-only) are no model's: no profile can name them.
+        let names = registry.model_names();
         let mut chosen: Vec<String> = Vec::new();
         for id in &profile.tools {
             let glob = Glob::new(id).map_err(|e| ProfileError::BadPattern {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use dataref_config::Approval;
 use dataref_tool::{
-    CallOutcome, OutcomeKind, RunContext, ToolCall, execute_tool_call, expand_call,
+    CallArguments, CallOutcome, OutcomeKind, RunContext, ToolCall, execute_tool_call, expand_call,
 };
 use futures_util::future::join_all;
 use serde_json::Value;
@@ -558,6 +558,8 @@ impl Agent {
                     outcome: outcome.clone(),
                     summary: first_line(text),
                     ms: 0,
+                    data_ref: None,
+                    path: None,
                 });
                 Message::tool(&c.id, text.clone())
             }
@@ -568,6 +570,10 @@ impl Agent {
                     call_id: c.id.clone(),
                     tool: call.name.clone(),
                     summary: shown.clone(),
+                    arguments: match &call.arguments {
+                        CallArguments::Json(v) => v.clone(),
+                        CallArguments::Text(t) => Value::String(t.clone()),
+                    },
                 });
                 let run = execute_tool_call(&self.registry, call.clone(), ctx);
                 let outcome = tokio::select! {
@@ -595,11 +601,22 @@ impl Agent {
                     outcome: outcome.kind.as_str().into(),
                     summary: summary_of_outcome(&outcome),
                     ms: t0.elapsed().as_millis() as u64,
+                    data_ref: result_field(&outcome, "dataRef"),
+                    path: result_field(&outcome, "path"),
                 });
                 Message::tool(&c.id, text)
             }
         }
     }
+}
+
+/// A string field of a successful call's structured result.
+fn result_field(outcome: &CallOutcome, key: &str) -> Option<String> {
+    if outcome.is_error() {
+        return None;
+    }
+    let v = outcome.structured.as_ref()?.get(key)?.as_str()?;
+    Some(v.to_owned())
 }
 
 /// Ends a run: the final message (the limit's sentence when one stopped it), the event,

@@ -24,7 +24,7 @@ const DEFAULT_TOP_GROUPS: usize = 8;
 
 /// What the `x` axis measures.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum XScale {
+pub enum XScale {
     Number,
     /// Days since the epoch, with a fraction for the time of day.
     Date,
@@ -33,13 +33,13 @@ pub(crate) enum XScale {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Series {
+pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Body {
+pub enum Body {
     /// `values[series][category]`.
     Bars {
         categories: Vec<String>,
@@ -65,7 +65,7 @@ pub(crate) enum Body {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Plot {
+pub struct Plot {
     pub body: Body,
     pub x_label: String,
     pub y_label: String,

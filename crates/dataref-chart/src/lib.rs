@@ -39,6 +39,8 @@ mod data;
 mod draw;
 mod format;
 
+pub use data::{Body, Plot, Series, XScale};
+
 use arrow_array::RecordBatch;
 use arrow_schema::Schema;
 
@@ -198,6 +200,16 @@ impl ChartError {
             Self::UnknownColumn { .. } | Self::Unsupported(_) | Self::Draw(_) => None,
         }
     }
+}
+
+/// What [`render`] would draw, before drawing: the same categories, folding, bins and
+/// downsampling, for a view that draws the chart itself (the page, an MCP Apps host).
+pub fn plot(
+    schema: &Schema,
+    batches: &[RecordBatch],
+    spec: &ChartSpec,
+) -> Result<Plot, ChartError> {
+    data::prepare(schema, batches, spec)
 }
 
 /// Draws `spec` over `batches` (all of `schema`). Reads each needed column once; the work

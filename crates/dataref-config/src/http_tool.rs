@@ -13,7 +13,7 @@ use crate::raw::{RawHttpParam, RawHttpTool};
 use crate::units::{duration, size};
 
 /// The built-in tools' names (besides `fetch_<query>`): an HTTP tool may not take one.
-pub const BUILTIN_TOOL_NAMES: [&str; 12] = [
+pub const BUILTIN_TOOL_NAMES: [&str; 15] = [
     "query",
     "describe_data",
     "list_artifacts",
@@ -26,6 +26,9 @@ pub const BUILTIN_TOOL_NAMES: [&str; 12] = [
     "copy_file",
     "export_data",
     "call_tool",
+    "view_rows",
+    "view_chart",
+    "view_artifacts",
 ];
 
 /// One `[http_tools.NAME]`, resolved. The tool's name is `name`.

@@ -66,6 +66,7 @@ mod guard;
 mod jwt;
 mod limits;
 mod openai_facade;
+mod page;
 mod pipeline;
 mod routes;
 mod server;

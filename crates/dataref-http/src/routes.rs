@@ -9,11 +9,9 @@
 //!   ([`crate::agent_api`], [`crate::openai_facade`]); a request that starts a run takes an
 //!   in-flight slot like a tool call, the others do not (an approval must get through
 //!   while its run holds the slot);
+//! - `/`: GET and HEAD, the page ([`crate::page`]): static, so no token; what it shows
+//!   it asks `/mcp` and `/agent/…` for with the person's token;
 //! - anything else: 404 naming the MCP endpoint.
-//!
-//! The page to come (a person's view of their workspace) is one more entry: its own stack
-//! in `pipeline::build`, its own arm in [`Routes::call`], authenticated like the
-//! downloads.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -67,6 +65,9 @@ where
 
     fn call(&mut self, mut request: Request<Incoming>) -> BoxFuture {
         let path = request.uri().path().to_owned();
+        if path == "/" {
+            return answer(crate::page::respond(&request));
+        }
         if path == MCP_PATH {
             return self.mcp.call(request);
         }

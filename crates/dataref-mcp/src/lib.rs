@@ -108,9 +108,11 @@ mod server;
 mod streamable;
 mod tools;
 pub mod upstream;
+mod view;
 
 pub use host::{Caller, DownloadLinks};
 pub use rmcp;
 pub use serve::{InProcessSession, McpServeError, connect_in_process};
 pub use server::{DatarefServer, INSTRUCTIONS};
 pub use streamable::{SESSION_HEADER, StreamableHttp};
+pub use view::{UI_EXTENSION, VIEW_HTML, VIEW_MIME, VIEW_URI};

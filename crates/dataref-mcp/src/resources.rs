@@ -188,6 +188,9 @@ fn count(n: u64, what: &str) -> String {
 }
 
 pub(crate) async fn read(ctx: &RunContext, uri: String) -> Result<ReadResourceResult, McpError> {
+    if uri == crate::view::VIEW_URI {
+        return Ok(crate::view::read());
+    }
     if uri.starts_with(files::URI_PREFIX) {
         return files::read(ctx.workspace.clone(), uri).await;
     }

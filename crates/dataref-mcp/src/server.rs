@@ -81,8 +81,12 @@ struct Inner {
     contexts: Contexts,
     /// Set by the HTTP layer: signed download URLs for the files a result links.
     links: OnceLock<Arc<dyn DownloadLinks>>,
-    /// Converted once: the registry is immutable.
+    /// Converted once (the registry is immutable): what a host without MCP Apps lists,
+    /// every tool the model may call, with no `_meta.ui`.
     tools: Vec<Tool>,
+    /// What a host with MCP Apps lists: every tool, the view's own among them, with
+    /// `_meta.ui` (the host keeps the `visibility: ["app"]` ones from the model).
+    app_tools: Vec<Tool>,
     prompts: Prompts,
     /// Every principal's resources, watched while one of its sessions listens.
     watch: Arc<Watch>,
@@ -120,7 +124,12 @@ impl DatarefServer {
     }
 
     fn with_contexts(registry: Arc<ToolRegistry>, contexts: Contexts) -> Self {
-        let tools = registry.specs().map(tools::to_mcp_tool).collect();
+        let tools = registry
+            .specs()
+            .filter(|s| !s.ui.app_only)
+            .map(tools::to_mcp_tool)
+            .collect();
+        let app_tools = registry.specs().map(tools::to_mcp_app_tool).collect();
         let prompts = Prompts::new(&registry);
         Self {
             inner: Arc::new(Inner {
@@ -128,6 +137,7 @@ impl DatarefServer {
                 contexts,
                 links: OnceLock::new(),
                 tools,
+                app_tools,
                 prompts,
                 watch: Arc::default(),
             }),
@@ -235,38 +245,47 @@ impl ServerHandler for DatarefServer {
         reason = "MCP logging is deprecated by SEP-2577 but still in 2025-11-25, which hosts speak"
     )]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_logging()
-                .enable_completions()
-                .enable_prompts()
-                .enable_resources()
-                .enable_tools()
-                .enable_resources_subscribe()
-                .enable_resources_list_changed()
-                .build(),
-        )
-        .with_server_info(
-            Implementation::new("dataref", env!("CARGO_PKG_VERSION"))
-                .with_title("dataref")
-                .with_description(
-                    "Query results stay on the server as artifacts; the model works with \
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_tools()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
+            .build();
+        capabilities.extensions = Some(crate::view::server_extensions());
+        ServerConfig::new(capabilities)
+            .with_server_info(
+                Implementation::new("dataref", env!("CARGO_PKG_VERSION"))
+                    .with_title("dataref")
+                    .with_description(
+                        "Query results stay on the server as artifacts; the model works with \
                      references.",
-                ),
-        )
-        .with_instructions(INSTRUCTIONS)
+                    ),
+            )
+            .with_instructions(INSTRUCTIONS)
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.inner.tools.clone()))
+        let tools = if crate::view::host_shows_views(&context) {
+            &self.inner.app_tools
+        } else {
+            &self.inner.tools
+        };
+        Ok(ListToolsResult::with_all_items(tools.clone()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.inner.tools.iter().find(|t| t.name == name).cloned()
+        self.inner
+            .app_tools
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
     }
 
     /// Every tool failure (unknown tool, bad arguments, expired reference, timeout, …) is

@@ -39,6 +39,26 @@ pub(crate) fn to_mcp_tool(spec: &ToolSpec) -> Tool {
     tool
 }
 
+/// The `tools/list` entry for a host with the MCP Apps extension: the plain entry plus
+/// `_meta.ui` (the view, and `visibility: ["app"]` for a tool only the view calls).
+pub(crate) fn to_mcp_app_tool(spec: &ToolSpec) -> Tool {
+    let mut tool = to_mcp_tool(spec);
+    if spec.ui.is_plain() {
+        return tool;
+    }
+    let mut ui = JsonObject::new();
+    if let Some(uri) = &spec.ui.resource_uri {
+        ui.insert("resourceUri".into(), Value::String(uri.clone()));
+    }
+    if spec.ui.app_only {
+        ui.insert("visibility".into(), serde_json::json!(["app"]));
+    }
+    let mut meta = JsonObject::new();
+    meta.insert("ui".into(), Value::Object(ui));
+    tool.meta = Some(meta.into());
+    tool
+}
+
 /// MCP wants schemas as JSON objects. Ours always are (the registry compiles them); a
 /// non-object would be a programming error, so it degrades to "any object" with a log line
 /// rather than taking the session down.
@@ -171,6 +191,7 @@ mod tests {
             input_schema: json!({"type": "object", "properties": {}}),
             output_schema: Some(json!({"type": "object"})),
             annotations: Default::default(),
+            ui: Default::default(),
         };
         spec.annotations.read_only = true;
         let tool = serde_json::to_value(to_mcp_tool(&spec)).unwrap();

@@ -395,6 +395,17 @@ fn choose<'a>(
 
 /// How the model sees an upstream tool: prefixed, marked as coming from the upstream,
 /// with its schemas and hints as given.
+/// The upstream tool declares MCP Apps `visibility` without `"model"`.
+fn app_only(tool: &rmcp::model::Tool) -> bool {
+    let visibility = tool
+        .meta
+        .as_ref()
+        .and_then(|m| m.get("ui"))
+        .and_then(|ui| ui.get("visibility"))
+        .and_then(Value::as_array);
+    visibility.is_some_and(|v| !v.iter().any(|x| x.as_str() == Some("model")))
+}
+
 fn spec_for(config: &UpstreamConfig, tool: &rmcp::model::Tool) -> Result<ToolSpec, UpstreamError> {
     let name = format!("{}{}", config.prefix, tool.name);
     let valid = !name.is_empty()
@@ -439,6 +450,12 @@ fn spec_for(config: &UpstreamConfig, tool: &rmcp::model::Tool) -> Result<ToolSpe
             .as_ref()
             .map(|s| Value::Object(s.as_ref().clone())),
         annotations,
+        // An upstream tool only its own view may call stays hidden from the model here too;
+        // its view is not proxied, so no resource is named.
+        ui: dataref_protocol::ToolUi {
+            resource_uri: None,
+            app_only: app_only(tool),
+        },
     })
 }
 

@@ -35,7 +35,7 @@ pub use text::{
     human_bytes, mime_type, percent_decode, percent_encode, truncate_chars, truncate_echo,
 };
 pub use time::{Timestamp, civil_from_days, days_from_civil};
-pub use tool::{ToolAnnotations, ToolSpec, object_schema};
+pub use tool::{ToolAnnotations, ToolSpec, ToolUi, VIEW_URI, object_schema};
 
 /// What kind of JSON value `v` is, as a message says it: "an object", "a string", ….
 pub fn json_kind(v: &serde_json::Value) -> &'static str {

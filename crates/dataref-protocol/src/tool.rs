@@ -18,6 +18,32 @@ pub struct ToolSpec {
     pub output_schema: Option<Value>,
     #[serde(default)]
     pub annotations: ToolAnnotations,
+    /// How an MCP Apps host shows the tool (the `io.modelcontextprotocol/ui` extension).
+    #[serde(default, skip_serializing_if = "ToolUi::is_plain")]
+    pub ui: ToolUi,
+}
+
+/// The one view dataref serves (MCP Apps): charts and tables for the person.
+pub const VIEW_URI: &str = "ui://dataref/view";
+
+/// The view a host renders a tool's result in, and who may call the tool.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolUi {
+    /// The `ui://` resource that shows the result to the person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_uri: Option<String>,
+    /// Called by the view only: never listed to a model (MCP Apps `visibility: ["app"]`),
+    /// never in an agent profile.
+    #[serde(default)]
+    pub app_only: bool,
+}
+
+impl ToolUi {
+    /// No view and visible to the model: the tool as every host sees it.
+    pub fn is_plain(&self) -> bool {
+        self.resource_uri.is_none() && !self.app_only
+    }
 }
 
 impl ToolSpec {
@@ -30,7 +56,15 @@ impl ToolSpec {
             input_schema: object_schema::<I>(),
             output_schema: Some(object_schema::<O>()),
             annotations: ToolAnnotations::default(),
+            ui: ToolUi::default(),
         }
+    }
+
+    /// The same spec shown in the view at `uri` by hosts that have the extension.
+    #[must_use]
+    pub fn with_view(mut self, uri: &str) -> Self {
+        self.ui.resource_uri = Some(uri.to_owned());
+        self
     }
 }
 

@@ -244,15 +244,23 @@ async fn execute(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> C
     };
     // After a spill the text is the synopsis' JSON.
     let structured_text = ran.structured_text || spilled.is_some();
-    let outcome = cap::cap(
-        outcome,
-        target,
-        ctx.limits.max_result_chars,
-        structured_text,
-        ctx,
-        registry,
-    )
-    .await;
+    // The cap keeps a model's context small; what only the view reads is bounded by the
+    // tool itself (a page of rows, a chart's points).
+    let for_view =
+        ran.target.is_some() && registry.entry(&name).is_some_and(|e| e.spec.ui.app_only);
+    let outcome = if for_view {
+        outcome
+    } else {
+        cap::cap(
+            outcome,
+            target,
+            ctx.limits.max_result_chars,
+            structured_text,
+            ctx,
+            registry,
+        )
+        .await
+    };
     info!(
         tool = %name,
         target = %target,
@@ -348,6 +356,16 @@ async fn expand<'r>(
     let Some(target) = registry.entry(&tool) else {
         return Err(Box::new(unknown_tool(registry, &tool)));
     };
+    if target.spec.ui.app_only {
+        // Its result is uncapped, for the view's eyes: no delegated call reaches it.
+        return Err(Box::new(CallOutcome::error(
+            OutcomeKind::InvalidArguments,
+            &format!(
+                "`{tool}` is for the view that shows results to the person, not for call_tool"
+            ),
+            Some("call a tool from your tool list"),
+        )));
+    }
     let ctx2 = ctx.clone();
     let file = args_file.clone();
     let mut expanded = tokio::task::spawn_blocking(move || read_args_file(&ctx2, &file))
@@ -458,7 +476,8 @@ fn internal_error(kind: OutcomeKind, tool: &str) -> CallOutcome {
 }
 
 fn unknown_tool(registry: &ToolRegistry, name: &str) -> CallOutcome {
-    let names = registry.names();
+    // What the model reads: the view's own tools are none of its business.
+    let names = registry.model_names();
     let close = dataref_store::closest(name, &names);
     let hint = if close.is_empty() {
         format!("available tools: {}", list(&names))

@@ -66,7 +66,12 @@ impl ToolRegistryBuilder {
                     message: e.to_string(),
                 }
             })?;
-            let spill_threshold = self.spill.threshold_for(&name, tool.result_is_synopsis());
+            // A tool only the view calls answers the view, not a model: nothing to spill.
+            let spill_threshold = if spec.ui.app_only {
+                None
+            } else {
+                self.spill.threshold_for(&name, tool.result_is_synopsis())
+            };
             let spilled = spill_threshold.is_some();
             let own_input = spec.input_schema.clone();
             if tool.schemas_are_ours() {
@@ -167,6 +172,15 @@ impl ToolRegistry {
 
     pub fn names(&self) -> Vec<String> {
         self.order.clone()
+    }
+
+    /// The tools a model may be offered, in order: every one but the view's own
+    /// (`ui.app_only`), which only a person's view calls.
+    pub fn model_names(&self) -> Vec<String> {
+        self.specs()
+            .filter(|s| !s.ui.app_only)
+            .map(|s| s.name.clone())
+            .collect()
     }
 
     pub fn len(&self) -> usize {

@@ -12,6 +12,7 @@ mod render_chart;
 mod render_table;
 mod run_python;
 mod run_sql;
+mod view;
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ pub use render_chart::RenderChartTool;
 pub use render_table::RenderTableTool;
 pub use run_python::{RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, sandbox_settings};
 pub use run_sql::{RunSqlResult, RunSqlTool};
+pub use view::{MAX_PAGE_ROWS, ViewArtifactsTool, ViewChartTool, ViewRowsTool};
 
 /// Every built-in tool for `config`: one `fetch_<name>` per configured query, `query` when
 /// a source allows SQL, `describe_data`, `list_artifacts`, `run_sql` (unless `[sql] enabled = false`), `run_python` (unless
@@ -97,6 +99,10 @@ pub fn builtin_registry_builder(
     b.register(Arc::new(CopyFileTool::new()));
     b.register(Arc::new(export_data::ExportDataTool::new()));
     b.register(Arc::new(CallToolTool::new()));
+    // The view's own (app-only): listed only to MCP Apps hosts, never to a model.
+    b.register(Arc::new(ViewRowsTool::new(config.sql.clone())));
+    b.register(Arc::new(ViewChartTool::new()));
+    b.register(Arc::new(ViewArtifactsTool::new()));
     for http in config.http_tools.values() {
         b.register(Arc::new(crate::http_tool::HttpTool::new(http.clone())));
     }

@@ -576,6 +576,7 @@ fn spec_for(c: &HttpToolConfig) -> ToolSpec {
             read_only: c.read_only,
             open_world: true,
         },
+        ui: dataref_protocol::ToolUi::default(),
     }
 }
 

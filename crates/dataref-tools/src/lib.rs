@@ -39,8 +39,9 @@ mod http_tool;
 mod support;
 
 pub use builtin::{
-    RUNS_DIR, RunPythonTool, RunSqlResult, RunSqlTool, STREAM_SHOWN_BYTES, builtin_registry,
-    builtin_registry_builder, builtin_registry_with, mime_type_for, sandbox_settings,
+    MAX_PAGE_ROWS, RUNS_DIR, RunPythonTool, RunSqlResult, RunSqlTool, STREAM_SHOWN_BYTES,
+    ViewArtifactsTool, ViewChartTool, ViewRowsTool, builtin_registry, builtin_registry_builder,
+    builtin_registry_with, mime_type_for, sandbox_settings,
 };
 pub use http_tool::{EnvLookup, HttpTool};
 pub use support::ExportCsv;

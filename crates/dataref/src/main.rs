@@ -77,6 +77,19 @@ enum Command {
         #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
         http: Option<String>,
     },
+    /// The page for people on this machine: `serve --http` on loopback with a token made
+    /// for this run, and the address to open printed (chat with the agent, tables, charts,
+    /// downloads).
+    Web {
+        #[command(flatten)]
+        common: Common,
+        /// Whose data (default: `$DATAREF_PRINCIPAL`, else config, else `local`).
+        #[arg(long, value_name = "NAME")]
+        principal: Option<String>,
+        /// Listen at `ADDR`, a loopback address (default `127.0.0.1:0`, a free port).
+        #[arg(long, value_name = "ADDR", default_value = "")]
+        http: String,
+    },
     /// Bearer tokens for `serve --http`.
     Token {
         #[command(subcommand)]
@@ -260,6 +273,11 @@ fn main() -> ExitCode {
             http: Some(addr),
             ..
         } => serve::run_http(&common, principal.as_deref(), &addr),
+        Command::Web {
+            common,
+            principal,
+            http,
+        } => serve::run_web(&common, principal.as_deref(), &http),
         Command::Token {
             command: TokenCommand::New { name },
         } => serve::new_token(&name),

@@ -58,6 +58,55 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
     let mut config = settings::config(common)?;
     settings::http_listen(&mut config, addr)?;
     let anonymous = settings::principal(principal, &config)?;
+    serve_http(common, config, anonymous, None)
+}
+
+/// `dataref web [--http ADDR]`: `serve --http` on loopback for the person at this machine,
+/// with a token made for this run only (the config's own tokens still work), and the page's
+/// address with that token printed.
+pub fn run_web(common: &Common, principal: Option<&str>, addr: &str) -> Result<ExitCode> {
+    let mut config = settings::config(common)?;
+    settings::http_listen(
+        &mut config,
+        if addr.is_empty() { "127.0.0.1:0" } else { addr },
+    )?;
+    if !config.http.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "`dataref web` listens on this machine only, not on {}
+             hint: to serve other people use `dataref serve --http` with tokens from `dataref token new`",
+            config.http.listen
+        );
+    }
+    let me = settings::principal(principal, &config)?;
+    let t = dataref_http::new_token()
+        .map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
+    let mut digest = [0u8; 32];
+    for (i, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(t.sha256_hex.get(2 * i..2 * i + 2).unwrap_or("00"), 16)?;
+    }
+    config.http.auth = true;
+    config
+        .principals
+        .entry(me.clone())
+        .or_insert_with(|| dataref_config::PrincipalConfig {
+            name: me.clone(),
+            token_sha256: Vec::new(),
+            pg_role: None,
+            pg_password: None,
+        })
+        .token_sha256
+        .push(digest);
+    serve_http(common, config, me, Some(t.token))
+}
+
+/// Serves `config` over HTTP until a signal; with `page_token`, prints the page's address
+/// carrying it (in the fragment, which no request sends).
+fn serve_http(
+    common: &Common,
+    config: dataref_config::Config,
+    anonymous: Principal,
+    page_token: Option<String>,
+) -> Result<ExitCode> {
     // Before anything starts (the sample, the upstream servers), by the function `dataref
     // doctor` calls, so the two refuse the same configs with the same message.
     let options = settings::http_options(&config, anonymous.clone())?;
@@ -122,6 +171,12 @@ pub fn run_http(common: &Common, principal: Option<&str>, addr: &str) -> Result<
         settings::progress_line(&format!(
             "agents ({profiles}) at {base}/agent/sessions; OpenAI-compatible at {base}/v1/chat/completions"
         ));
+        match &page_token {
+            Some(token) => settings::progress_line(&format!(
+                "open {base}/#token={token} (a token for this run only; Ctrl-C stops)"
+            )),
+            None => settings::progress_line(&format!("the page for people is at {base}/")),
+        }
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_on_signal(shutdown.clone()));
         let served = http.serve(shutdown).await;

@@ -1004,3 +1004,36 @@ async fn routes_answer_by_path_and_method_before_any_token_is_asked_for() {
     assert_eq!(r.status(), 401);
     served.stop().await;
 }
+
+/// `/` is the page: served without a token (it holds no data), with a policy that allows
+/// only its own script and style, this origin for requests, and no framing; other methods
+/// are refused. The view's tools reach the page (it declares MCP Apps) as the caller.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_is_served_with_a_strict_policy_and_no_token() {
+    let env = Env::new(100).unwrap();
+    let served = serve(&env, http_config()).await;
+    let c = http_client();
+    let r = c.get(format!("{}/", served.base)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let h = r.headers().clone();
+    assert_eq!(h["content-type"], "text/html; charset=utf-8");
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    let csp = h["content-security-policy"].to_str().unwrap().to_owned();
+    for part in [
+        "default-src 'none'",
+        "script-src 'sha256-",
+        "style-src 'sha256-",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+        "form-action 'none'",
+    ] {
+        assert!(csp.contains(part), "{part} in {csp}");
+    }
+    assert!(!csp.contains("unsafe"), "{csp}");
+    assert_eq!(r.text().await.unwrap(), dataref_mcp::VIEW_HTML);
+    let r = c.post(format!("{}/", served.base)).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, HEAD");
+    served.stop().await;
+}

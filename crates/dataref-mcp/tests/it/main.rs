@@ -17,3 +17,4 @@ mod progress_cancel;
 mod resources;
 mod tools;
 mod upstream;
+mod view;

@@ -157,6 +157,7 @@ async fn progress_is_throttled_and_ends_with_the_last_report() -> anyhow::Result
             input_schema: json!({"type": "object"}),
             output_schema: Some(json!({"type": "object"})),
             annotations: Default::default(),
+            ui: Default::default(),
         },
     }));
     let registry = std::sync::Arc::new(b.build()?);

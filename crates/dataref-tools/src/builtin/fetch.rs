@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dataref_config::{ColumnType, ParamType, QueryConfig, SourceConfig};
-use dataref_protocol::{Description, ToolAnnotations, ToolSpec, object_schema};
+use dataref_protocol::{Description, ToolAnnotations, ToolSpec, ToolUi, VIEW_URI, object_schema};
 use dataref_sources::{FetchRequest, ParamValue, Sources, SqlPolicy};
 use dataref_store::{Lineage, SampleOptions, describe};
 use dataref_tool::{RunContext, Tool, ToolError, ToolOutput};
@@ -78,6 +78,11 @@ impl FetchTool {
             annotations: ToolAnnotations {
                 read_only: true,
                 open_world: true,
+            },
+            // A host with MCP Apps shows the stored table in the view.
+            ui: ToolUi {
+                resource_uri: Some(VIEW_URI.into()),
+                app_only: false,
             },
         };
         Self {

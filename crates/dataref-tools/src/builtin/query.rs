@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dataref_config::{SourceConfig, SourceKind};
-use dataref_protocol::{Description, ToolAnnotations, ToolSpec, object_schema};
+use dataref_protocol::{Description, ToolAnnotations, ToolSpec, ToolUi, VIEW_URI, object_schema};
 use dataref_sources::{Sources, SqlPolicy};
 use dataref_store::Lineage;
 use dataref_tool::parse_args;
@@ -82,6 +82,11 @@ impl QueryTool {
             annotations: ToolAnnotations {
                 read_only: true,
                 open_world: true,
+            },
+            // A host with MCP Apps shows the stored table in the view.
+            ui: ToolUi {
+                resource_uri: Some(VIEW_URI.into()),
+                app_only: false,
             },
         };
         Self {

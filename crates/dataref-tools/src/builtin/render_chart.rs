@@ -93,6 +93,25 @@ pub struct ChartArgs {
     height: Option<u32>,
 }
 
+impl ChartArgs {
+    /// The table drawn.
+    pub(crate) fn data_ref(&self) -> &DataRef {
+        &self.data_ref
+    }
+
+    /// What to draw, the defaults filled in.
+    pub(crate) fn chart_spec(&self) -> ChartSpec {
+        let mut spec = ChartSpec::new(self.kind.into(), self.x.clone(), self.y.clone());
+        spec.group.clone_from(&self.group);
+        spec.title.clone_from(&self.title);
+        spec.sort = self.sort.map(Into::into);
+        spec.top = self.top.map(|t| t as usize);
+        spec.width = self.width.unwrap_or(ChartSpec::DEFAULT_SIZE.0);
+        spec.height = self.height.unwrap_or(ChartSpec::DEFAULT_SIZE.1);
+        spec
+    }
+}
+
 /// The schema of `y`: a column name or a list of them (`y="delta"` as much as
 /// `y=["delta"]`, since models write both).
 #[derive(JsonSchema)]
@@ -155,7 +174,8 @@ impl RenderChartTool {
                  are downsampled. For a different table, aggregate first (SQL or `run_python`).",
                 false,
                 false,
-            ),
+            )
+            .with_view(dataref_protocol::VIEW_URI),
         }
     }
 }
@@ -182,13 +202,7 @@ impl TypedTool for RenderChartTool {
         let key = serde_json::to_string(&a).unwrap_or_default();
         let (result, png) = blocking("render_chart", move || {
             let table = store.open_table(&owner, &a.data_ref)?;
-            let mut spec = ChartSpec::new(a.kind.into(), a.x, a.y);
-            spec.group = a.group;
-            spec.title = a.title;
-            spec.sort = a.sort.map(Into::into);
-            spec.top = a.top.map(|t| t as usize);
-            spec.width = a.width.unwrap_or(ChartSpec::DEFAULT_SIZE.0);
-            spec.height = a.height.unwrap_or(ChartSpec::DEFAULT_SIZE.1);
+            let spec = a.chart_spec();
             let chart = dataref_chart::render(&table.meta.schema, &table.batches, &spec)
                 .map_err(chart_error)?;
             let stem = format!("{CHARTS_DIR}/{}", file_stem(&chart.title, &key));
@@ -232,7 +246,7 @@ impl TypedTool for RenderChartTool {
     }
 }
 
-fn chart_error(e: ChartError) -> ToolError {
+pub(crate) fn chart_error(e: ChartError) -> ToolError {
     match &e {
         ChartError::UnknownColumn { column, available } => ToolError::respond(
             e.to_string(),

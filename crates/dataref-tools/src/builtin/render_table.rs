@@ -76,7 +76,8 @@ impl RenderTableTool {
                  or `run_python`).",
                 false,
                 false,
-            ),
+            )
+            .with_view(dataref_protocol::VIEW_URI),
         }
     }
 }

@@ -118,7 +118,8 @@ pub struct RunSqlTool {
 impl RunSqlTool {
     pub fn new(config: SqlConfig) -> Self {
         Self {
-            spec: spec_for::<RunSqlArgs, RunSqlResult>("run_sql", DESCRIPTION, true, false),
+            spec: spec_for::<RunSqlArgs, RunSqlResult>("run_sql", DESCRIPTION, true, false)
+                .with_view(dataref_protocol::VIEW_URI),
             config,
         }
     }

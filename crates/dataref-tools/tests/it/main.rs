@@ -19,6 +19,7 @@ mod http_tool;
 mod postgres;
 mod python;
 mod sql;
+mod view;
 
 use std::sync::Arc;
 use std::time::Duration;

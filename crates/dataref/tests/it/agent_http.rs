@@ -377,11 +377,19 @@ async fn agent_http_message_streams_and_sessions_are_listed_read_and_deleted() {
     assert_eq!(started["type"], "tool_call_started");
     assert_eq!(started["tool"], "fetch_sales");
     assert_eq!(started["call_id"], "call_1");
+    // What a page shows of the step: the arguments, and the table to open.
+    assert!(started["arguments"].is_object(), "{started}");
     let finished = events
         .iter()
         .find(|e| e.name == "tool_call_finished")
         .expect("finished");
     assert_eq!(finished.data["outcome"], "ok", "{finished:?}");
+    assert!(
+        finished.data["data_ref"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("data_")),
+        "{finished:?}"
+    );
     assert!(
         finished.data["summary"]
             .as_str()

@@ -658,3 +658,60 @@ async fn http_log_lines_are_bounded() {
         "a refused request's value reached the log, cut: {log:?}"
     );
 }
+
+/// `dataref web`: loopback only, a token of its own printed in the page's address (the
+/// fragment, which no request carries), the page at `/` and the tools behind that token.
+#[tokio::test(flavor = "multi_thread")]
+async fn web_serves_the_page_on_loopback_with_a_token_of_its_own() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let web = |extra: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(["web", "--rows", "50", "--home"])
+            .arg(home.path())
+            .args(extra)
+            .env_remove("DATAREF_CONFIG")
+            .env_remove("DATAREF_HOME");
+        c
+    };
+    let refused = web(&["--http", "0.0.0.0:0"])
+        .output()
+        .expect("run dataref web");
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("listens on this machine only"), "{said}");
+    assert!(said.contains("hint: to serve other people"), "{said}");
+
+    let mut child = web(&[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dataref web");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("open http://") {
+                let url = line[at + 5..].split_whitespace().next().unwrap_or("");
+                let _ = tx.send(url.to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("dataref web printed the page's address");
+    let (base, token) = url.split_once("/#token=").expect("an address with a token");
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    let c = client();
+    let page = c.get(format!("{base}/")).send().await.expect("GET /");
+    assert_eq!(page.status(), 200);
+    assert!(page.headers().contains_key("content-security-policy"));
+    let mcp = format!("{base}/mcp");
+    let (status, body) = stateless_call(&c, &mcp, token, "view_artifacts", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"total\":0"), "{body}");
+    let (status, _) = stateless_call(&c, &mcp, "not-the-token", "view_artifacts", json!({})).await;
+    assert_eq!(status, 401);
+    let _ = child.kill();
+    let _ = child.wait();
+}
