@@ -20,6 +20,7 @@ mod chart;
 mod context;
 mod export;
 mod first_run;
+mod page;
 mod postgres;
 mod python;
 mod server;
@@ -113,6 +114,9 @@ enum BenchSection {
     /// The seed's question in SQL (`QOQ_SQL`) through `run_sql`, and the engine alone,
     /// against DuckDB and pandas in-process on the same Arrow data, already loaded.
     Sql(sql::SqlArgs),
+    /// The page: a page of rows (`view_rows`, sorted and filtered) against DuckDB on the
+    /// same Arrow data, and first paint in headless Chromium against a one-line page.
+    Page(page::PageArgs),
     /// (internal) one measured step, in a process of its own.
     #[command(hide = true)]
     BenchWorker(WorkerArgs),
@@ -426,6 +430,10 @@ fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         Some(BenchSection::Sql(a)) => {
             sql::run(a, &args.python, args.dir.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::Page(a)) => {
+            page::run(a, &args.python, args.dir.as_deref())?;
             return Ok(ExitCode::SUCCESS);
         }
         Some(BenchSection::BenchWorker(a)) => return worker(a),
