@@ -3,24 +3,33 @@ pointed at the system browser: no browser download), against the real `dataref s
 --http` on loopback with the built-in sample of 1M rows and its agent's model at the
 scripted OpenAI-compatible server.
 
-- a chat turn that fetches, charts and answers: the steps, the interactive chart, the
-  answer, and model text holding `<script>` shown as text;
+- a chat turn that fetches, charts and answers: the steps, the interactive chart (its
+  tooltip and legend), the answer, and model text holding `<script>` shown as text;
+- Stop cancels a run on the server too, and the page takes the next message;
 - the grid on the 1M-row table: pages, sorts and filters while the browser never receives
   more than a page of rows (the bytes of every answer counted on the wire);
-- a download through a signed link;
+- a download through a signed link, and the Files list of the workspace;
+- a line chart over dates zooms by a drag and resets by a double-click;
 - a second principal sees none of the first's sessions or tables, and its calls on the
   first's table get the answer an unknown table gets;
 - a cell holding `<script>` stays text.
 
 Screenshots go to `target/browser-screenshots/` (kept as test artifacts).
 Run by `scripts/test`, which installs Chromium, builds the binary and sets DATAREF_BIN.
+
+The binary embeds the page when it is built. DATAREF_PAGE_FROM_SOURCE=1 serves `/` from
+crates/dataref-mcp/ui/view.html as it is now instead (intercepted in the browser, with the
+policy the server would send for it), to try an edit of the page without a rebuild.
 """
 
+import base64
+import hashlib
 import json
 import os
 import re
 import subprocess
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -32,7 +41,10 @@ from scripted_model import ScriptedModel
 BIN = os.environ.get("DATAREF_BIN")
 CHROMIUM = os.environ.get("DATAREF_CHROMIUM", "/usr/bin/chromium")
 ROWS = 1_000_000
-SHOTS = Path(__file__).resolve().parents[2] / "target" / "browser-screenshots"
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "target" / "browser-screenshots"
+VIEW_HTML = ROOT / "crates" / "dataref-mcp" / "ui" / "view.html"
+PAGE_FROM_SOURCE = os.environ.get("DATAREF_PAGE_FROM_SOURCE") == "1"
 XSS = "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">"
 
 pytestmark = pytest.mark.timeout(600)
@@ -50,6 +62,16 @@ class Served:
         self.base = base
         self.tokens = tokens
         self.model = model
+
+    def api(self, who, method, path, body=None):
+        """One JSON request to the agent API as `who`: the parsed answer."""
+        req = urllib.request.Request(
+            f"{self.base}{path}", method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.tokens[who]}",
+                     "Content-Type": "application/json", "Accept": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read() or b"null")
 
     def call(self, who, tool, arguments):
         """One stateless MCP `tools/call` as `who`: the JSON-RPC result."""
@@ -152,16 +174,55 @@ def browser():
         b.close()
 
 
+def page_from_source():
+    """The page as crates/dataref-http/src/page.rs serves it, made from the source file: the
+    document and its headers, the policy naming its one script and one style by SHA-256."""
+    html = VIEW_HTML.read_text(encoding="utf-8")
+
+    def hashed(tag):
+        open_, close = f"<{tag}>", f"</{tag}>"
+        assert html.count(f"<{tag}") == 1, f"view.html must have exactly one <{tag}>"
+        start = html.index(open_) + len(open_)
+        text = html[start:html.index(close, start)]
+        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+    csp = (f"default-src 'none'; script-src {hashed('script')}; style-src {hashed('style')}; "
+           "img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; "
+           "form-action 'none'; frame-ancestors 'none'")
+    return html.encode(), {
+        "Content-Type": "text/html; charset=utf-8",
+        "Content-Security-Policy": csp,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-cache",
+        "Cross-Origin-Opener-Policy": "same-origin",
+    }
+
+
+def wait_ready(page, timeout_s=60):
+    """Until the page says it is ready. Polled with `evaluate` of a function: the page's
+    policy refuses `eval`, which `wait_for_function` runs its predicate through."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate("() => !!(window.__dataref && window.__dataref.ready)"):
+        assert time.monotonic() < deadline, "the page never became ready"
+        page.wait_for_timeout(50)
+
+
 def open_page(browser, served, who):
     """A fresh context (no storage shared with another principal) on the page, signed in
-    through the URL fragment; the page's errors are collected."""
+    through the URL fragment; the page's errors are collected. With
+    DATAREF_PAGE_FROM_SOURCE=1 the page is the source file, not the binary's copy."""
     context = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True)
+    if PAGE_FROM_SOURCE:
+        body, headers = page_from_source()
+        context.route(f"{served.base}/",
+                      lambda route: route.fulfill(status=200, headers=headers, body=body))
     page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda e: page.errors.append(str(e)))
     page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
     page.goto(f"{served.base}/#token={served.tokens[who]}")
-    page.wait_for_function("window.__dataref && window.__dataref.ready")
+    wait_ready(page)
     assert "token=" not in page.url, "the token leaves the address bar"
     return page
 
@@ -202,6 +263,19 @@ def test_a_chat_turn_streams_steps_a_chart_and_an_answer_that_stays_text(served,
     # Hovering a bar shows its value.
     chart.locator("rect.overlay").hover()
     expect(page.get_by_test_id("chart-tooltip").first).to_be_visible()
+    # A legend entry hides its series and shows it again.
+    box = page.locator(".chart-box", has=chart)
+    legend = box.get_by_test_id("legend-item")
+    if legend.count():
+        bars = chart.locator("rect.bar").count()
+        assert bars > 0
+        legend.first.click()
+        expect(legend.first).to_have_attribute("aria-pressed", "false")
+        expect(legend.first).to_have_class(re.compile(r"\boff\b"))
+        expect(chart.locator("rect.bar")).to_have_count(0)
+        legend.first.click()
+        expect(legend.first).to_have_attribute("aria-pressed", "true")
+        expect(chart.locator("rect.bar")).to_have_count(bars)
     # The model's `<script>` and `onerror` are text: shown, never run.
     expect(answer).to_contain_text("<script>window.pwned = 1</script>")
     assert page.evaluate("window.pwned") is None
@@ -318,6 +392,160 @@ def test_a_cell_holding_a_script_stays_text(served, browser):
     page.context.close()
 
 
+def x_tick_labels(chart):
+    """The x axis' tick labels of a chart: drawn centred under the plot (the axis titles
+    and messages have their own classes)."""
+    return chart.locator("text[text-anchor=middle]:not(.axis-title):not(.empty-msg)").evaluate_all(
+        "texts => texts.map((t) => t.textContent)")
+
+
+def until(page, check, timeout_s=30):
+    """Polls `check()` until it is truthy; its last value."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := check()) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    return value
+
+
+def test_a_line_chart_zooms_and_resets(served, browser):
+    sales = served.call("eu_analyst", "fetch_sales", {"since": "2025-01-01"})
+    ref = sales["structuredContent"]["dataRef"]
+    page = open_page(browser, served, "eu_analyst")
+    # The artifact's Chart button: a table with a date column opens as a line over it.
+    item = page.locator("[data-testid=artifact-item]", has_text=ref)
+    item.get_by_test_id("open-chart").click()
+    page.locator("select[aria-label=y]").select_option("revenue")
+    chart = page.locator("[data-testid=chart][data-kind=line]")
+    expect(chart.locator("text.axis-title", has_text="revenue")).to_have_count(1, timeout=60_000)
+    expect(chart.locator("path.line")).to_have_count(1)
+    whole = x_tick_labels(chart)
+    assert len(whole) >= 2 and all(re.match(r"\d{4}-\d\d", t) for t in whole), whole
+    # A drag over the middle fifth of the plot zooms into it: other, finer ticks.
+    plot = chart.locator("rect.overlay").bounding_box()
+    y = plot["y"] + plot["height"] / 2
+    page.mouse.move(plot["x"] + plot["width"] * 0.4, y)
+    page.mouse.down()
+    page.mouse.move(plot["x"] + plot["width"] * 0.5, y, steps=5)
+    page.mouse.move(plot["x"] + plot["width"] * 0.6, y, steps=5)
+    page.mouse.up()
+    reset = page.locator(".chart-box", has=chart).get_by_role("button", name="Reset zoom")
+    expect(reset).to_be_visible()
+    zoomed = until(page, lambda: (lambda t: t if t and t != whole else None)(x_tick_labels(chart)))
+    assert zoomed, (whole, x_tick_labels(chart))
+    # A double-click on the plot gives the whole range back.
+    chart.locator("rect.overlay").dblclick()
+    expect(reset).to_be_hidden()
+    assert until(page, lambda: x_tick_labels(chart) == whole), (whole, x_tick_labels(chart))
+    shot(page, "line-zoom")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_stop_cancels_a_run(served, browser):
+    sales = served.call("eu_analyst", "fetch_sales", {"since": "2000-01-01"})
+    ref = sales["structuredContent"]["dataRef"]
+    # A join with many matches per key over the 1M rows: about half a minute in a debug
+    # build, during which the server stays responsive. (A self cross join is refused for
+    # its memory and, cut down to fit, keeps the engine's threads busy through a cancel.)
+    slow = ("SELECT count(*) AS n FROM s x JOIN s y ON x.units = y.units AND x.line = y.line "
+            "AND x.region = y.region WHERE x.revenue < y.revenue")
+    model = served.model
+    model.push(calls=[("call_slow", "run_sql", json.dumps(
+        {"sql": slow, "inputs": {"s": ref}, "store_as": "value"}))])
+    model.push(text="Still here: ask away.")
+    asked = len(model.requests)
+    page = open_page(browser, served, "eu_analyst")
+    page.get_by_test_id("new-chat").click()
+    page.get_by_test_id("chat-input").fill("Count the pairs of sales.")
+    page.get_by_test_id("chat-send").click()
+    # run_sql asks first; approved, the query runs until Stop.
+    page.get_by_test_id("approve").click(timeout=60_000)
+    step = page.locator("[data-testid=tool-step][data-tool=run_sql]").last
+    expect(step.locator(".badge")).to_have_text("approved")
+    page.wait_for_timeout(500)
+    assert step.get_attribute("data-outcome") is None, "the query ended before Stop"
+    stop = page.get_by_test_id("chat-stop")
+    expect(stop).to_be_enabled()
+    stop.click()
+    # The page marks the run as stopped and the step as cancelled, and takes input again.
+    expect(page.get_by_test_id("run-stopped")).to_have_text("stopped: you cancelled the run")
+    expect(step).to_have_attribute("data-outcome", "cancelled")
+    expect(step.locator(".badge")).to_have_text("cancelled")
+    expect(stop).to_be_disabled()
+    expect(page.get_by_test_id("chat-send")).to_be_enabled()
+    sid = page.evaluate("() => sessionStorage.getItem('dataref.session')")
+    assert sid and sid.startswith("s-"), sid
+    # The same session answers the next message sent at once (the page waits out the moment
+    # the server is still closing the stopped run).
+    page.get_by_test_id("chat-input").fill("Are you still there?")
+    page.get_by_test_id("chat-send").click()
+    expect(page.get_by_test_id("answer").last).to_contain_text("Still here", timeout=60_000)
+    # On the server the query was cancelled (not finished, not timed out), and the model was
+    # asked only for the call and for the second answer.
+    assert len(model.requests) == asked + 2, [r["messages"][-1] for r in model.requests[asked:]]
+    messages = served.api("eu_analyst", "GET", f"/agent/sessions/{sid}")["messages"]
+    tools = [m["content"] for m in messages if m["role"] == "tool"]
+    assert len(tools) == 1 and "cancelled" in tools[0], tools
+    assert [m["content"] for m in messages if m["role"] == "user"] == [
+        "Count the pairs of sales.", "Are you still there?"]
+    # Opened again from the list, the session shows the stopped call as cancelled.
+    page.get_by_test_id("new-chat").click()
+    page.locator(f"[data-testid=session-item][data-id={sid}]").click()
+    again = page.locator("[data-testid=tool-step][data-tool=run_sql]")
+    expect(again).to_have_count(1)
+    expect(again).to_have_attribute("data-outcome", "cancelled")
+    expect(page.get_by_test_id("answer").last).to_contain_text("Still here")
+    shot(page, "stopped")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_files_are_listed_and_downloaded(served, browser):
+    probe = served.call("eu_analyst", "view_files", {})
+    assert not probe.get("isError"), probe
+    made = served.call("eu_analyst", "run_sql", {
+        "sql": "SELECT channel, sum(units) AS units FROM s GROUP BY channel ORDER BY channel",
+        "inputs": {"s": served.call("eu_analyst", "fetch_sales",
+                                    {"since": "2025-03-01"})["structuredContent"]["dataRef"]}})
+    ref = made["structuredContent"]["dataRef"]
+    exported = served.call("eu_analyst", "export_data", {"source": ref, "format": "csv"})
+    path = exported["structuredContent"]["path"]
+    name = path.rsplit("/", 1)[-1]
+    page = open_page(browser, served, "eu_analyst")
+    files = page.get_by_test_id("file-list")
+    item = files.locator(f'[data-testid=file-item][data-path="{path}"]')
+    expect(item).to_be_visible(timeout=30_000)
+    expect(item).to_contain_text(name)
+    expect(item).to_contain_text(" B")  # its size
+    listed = lambda: files.get_by_test_id("file-item").evaluate_all(
+        "items => items.map((i) => i.getAttribute('data-path'))")
+    # Files only (no directories), nothing spilled unless asked for.
+    paths = listed()
+    assert path in paths and "exports" not in paths, paths
+    assert not any(p.startswith(".spill/") for p in paths), paths
+    with page.expect_download(timeout=60_000) as d:
+        item.get_by_test_id("file-download").click()
+    assert d.value.suggested_filename == name
+    assert "/files/" in d.value.url and "sig=" in d.value.url
+    text = Path(d.value.path()).read_text(encoding="utf-8-sig")
+    assert text.splitlines()[0] == "channel,units", text[:200]
+    # A chart the agent draws is listed, first (the newest), when its run ends.
+    model = served.model
+    model.push(calls=[("call_f", "render_chart", json.dumps({
+        "dataRef": ref, "x": "channel", "y": "units", "kind": "bar",
+        "title": "Units by channel for the files test"}))])
+    model.push(text="Charted.")
+    page.get_by_test_id("chat-input").fill("Chart the units by channel.")
+    page.get_by_test_id("chat-send").click()
+    expect(page.get_by_test_id("answer").last).to_contain_text("Charted.", timeout=120_000)
+    new = until(page, lambda: [p for p in listed() if p not in paths])
+    assert any(p.startswith("charts/") and p.endswith(".png") for p in new), (paths, new)
+    assert listed()[0] in new, (listed(), new)
+    shot(page, "files")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
 def test_another_principal_sees_none_of_it(served, browser):
     theirs = served.call("eu_analyst", "view_artifacts", {})["structuredContent"]["artifacts"]
     assert theirs, "the tests before made tables"
@@ -325,6 +553,7 @@ def test_another_principal_sees_none_of_it(served, browser):
     page.wait_for_timeout(1_000)
     expect(page.get_by_test_id("session-item")).to_have_count(0)
     expect(page.get_by_test_id("artifact-item")).to_have_count(0)
+    expect(page.get_by_test_id("file-item")).to_have_count(0)
     shot(page, "second-principal")
     page.context.close()
     # The first principal's table answers like one that does not exist.

@@ -13,7 +13,7 @@ use crate::raw::{RawHttpParam, RawHttpTool};
 use crate::units::{duration, size};
 
 /// The built-in tools' names (besides `fetch_<query>`): an HTTP tool may not take one.
-pub const BUILTIN_TOOL_NAMES: [&str; 15] = [
+pub const BUILTIN_TOOL_NAMES: [&str; 16] = [
     "query",
     "describe_data",
     "list_artifacts",
@@ -29,6 +29,7 @@ pub const BUILTIN_TOOL_NAMES: [&str; 15] = [
     "view_rows",
     "view_chart",
     "view_artifacts",
+    "view_files",
 ];
 
 /// One `[http_tools.NAME]`, resolved. The tool's name is `name`.

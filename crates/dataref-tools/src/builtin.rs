@@ -103,6 +103,7 @@ pub fn builtin_registry_builder(
     b.register(Arc::new(ViewRowsTool::new(config.sql.clone())));
     b.register(Arc::new(ViewChartTool::new()));
     b.register(Arc::new(ViewArtifactsTool::new()));
+    b.register(Arc::new(ListFilesTool::for_view()));
     for http in config.http_tools.values() {
         b.register(Arc::new(crate::http_tool::HttpTool::new(http.clone())));
     }

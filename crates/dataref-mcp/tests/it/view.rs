@@ -64,8 +64,8 @@ async fn a_host_with_the_extension_lists_the_view_and_reads_it() -> anyhow::Resu
         Some(json!(VIEW_MIME))
     );
     let tools = session.client.list_all_tools().await?;
-    assert_eq!(tools.len(), plain.len() + 3, "the three view tools more");
-    for name in ["view_rows", "view_chart", "view_artifacts"] {
+    assert_eq!(tools.len(), plain.len() + 4, "the four view tools more");
+    for name in ["view_rows", "view_chart", "view_artifacts", "view_files"] {
         assert_eq!(
             ui_of(&tools, name),
             Some(json!({"resourceUri": VIEW_URI, "visibility": ["app"]})),

@@ -308,3 +308,26 @@ async fn no_delegated_call_reaches_a_view_tool() {
     assert_eq!(o.kind, OutcomeKind::InvalidArguments);
     assert!(o.text.contains("is for the view"), "{}", o.text);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_views_file_list_is_never_spilled() {
+    let f = fixture();
+    for i in 0..300 {
+        f.ctx
+            .workspace
+            .write_atomic(
+                &format!("exports/file-{i:03}.csv"),
+                b"a\n1\n",
+                dataref_workspace::Overwrite::Replace,
+            )
+            .unwrap();
+    }
+    let args = json!({"path": "exports", "maxEntries": 1000});
+    let listed = run(&f, ToolCall::new("view_files", args.clone())).await;
+    assert_eq!(listed.kind, OutcomeKind::Ok, "{}", listed.text);
+    let entries = listed.structured.unwrap()["entries"].as_array().unwrap().len();
+    assert_eq!(entries, 300);
+    // The model's own listing of the same is spilled to the workspace, as before.
+    let theirs = run(&f, ToolCall::new("list_files", args)).await;
+    assert_eq!(theirs.kind, OutcomeKind::Spilled, "{}", theirs.text);
+}

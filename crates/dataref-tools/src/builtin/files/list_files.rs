@@ -101,6 +101,20 @@ impl ListFilesTool {
             ),
         }
     }
+
+    /// The same listing as the view's own tool `view_files` (app-only: never a model's,
+    /// never spilled), for the page's file list.
+    pub fn for_view() -> Self {
+        let mut spec = spec_for::<ListArgs, ListResult>(
+            "view_files",
+            "For the view: the files in your workspace, to download.",
+            true,
+            false,
+        );
+        spec.ui.app_only = true;
+        spec.ui.resource_uri = Some(dataref_protocol::VIEW_URI.into());
+        Self { spec }
+    }
 }
 
 #[async_trait]
