@@ -496,7 +496,12 @@ def test_stop_cancels_a_run(served, browser):
     expect(again).to_have_attribute("data-outcome", "cancelled")
     expect(page.get_by_test_id("answer").last).to_contain_text("Still here")
     shot(page, "stopped")
-    assert not page.errors, page.errors
+    # Sent at once after Stop, the second message can meet the stopped run still closing on
+    # the server: 409 (busy), or 404 while the new session is not written yet. The page
+    # waits that out (tested above: the answer came); the browser logs each such answer.
+    waited = [e for e in page.errors if re.search(r"status of 40[49] ", e)]
+    assert len(waited) <= 40, waited
+    assert not [e for e in page.errors if e not in waited], page.errors
     page.context.close()
 
 
