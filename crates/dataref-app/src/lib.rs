@@ -41,8 +41,8 @@ use dataref_tools::builtin_registry_builder;
 pub use error::{Error, Result};
 pub use sample::Sample;
 pub use setup::{
-    await_first_warm, ensure_sample, home, open_store, progress_line, python_sandbox,
-    shutdown_python, workspace,
+    await_first_warm, connect_shared, ensure_sample, home, open_store, progress_line,
+    python_sandbox, shutdown_python, workspace,
 };
 pub use sweep::{SpillSweep, spawn_store_sweeper, spawn_sweepers};
 pub use upstreams::{connect_upstreams, describe};
@@ -60,6 +60,8 @@ pub struct App {
     pub python: Option<Arc<PythonSandbox>>,
     /// The `[agents.NAME]` profiles on this registry, and their sessions.
     pub agents: Arc<AgentHost>,
+    /// The object store and index shared with other replicas (`[shared]`), if any.
+    pub shared_backend: Option<dataref_shared::Shared>,
 }
 
 impl std::fmt::Debug for App {
@@ -77,7 +79,8 @@ impl App {
     /// another) shuts the upstream servers down again before the error is returned.
     pub fn start(config: &Config) -> Result<Self> {
         ensure_sample(config)?;
-        let store: Arc<dyn ArtifactStore> = open_store(config)?;
+        let shared_backend = connect_shared(config)?;
+        let store: Arc<dyn ArtifactStore> = open_store(config, shared_backend.as_ref())?;
         let python = python_sandbox(config);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -121,6 +124,7 @@ impl App {
             registry,
             python,
             agents,
+            shared_backend,
         })
     }
 }

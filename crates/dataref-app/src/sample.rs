@@ -69,6 +69,7 @@ impl Sample {
             registry,
             python,
             agents,
+            shared_backend: _,
         } = App::start(&config)?;
         // The built-in sample mounts no upstream servers.
         drop(upstreams);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use dataref_config::{Config, env};
 use dataref_protocol::Principal;
 use dataref_sandbox::pool::PythonSandbox;
+use dataref_shared::Shared;
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_workspace::Workspace;
 
@@ -97,20 +98,33 @@ pub fn workspace(
     Ok(Arc::new(ws))
 }
 
-/// Opens the store under the config's home.
-pub fn open_store(config: &Config) -> Result<Arc<LocalStore>> {
+/// Connects to the shared object store and index when the config has `[shared]`.
+pub fn connect_shared(config: &Config) -> Result<Option<Shared>> {
+    config
+        .shared
+        .as_ref()
+        .map(|s| Shared::connect(s, &config.home, &env::process))
+        .transpose()
+        .map_err(|e| Error::Shared(Box::new(e)))
+}
+
+/// Opens the artifact store: under the config's home, or, with `shared`, over the shared
+/// index and bucket (the home then holds this replica's cache of it).
+pub fn open_store(config: &Config, shared: Option<&Shared>) -> Result<Arc<LocalStore>> {
     let limits = StoreLimits {
         ttl: config.store.ttl,
         max_artifact_bytes: config.store.max_artifact_bytes,
         owner_quota_bytes: config.store.owner_quota_bytes,
     };
-    let store =
-        LocalStore::open(&config.home, limits, Arc::new(SystemClock)).map_err(|source| {
-            Error::Store {
-                home: config.home.clone(),
-                source: Box::new(source),
-            }
-        })?;
+    let clock = Arc::new(SystemClock);
+    let store = match shared {
+        Some(shared) => shared.artifact_store(limits, clock),
+        None => LocalStore::open(&config.home, limits, clock),
+    };
+    let store = store.map_err(|source| Error::Store {
+        home: config.home.clone(),
+        source: Box::new(source),
+    })?;
     Ok(Arc::new(store))
 }
 

@@ -21,6 +21,13 @@ pub const DATAREF_LLM_MODEL: &str = "DATAREF_LLM_MODEL";
 /// The API key sent to the model endpoint when a profile names no `api_key`. Read when the
 /// model is called, never kept in the resolved config (which holds `${DATAREF_LLM_API_KEY}`).
 pub const DATAREF_LLM_API_KEY: &str = "DATAREF_LLM_API_KEY";
+/// The object store's access key for `[shared]` (read from the environment only, never
+/// from the file, and never passed on to `run_python`'s sandbox).
+pub const AWS_ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
+/// The object store's secret key for `[shared]`.
+pub const AWS_SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
+/// A session token that goes with temporary object store credentials (optional).
+pub const AWS_SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
 /// Used to find the default data directory.
 pub const XDG_DATA_HOME: &str = "XDG_DATA_HOME";
 /// Used to find the default data directory.

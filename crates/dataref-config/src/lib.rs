@@ -40,6 +40,7 @@ mod error;
 pub mod http_tool;
 mod raw;
 mod resolve;
+mod shared;
 mod spill;
 mod units;
 mod upstream;
@@ -55,6 +56,7 @@ pub use resolve::{
     ColumnType, Config, Limits, ParamConfig, ParamType, PythonConfig, QOQ_SQL, QueryConfig,
     SampleSpec, SourceConfig, SourceKind, SqlConfig, StoreConfig,
 };
+pub use shared::SharedConfig;
 pub use spill::{SpillConfig, ToolSpill};
 pub use units::{parse_bytes, parse_duration};
 pub use upstream::{UpstreamConfig, UpstreamTransport};

@@ -39,6 +39,21 @@ pub(crate) struct RawConfig {
     pub agents: BTreeMap<String, RawAgent>,
     #[serde(default)]
     pub http_tools: BTreeMap<String, RawHttpTool>,
+    /// `None` when the file has no `[shared]` table: one server, local store.
+    pub shared: Option<RawShared>,
+}
+
+/// `[shared]`: the object store and PostgreSQL index replicas share.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawShared {
+    pub objects: Option<String>,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub index: Option<String>,
+    pub cache_bytes: Option<RawSize>,
+    pub index_pool: Option<usize>,
+    pub timeout: Option<RawDuration>,
 }
 
 /// `[http_tools.NAME]`: an HTTP API as a tool.

@@ -10,6 +10,7 @@ use crate::agent::{AgentConfig, default_agents, resolve_agents};
 use crate::error::{ConfigError, invalid, is_identifier};
 use crate::http_tool::{HttpToolConfig, resolve_http_tools};
 use crate::raw::{RawConfig, RawParam, RawPython, RawQuery, RawSource, RawSql};
+use crate::shared::{SharedConfig, resolve_shared};
 use crate::spill::{SpillConfig, resolve_spill};
 use crate::units::{duration, size};
 use crate::upstream::{UpstreamConfig, resolve_upstreams};
@@ -71,6 +72,9 @@ pub struct Config {
     pub agents: BTreeMap<String, AgentConfig>,
     /// HTTP APIs declared as tools (`[http_tools.NAME]`), by tool name.
     pub http_tools: BTreeMap<String, HttpToolConfig>,
+    /// The object store and index several replicas share (`[shared]`); `None`: this
+    /// server's own data dir holds everything.
+    pub shared: Option<SharedConfig>,
 }
 
 /// `run_sql`: queries over dataRefs in the embedded engine (`[sql]`).
@@ -483,6 +487,7 @@ impl Config {
             http: HttpConfig::default(),
             agents: default_agents(env),
             http_tools: BTreeMap::new(),
+            shared: None,
         }
     }
 
@@ -612,6 +617,7 @@ impl Config {
         let agents = resolve_agents(raw.agents, base, env)?;
         let query_tools: Vec<String> = queries.values().map(QueryConfig::tool_name).collect();
         let http_tools = resolve_http_tools(raw.http_tools, &query_tools)?;
+        let shared = raw.shared.map(resolve_shared).transpose()?;
         Ok(Self {
             home,
             principal,
@@ -628,6 +634,7 @@ impl Config {
             http,
             agents,
             http_tools,
+            shared,
         })
     }
 }

@@ -26,6 +26,11 @@ pub enum StoreError {
     },
     #[error("artifact index: {0}")]
     Index(String),
+    /// The shared index or object store could not be reached (or answered with an error):
+    /// nothing was stored or changed, and the same call may work in a moment. `detail`
+    /// (addresses, the service's words) is for the log, not in the message.
+    #[error("the shared artifact store is unavailable right now")]
+    Unavailable { detail: String },
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
 }
@@ -48,8 +53,19 @@ impl StoreError {
             Self::UnknownColumn { column, available } => {
                 Some(crate::value::did_you_mean(column, available))
             }
+            Self::Unavailable { .. } => Some(
+                "nothing was lost; try the same call again in a moment (if it keeps failing, \
+                 the operator should check the object store and the PostgreSQL index)"
+                    .into(),
+            ),
             Self::SchemaMismatch | Self::Io { .. } | Self::Index(_) | Self::Arrow(_) => None,
         }
+    }
+
+    /// True when the shared store could not be reached: not the caller's doing, but worth
+    /// telling them (it passes, and nothing was lost).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
     }
 
     /// True for errors the caller caused and can fix (as opposed to faults of the server).
@@ -59,7 +75,11 @@ impl StoreError {
             | Self::TooLarge { .. }
             | Self::QuotaExceeded { .. }
             | Self::UnknownColumn { .. } => true,
-            Self::SchemaMismatch | Self::Io { .. } | Self::Index(_) | Self::Arrow(_) => false,
+            Self::SchemaMismatch
+            | Self::Io { .. }
+            | Self::Index(_)
+            | Self::Unavailable { .. }
+            | Self::Arrow(_) => false,
         }
     }
 }

@@ -3,7 +3,9 @@
 //! - [`ArtifactStore`]: the trait every backend implements (the local one here; a shared
 //!   backend with object storage and a PostgreSQL index can sit behind the same trait).
 //! - [`LocalStore`]: Arrow IPC files (uncompressed, memory-mappable) under
-//!   `$DATAREF_HOME/artifacts`, indexed in `index.sqlite`.
+//!   `$DATAREF_HOME/artifacts`, indexed in `index.sqlite`; or, with
+//!   [`LocalStore::with_backend`], another [`ArtifactIndex`] and [`ArtifactBytes`] (the
+//!   shared backend: PostgreSQL and object storage, with the local files as a cache).
 //! - [`TableWriter`]: a table is written batch by batch as the producer streams; dropping
 //!   the writer without [`TableWriter::finish`] removes the partial file.
 //! - [`describe()`] and [`describe_data`]: what the model gets instead of rows.
@@ -31,6 +33,7 @@
 //! import the producers, the sandbox, the tools or any transport: it knows tables and
 //! principals, not who asked over what.
 
+mod backend;
 mod clock;
 mod error;
 mod local;
@@ -38,9 +41,10 @@ mod stats;
 mod untrusted;
 mod value;
 
+pub use backend::{ArtifactBytes, ArtifactIndex, IndexRow, to_u64};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
-pub use local::{LocalStore, StoreLimits, SweepReport};
+pub use local::{LocalStore, SqliteIndex, StoreLimits, SweepReport};
 pub use stats::{ColumnSource, SampleOptions, describe, describe_data};
 pub use untrusted::{MalformedIpc, UntrustedBatches, UntrustedIpc};
 pub use value::{

@@ -1,6 +1,10 @@
-//! The local backend: one Arrow IPC file per table, one SQLite row per file.
+//! The store on this machine's disk: one Arrow IPC file per table, memory-mapped to read.
+//! By default ([`LocalStore::open`]) the files are the artifacts themselves and one SQLite
+//! row indexes each; [`LocalStore::with_backend`] takes another index and another home for
+//! the bytes (PostgreSQL and object storage, `dataref-shared`), the local files then being
+//! a cache of them.
 //!
-//! Layout under the home directory:
+//! Layout under the home directory (the default backend):
 //!
 //! ```text
 //! index.sqlite              ref, owner, rows, bytes, schema, null counts, times, lineage
@@ -36,6 +40,8 @@ mod index;
 mod mapped;
 mod writer;
 
+pub use index::SqliteIndex;
+
 pub(crate) use mapped::{Mapping, decode};
 
 use std::collections::VecDeque;
@@ -50,8 +56,8 @@ use rustix::fs::{FlockOperation, flock};
 use arrow_schema::SchemaRef;
 use dataref_protocol::{DataRef, Principal, Timestamp};
 
-use self::index::Index;
 use self::writer::{Bound, Cap, LocalTableWriter};
+use crate::backend::{ArtifactBytes, ArtifactIndex, LocalFiles, io_err};
 use crate::{ArtifactMeta, ArtifactStore, Clock, Lineage, MappedTable, StoreError, TableWriter};
 
 const ARTIFACTS_DIR: &str = "artifacts";
@@ -61,7 +67,6 @@ const ARTIFACTS_DIR: &str = "artifacts";
 const MAPPINGS_KEPT: usize = 32;
 const TMP_DIR: &str = ".tmp";
 const INDEX_FILE: &str = "index.sqlite";
-const EXTENSION: &str = "arrow";
 
 /// Bounds of the store (from `[store]` in config).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +93,8 @@ pub struct SweepReport {
     pub bytes_freed: u64,
 }
 
-/// Arrow IPC files under `<home>/artifacts`, indexed in `<home>/index.sqlite`.
+/// Arrow IPC files under `<home>/artifacts`, indexed in `<home>/index.sqlite`; or, made
+/// with [`LocalStore::with_backend`], the local files of another index and byte store.
 ///
 /// Cheap to share: clone the `Arc` it sits in; writers keep what they need alive.
 #[derive(Debug)]
@@ -99,23 +105,24 @@ pub struct LocalStore {
 /// What the store and its open writers share.
 #[derive(Debug)]
 struct Inner {
-    artifacts: PathBuf,
+    /// Where tables are written before they are published.
     tmp: PathBuf,
-    index: Index,
+    index: Box<dyn ArtifactIndex>,
+    bytes: Box<dyn ArtifactBytes>,
     limits: StoreLimits,
     clock: Arc<dyn Clock>,
     /// The most recently read artifacts' mappings, newest last. Keyed by ref alone: the
     /// owner is checked against the index on every read, before this is looked at.
     mappings: Mutex<VecDeque<Kept>>,
     /// Holds the shared flock on `index.sqlite` while this store is open (see the module
-    /// docs); released when the last writer and the store are gone.
-    lock: File,
+    /// docs); released when the last writer and the store are gone. Other backends
+    /// reconcile their own leftovers. Held, never read.
+    _lock: Option<File>,
 }
 
 impl Inner {
     fn artifact_path(&self, data_ref: &DataRef) -> PathBuf {
-        self.artifacts
-            .join(format!("{}.{EXTENSION}", data_ref.as_str()))
+        self.bytes.local_path(data_ref)
     }
 
     fn mappings(&self) -> std::sync::MutexGuard<'_, VecDeque<Kept>> {
@@ -220,26 +227,16 @@ impl LocalStore {
             Err(rustix::io::Errno::WOULDBLOCK) => false,
             Err(e) => return Err(io_err("cannot lock the store", &lock_path, e.into())),
         };
-        let index = Index::open(&lock_path)?;
-        let store = Self {
-            inner: Arc::new(Inner {
-                artifacts,
-                tmp,
-                index,
-                limits,
-                clock,
-                mappings: Mutex::default(),
-                lock,
-            }),
-        };
+        let index = SqliteIndex::open(&lock_path)?;
+        let files = LocalFiles::new(artifacts);
         let r = if alone {
-            store.reconcile()
+            reconcile(&index, &files, &tmp)
         } else {
             Ok(Reconciled::default())
         };
         // Alone, this converts the exclusive lock to a shared one; not alone, it waits only
         // while another store reconciles.
-        flock(&store.inner.lock, FlockOperation::LockShared)
+        flock(&lock, FlockOperation::LockShared)
             .map_err(|e| io_err("cannot lock the store", &lock_path, e.into()))?;
         let r = r?;
         if r.temp_files + r.unindexed_files + r.missing_files > 0 {
@@ -250,61 +247,58 @@ impl LocalStore {
                 "artifact store reconciled after an unclean stop"
             );
         }
-        Ok(store)
+        Ok(Self::assemble(
+            tmp,
+            Box::new(index),
+            Box::new(files),
+            limits,
+            clock,
+            Some(lock),
+        ))
     }
 
-    fn reconcile(&self) -> Result<Reconciled, StoreError> {
-        let inner = &self.inner;
-        let mut report = Reconciled::default();
+    /// A store whose index rows live in `index` and whose bytes `bytes` keeps, writing
+    /// tables under `tmp` (created 0700 if missing) before they are published. Nothing is
+    /// reconciled here: such a backend cleans up after its own crashes.
+    pub fn with_backend(
+        tmp: &Path,
+        index: Box<dyn ArtifactIndex>,
+        bytes: Box<dyn ArtifactBytes>,
+        limits: StoreLimits,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
+        std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
+            .create(tmp)
+            .map_err(|e| io_err("cannot create directory", tmp, e))?;
+        Ok(Self::assemble(
+            tmp.to_owned(),
+            index,
+            bytes,
+            limits,
+            clock,
+            None,
+        ))
+    }
 
-        // Writes that never finished: nobody can finish them now.
-        for entry in read_dir(&inner.tmp)? {
-            let path = entry.path();
-            let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                fs::remove_dir_all(&path)
-            } else {
-                fs::remove_file(&path)
-            };
-            match removed {
-                Ok(()) => report.temp_files += 1,
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot remove temp file")
-                }
-            }
+    fn assemble(
+        tmp: PathBuf,
+        index: Box<dyn ArtifactIndex>,
+        bytes: Box<dyn ArtifactBytes>,
+        limits: StoreLimits,
+        clock: Arc<dyn Clock>,
+        lock: Option<File>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                tmp,
+                index,
+                bytes,
+                limits,
+                clock,
+                mappings: Mutex::default(),
+                _lock: lock,
+            }),
         }
-
-        // Files renamed into place whose index row was never committed.
-        let mut on_disk = std::collections::HashSet::new();
-        for entry in read_dir(&inner.artifacts)? {
-            let path = entry.path();
-            let is_artifact = path.extension().is_some_and(|e| e == EXTENSION)
-                && entry.file_type().is_ok_and(|t| t.is_file());
-            if let (true, Some(stem)) = (is_artifact, path.file_stem().and_then(|s| s.to_str())) {
-                on_disk.insert(stem.to_owned());
-            }
-        }
-        let indexed = inner.index.all_refs()?;
-        for stem in on_disk.difference(&indexed) {
-            let path = inner.artifacts.join(format!("{stem}.{EXTENSION}"));
-            match fs::remove_file(&path) {
-                Ok(()) => report.unindexed_files += 1,
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot remove unindexed artifact")
-                }
-            }
-        }
-
-        // Rows whose file is gone (deleted by hand, lost with a disk): the ref could never
-        // be opened, and it would count against its owner's quota. The file is looked up
-        // again because the listing above is older than the rows.
-        for r in indexed.difference(&on_disk) {
-            let path = inner.artifacts.join(format!("{r}.{EXTENSION}"));
-            if !path.try_exists().unwrap_or(true) {
-                inner.index.remove(r)?;
-                report.missing_files += 1;
-            }
-        }
-        Ok(report)
     }
 
     /// A new ref: 128 bits from the OS CSPRNG, so refs cannot be guessed.
@@ -313,7 +307,7 @@ impl LocalStore {
         getrandom::fill(&mut bytes).map_err(|e| {
             io_err(
                 "cannot draw random bytes for a new ref",
-                &self.inner.artifacts,
+                &self.inner.tmp,
                 io::Error::other(e.to_string()),
             )
         })?;
@@ -341,6 +335,60 @@ impl LocalStore {
             }
         })
     }
+}
+
+/// Removes what a crash left: temp files, files without a row, rows without a file.
+fn reconcile(index: &SqliteIndex, files: &LocalFiles, tmp: &Path) -> Result<Reconciled, StoreError> {
+    let mut report = Reconciled::default();
+
+    // Writes that never finished: nobody can finish them now.
+    for entry in read_dir(tmp)? {
+        let path = entry.path();
+        let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        match removed {
+            Ok(()) => report.temp_files += 1,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove temp file")
+            }
+        }
+    }
+
+    // Files renamed into place whose index row was never committed.
+    let mut on_disk = std::collections::HashSet::new();
+    for entry in read_dir(files.dir())? {
+        let path = entry.path();
+        let is_artifact = path.extension().is_some_and(|e| e == LocalFiles::EXTENSION)
+            && entry.file_type().is_ok_and(|t| t.is_file());
+        if let (true, Some(stem)) = (is_artifact, path.file_stem().and_then(|s| s.to_str())) {
+            on_disk.insert(stem.to_owned());
+        }
+    }
+    let indexed = index.all_refs()?;
+    for stem in on_disk.difference(&indexed) {
+        let path = files.dir().join(format!("{stem}.{}", LocalFiles::EXTENSION));
+        match fs::remove_file(&path) {
+            Ok(()) => report.unindexed_files += 1,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove unindexed artifact")
+            }
+        }
+    }
+
+    // Rows whose file is gone (deleted by hand, lost with a disk): the ref could never
+    // be opened, and it would count against its owner's quota. The file is looked up
+    // again because the listing above is older than the rows.
+    for r in indexed.difference(&on_disk) {
+        let path = files.dir().join(format!("{r}.{}", LocalFiles::EXTENSION));
+        if !path.try_exists().unwrap_or(true) {
+            index.remove(r)?;
+            report.missing_files += 1;
+        }
+    }
+    Ok(report)
 }
 
 fn not_found(data_ref: &DataRef) -> StoreError {
@@ -376,14 +424,12 @@ impl ArtifactStore for LocalStore {
         let mapping = match self.inner.kept_mapping(data_ref) {
             Some(mapping) => mapping,
             None => {
-                let file = match File::open(&path) {
-                    Ok(file) => file,
-                    // Swept (or removed by hand) between the index read and here.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        return Err(not_found(data_ref));
-                    }
-                    Err(e) => return Err(io_err("cannot open artifact", &path, e)),
-                };
+                // Swept (or removed by hand) between the index read and here: not found.
+                let file = self
+                    .inner
+                    .bytes
+                    .open(data_ref)?
+                    .ok_or_else(|| not_found(data_ref))?;
                 let buffer =
                     mapped::map_file(&file).map_err(|e| io_err("cannot map artifact", &path, e))?;
                 self.inner.keep_mapping(&meta, Mapping::new(buffer))
@@ -398,12 +444,10 @@ impl ArtifactStore for LocalStore {
 
     fn open_file(&self, owner: &Principal, data_ref: &DataRef) -> Result<File, StoreError> {
         self.meta(owner, data_ref)?;
-        let path = self.inner.artifact_path(data_ref);
-        match File::open(&path) {
-            Ok(file) => Ok(file),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(not_found(data_ref)),
-            Err(e) => Err(io_err("cannot open artifact", &path, e)),
-        }
+        self.inner
+            .bytes
+            .open(data_ref)?
+            .ok_or_else(|| not_found(data_ref))
     }
 
     fn meta(&self, owner: &Principal, data_ref: &DataRef) -> Result<ArtifactMeta, StoreError> {
@@ -438,20 +482,13 @@ impl ArtifactStore for LocalStore {
                 tracing::warn!(data_ref = %r, "malformed ref in the index");
                 continue;
             };
-            remove_if_present(&self.inner.artifact_path(&data_ref));
+            self.inner.bytes.remove(&data_ref);
         }
         self.inner.forget_expired(now);
         Ok(report)
     }
 }
 
-fn io_err(context: &'static str, path: &Path, source: io::Error) -> StoreError {
-    StoreError::Io {
-        context,
-        path: path.to_owned(),
-        source,
-    }
-}
 
 fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>, StoreError> {
     fs::read_dir(dir)
@@ -459,24 +496,4 @@ fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>, StoreError> {
         .map_err(|e| io_err("cannot read directory", dir, e))
 }
 
-/// Removes a file that should go; failing to is logged, not returned, because whoever
-/// calls this is already on a path with a better error to report (or none), and
-/// [`LocalStore::open`] removes leftovers anyway.
-fn remove_if_present(path: &Path) {
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove file"),
-    }
-}
 
-/// Makes a rename in `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    #[cfg(unix)]
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err("cannot sync directory", dir, e))?;
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
-}

@@ -28,7 +28,10 @@ impl ToolError {
 
 impl From<StoreError> for ToolError {
     fn from(e: StoreError) -> Self {
-        if e.is_caller_error() {
+        if e.is_transient() {
+            tracing::warn!("{e}: {e:?}");
+            Self::respond(e.to_string(), e.hint())
+        } else if e.is_caller_error() {
             Self::respond(e.to_string(), e.hint())
         } else {
             Self::Fatal(e.to_string())

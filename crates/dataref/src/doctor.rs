@@ -215,8 +215,27 @@ fn data_dir(home: &Path) -> Check {
 }
 
 fn store(config: &Config) -> Check {
-    match dataref_app::open_store(config) {
-        Ok(_) => check(
+    let opened = dataref_app::connect_shared(config)
+        .and_then(|shared| dataref_app::open_store(config, shared.as_ref()).map(|_| shared));
+    match opened {
+        Ok(Some(shared)) => {
+            let s = shared.config();
+            let bucket = if s.prefix.is_empty() {
+                s.bucket.clone()
+            } else {
+                format!("{}/{}", s.bucket, s.prefix)
+            };
+            check(
+                Status::Ok,
+                "artifact store",
+                format!(
+                    "shared: s3://{bucket} and the PostgreSQL index (cache in {})",
+                    config.home.join("cache").display()
+                ),
+                None,
+            )
+        }
+        Ok(None) => check(
             Status::Ok,
             "artifact store",
             format!("{}", config.home.join("index.sqlite").display()),

@@ -5,14 +5,14 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use arrow_schema::Schema;
 use dataref_protocol::{DataRef, Principal, Timestamp};
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
-use crate::{ArtifactMeta, Lineage, StoreError};
+use crate::backend::{ArtifactIndex, IndexRow, to_u64};
+use crate::{ArtifactMeta, StoreError};
 
 /// Bumped when the table layout changes; an index written by a newer dataref is refused.
 const SCHEMA_VERSION: i64 = 1;
@@ -41,12 +41,14 @@ const COLUMNS: &str = "ref, owner, rows, bytes, schema, null_counts, created_at,
 /// moment; waiting beats failing a producer.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The local backend's index: `<home>/index.sqlite`, shared by the stores of every process
+/// on this home.
 #[derive(Debug)]
-pub(super) struct Index {
+pub struct SqliteIndex {
     conn: Mutex<Connection>,
 }
 
-impl Index {
+impl SqliteIndex {
     pub(super) fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -78,120 +80,6 @@ impl Index {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The row of a live table of `owner`'s. Unknown, expired and not-yours are all `None`.
-    pub(super) fn get(
-        &self,
-        owner: &Principal,
-        data_ref: &DataRef,
-        now: Timestamp,
-    ) -> Result<Option<ArtifactMeta>, StoreError> {
-        let raw = self
-            .lock()
-            .query_row(
-                &format!(
-                    "SELECT {COLUMNS} FROM artifacts WHERE ref = ?1 AND owner = ?2 AND expires_at > ?3"
-                ),
-                params![data_ref.as_str(), owner.as_str(), now.0],
-                RawRow::read,
-            )
-            .optional()?;
-        raw.map(RawRow::into_meta).transpose()
-    }
-
-    /// Live tables of `owner`'s, newest first, and their total count.
-    pub(super) fn list(
-        &self,
-        owner: &Principal,
-        now: Timestamp,
-        limit: usize,
-    ) -> Result<(Vec<ArtifactMeta>, u64), StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let (raws, total) = {
-            let conn = self.lock();
-            // rowid breaks ties between artifacts created in the same second: later
-            // inserts have larger rowids.
-            let mut stmt = conn.prepare(&format!(
-                "SELECT {COLUMNS} FROM artifacts WHERE owner = ?1 AND expires_at > ?2 \
-                 ORDER BY created_at DESC, rowid DESC LIMIT ?3"
-            ))?;
-            let raws = stmt
-                .query_map(params![owner.as_str(), now.0, limit], RawRow::read)?
-                .collect::<Result<Vec<_>, _>>()?;
-            let total: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM artifacts WHERE owner = ?1 AND expires_at > ?2",
-                params![owner.as_str(), now.0],
-                |row| row.get(0),
-            )?;
-            (raws, total)
-        };
-        let metas = raws
-            .into_iter()
-            .map(RawRow::into_meta)
-            .collect::<Result<_, _>>()?;
-        Ok((metas, to_u64(total, "count")?))
-    }
-
-    pub(super) fn usage(&self, owner: &Principal, now: Timestamp) -> Result<u64, StoreError> {
-        let used = usage_of(&self.lock(), owner, now)?;
-        to_u64(used, "bytes")
-    }
-
-    /// Inserts `meta` unless that would take its owner past `quota` (counting live
-    /// artifacts only). The check and the insert are one transaction, so two writers of
-    /// one owner finishing at once cannot both slip under the quota.
-    pub(super) fn insert_within_quota(
-        &self,
-        meta: &ArtifactMeta,
-        quota: u64,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        let row = RowValues::new(meta)?;
-        let mut conn = self.lock();
-        // IMMEDIATE takes the write lock up front, which also serialises writers in other
-        // processes sharing this home.
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let used = to_u64(usage_of(&tx, &meta.owner, now)?, "bytes")?;
-        if used.saturating_add(meta.bytes) > quota {
-            return Err(StoreError::QuotaExceeded { quota, used });
-        }
-        tx.execute(
-            &format!(
-                "INSERT INTO artifacts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
-            ),
-            params![
-                meta.data_ref.as_str(),
-                meta.owner.as_str(),
-                row.rows,
-                row.bytes,
-                row.schema,
-                row.null_counts,
-                meta.created_at.0,
-                meta.expires_at.0,
-                meta.lineage.tool,
-                row.lineage_args,
-            ],
-        )?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// Deletes the rows of expired artifacts and returns their refs and sizes, so the
-    /// caller can remove the files. Rows go first: a file without a row is invisible and
-    /// cleaned up at the next start, while a row without a file would be a broken ref.
-    pub(super) fn take_expired(&self, now: Timestamp) -> Result<Vec<(String, u64)>, StoreError> {
-        let conn = self.lock();
-        let mut stmt =
-            conn.prepare("DELETE FROM artifacts WHERE expires_at <= ?1 RETURNING ref, bytes")?;
-        let rows = stmt
-            .query_map(params![now.0], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        rows.into_iter()
-            .map(|(r, bytes)| Ok((r, to_u64(bytes, "bytes")?)))
-            .collect()
-    }
-
     /// Every ref in the index, live or not.
     pub(super) fn all_refs(&self) -> Result<HashSet<String>, StoreError> {
         let conn = self.lock();
@@ -217,97 +105,126 @@ fn usage_of(conn: &Connection, owner: &Principal, now: Timestamp) -> Result<i64,
     )?)
 }
 
-fn to_u64(v: i64, what: &str) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| StoreError::Index(format!("negative {what} ({v}) in the index")))
+/// A row as SQLite returns it; decoded after the lock is released.
+fn read_row(row: &Row<'_>) -> rusqlite::Result<IndexRow> {
+    Ok(IndexRow {
+        data_ref: row.get(0)?,
+        owner: row.get(1)?,
+        rows: row.get(2)?,
+        bytes: row.get(3)?,
+        schema: row.get(4)?,
+        null_counts: row.get(5)?,
+        created_at: row.get(6)?,
+        expires_at: row.get(7)?,
+        lineage_tool: row.get(8)?,
+        lineage_args: row.get(9)?,
+    })
 }
 
-fn to_i64(v: u64, what: &str) -> Result<i64, StoreError> {
-    i64::try_from(v).map_err(|_| StoreError::Index(format!("{what} ({v}) too large to index")))
-}
-
-fn json_err(what: &str, e: serde_json::Error) -> StoreError {
-    StoreError::Index(format!("{what} in the index: {e}"))
-}
-
-/// The encoded columns of a row, made before the lock is taken.
-struct RowValues {
-    rows: i64,
-    bytes: i64,
-    schema: String,
-    null_counts: String,
-    lineage_args: String,
-}
-
-impl RowValues {
-    fn new(meta: &ArtifactMeta) -> Result<Self, StoreError> {
-        let enc = |what, r: Result<String, serde_json::Error>| r.map_err(|e| json_err(what, e));
-        Ok(Self {
-            rows: to_i64(meta.rows, "row count")?,
-            bytes: to_i64(meta.bytes, "size")?,
-            schema: enc("schema", serde_json::to_string(meta.schema.as_ref()))?,
-            null_counts: enc("null counts", serde_json::to_string(&meta.null_counts))?,
-            lineage_args: enc(
-                "lineage arguments",
-                serde_json::to_string(&meta.lineage.args),
-            )?,
-        })
-    }
-}
-
-/// A row as SQLite returns it; decoded into [`ArtifactMeta`] after the lock is released.
-struct RawRow {
-    data_ref: String,
-    owner: String,
-    rows: i64,
-    bytes: i64,
-    schema: String,
-    null_counts: String,
-    created_at: i64,
-    expires_at: i64,
-    lineage_tool: String,
-    lineage_args: String,
-}
-
-impl RawRow {
-    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            data_ref: row.get(0)?,
-            owner: row.get(1)?,
-            rows: row.get(2)?,
-            bytes: row.get(3)?,
-            schema: row.get(4)?,
-            null_counts: row.get(5)?,
-            created_at: row.get(6)?,
-            expires_at: row.get(7)?,
-            lineage_tool: row.get(8)?,
-            lineage_args: row.get(9)?,
-        })
+impl ArtifactIndex for SqliteIndex {
+    fn get(
+        &self,
+        owner: &Principal,
+        data_ref: &DataRef,
+        now: Timestamp,
+    ) -> Result<Option<ArtifactMeta>, StoreError> {
+        let raw = self
+            .lock()
+            .query_row(
+                &format!(
+                    "SELECT {COLUMNS} FROM artifacts WHERE ref = ?1 AND owner = ?2 AND expires_at > ?3"
+                ),
+                params![data_ref.as_str(), owner.as_str(), now.0],
+                read_row,
+            )
+            .optional()?;
+        raw.map(IndexRow::into_meta).transpose()
     }
 
-    fn into_meta(self) -> Result<ArtifactMeta, StoreError> {
-        let data_ref = DataRef::parse(&self.data_ref).map_err(|e| {
-            StoreError::Index(format!("bad ref `{}` in the index: {e}", self.data_ref))
-        })?;
-        let owner = Principal::new(&self.owner).map_err(|e| {
-            StoreError::Index(format!("bad owner `{}` in the index: {e}", self.owner))
-        })?;
-        let schema: Schema =
-            serde_json::from_str(&self.schema).map_err(|e| json_err("schema", e))?;
-        Ok(ArtifactMeta {
-            data_ref,
-            owner,
-            rows: to_u64(self.rows, "row count")?,
-            bytes: to_u64(self.bytes, "size")?,
-            schema: Arc::new(schema),
-            null_counts: serde_json::from_str(&self.null_counts)
-                .map_err(|e| json_err("null counts", e))?,
-            created_at: Timestamp(self.created_at),
-            expires_at: Timestamp(self.expires_at),
-            lineage: Lineage {
-                tool: self.lineage_tool,
-                args: serde_json::from_str(&self.lineage_args)
-                    .map_err(|e| json_err("lineage arguments", e))?,
-            },
-        })
+    fn list(
+        &self,
+        owner: &Principal,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<(Vec<ArtifactMeta>, u64), StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (raws, total) = {
+            let conn = self.lock();
+            // rowid breaks ties between artifacts created in the same second: later
+            // inserts have larger rowids.
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {COLUMNS} FROM artifacts WHERE owner = ?1 AND expires_at > ?2 \
+                 ORDER BY created_at DESC, rowid DESC LIMIT ?3"
+            ))?;
+            let raws = stmt
+                .query_map(params![owner.as_str(), now.0, limit], read_row)?
+                .collect::<Result<Vec<_>, _>>()?;
+            let total: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM artifacts WHERE owner = ?1 AND expires_at > ?2",
+                params![owner.as_str(), now.0],
+                |row| row.get(0),
+            )?;
+            (raws, total)
+        };
+        let metas = raws
+            .into_iter()
+            .map(IndexRow::into_meta)
+            .collect::<Result<_, _>>()?;
+        Ok((metas, to_u64(total, "count")?))
+    }
+
+    fn usage(&self, owner: &Principal, now: Timestamp) -> Result<u64, StoreError> {
+        let used = usage_of(&self.lock(), owner, now)?;
+        to_u64(used, "bytes")
+    }
+
+    fn insert_within_quota(
+        &self,
+        meta: &ArtifactMeta,
+        quota: u64,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let row = IndexRow::from_meta(meta)?;
+        let mut conn = self.lock();
+        // IMMEDIATE takes the write lock up front, which also serialises writers in other
+        // processes sharing this home.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let used = to_u64(usage_of(&tx, &meta.owner, now)?, "bytes")?;
+        if used.saturating_add(meta.bytes) > quota {
+            return Err(StoreError::QuotaExceeded { quota, used });
+        }
+        tx.execute(
+            &format!(
+                "INSERT INTO artifacts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            ),
+            params![
+                row.data_ref,
+                row.owner,
+                row.rows,
+                row.bytes,
+                row.schema,
+                row.null_counts,
+                row.created_at,
+                row.expires_at,
+                row.lineage_tool,
+                row.lineage_args,
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn take_expired(&self, now: Timestamp) -> Result<Vec<(String, u64)>, StoreError> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare("DELETE FROM artifacts WHERE expires_at <= ?1 RETURNING ref, bytes")?;
+        let rows = stmt
+            .query_map(params![now.0], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(|(r, bytes)| Ok((r, to_u64(bytes, "bytes")?)))
+            .collect()
     }
 }

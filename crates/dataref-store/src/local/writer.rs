@@ -1,7 +1,7 @@
 //! Writing one table: batches stream into a temp file under a byte cap; `finish` makes it
 //! durable, moves it into place and indexes it.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use arrow_ipc::writer::FileWriter;
 use arrow_schema::{ArrowError, SchemaRef};
 use dataref_protocol::{DataRef, Principal};
 
-use super::{Inner, io_err, remove_if_present, sync_dir};
+use super::Inner;
+use crate::backend::{io_err, remove_if_present};
 use crate::{ArtifactMeta, Lineage, StoreError, TableWriter};
 
 /// Large enough that arrow's many small metadata writes become few syscalls; large
@@ -191,8 +192,9 @@ impl LocalTableWriter {
         }
     }
 
-    /// The durable part of `finish`: footer, flush, fsync, rename, fsync of the directory.
-    /// Returns the final size.
+    /// The durable part of `finish`: footer, flush, fsync, then the bytes published (the
+    /// local backend renames the file into place and syncs its directory; a shared one
+    /// uploads it). Returns the final size.
     fn seal(&mut self, mut ipc: Box<FileWriter<CappedWriter>>) -> Result<u64, StoreError> {
         // The footer goes through the cap too.
         if let Err(e) = ipc.finish() {
@@ -210,15 +212,7 @@ impl LocalTableWriter {
         file.sync_all()
             .map_err(|e| io_err("cannot sync", &self.tmp_path, e))?;
         drop(file);
-        let final_path = self.inner.artifact_path(&self.data_ref);
-        fs::rename(&self.tmp_path, &final_path)
-            .map_err(|e| io_err("cannot move into place", &final_path, e))?;
-        // Without this the rename may not survive a power cut even though the index row,
-        // written next, does.
-        if let Err(e) = sync_dir(&self.inner.artifacts) {
-            remove_if_present(&final_path);
-            return Err(e);
-        }
+        self.inner.bytes.publish(&self.data_ref, &self.tmp_path)?;
         Ok(written)
     }
 }
@@ -267,7 +261,7 @@ impl TableWriter for LocalTableWriter {
         };
         let quota = self.inner.limits.owner_quota_bytes;
         if let Err(e) = self.inner.index.insert_within_quota(&meta, quota, now) {
-            remove_if_present(&self.inner.artifact_path(&self.data_ref));
+            self.inner.bytes.remove(&self.data_ref);
             return Err(e);
         }
         Ok(meta)

@@ -1,0 +1,190 @@
+//! The shared backend: what lets several `dataref serve --http` replicas behind a load
+//! balancer serve the same artifacts, workspace files, agent sessions and limits.
+//!
+//! - Bytes (artifact files, workspace files) live in an S3-compatible bucket, written
+//!   create-only, read through a bounded local cache of whole files on each replica so
+//!   memory maps and the descriptors handed to the sandbox keep working.
+//! - Everything else that must be the same on every replica lives in PostgreSQL: the
+//!   artifact index (owners, TTL, quotas, lineage), file metadata, agent sessions,
+//!   signed-link keys, rate-limit counters.
+//! - Each replica keeps its own data dir for what is local by nature: the cache, the Python
+//!   runtime, sandbox jobs.
+//!
+//! [`Shared::connect`] checks both services and brings the index's schema up to date;
+//! [`Shared::artifact_store`] is the store every tool uses, the same
+//! [`LocalStore`](dataref_store::LocalStore) logic over [`PgIndex`] and [`ObjectBytes`].
+//!
+//! Owns: `object_store` and the shared index's use of `tokio-postgres`. Credentials come
+//! from the environment only and never reach the sandbox. Must not import the tools, the
+//! MCP or HTTP layers' internals beyond the traits it implements.
+
+mod artifacts;
+mod cache;
+mod error;
+mod io;
+mod objects;
+mod pg;
+mod schema;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dataref_config::SharedConfig;
+use dataref_store::{Clock, LocalStore, StoreLimits};
+
+pub use artifacts::{ObjectBytes, PgIndex};
+pub use error::SharedError;
+
+use crate::cache::Cache;
+use crate::io::Io;
+use crate::objects::Objects;
+use crate::pg::Pg;
+
+/// An object no index row names is removed once it is this old: younger ones may be an
+/// upload whose row is being written right now.
+pub const ORPHAN_AGE: Duration = Duration::from_secs(3600);
+
+/// What every part of the shared backend uses: the runtime, the index, the bucket, the
+/// cache.
+#[derive(Debug)]
+pub(crate) struct Backend {
+    pub(crate) io: Io,
+    pub(crate) pg: Arc<Pg>,
+    pub(crate) objects: Arc<Objects>,
+    pub(crate) cache: Cache,
+}
+
+/// A connection to the shared backend, made once per server.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    backend: Arc<Backend>,
+    config: SharedConfig,
+}
+
+impl Shared {
+    /// Connects to the index (making or migrating its tables) and checks the bucket can be
+    /// listed. `home` is this replica's own data dir (the cache goes under `cache/`);
+    /// `lookup` reads the environment (`${NAME}` in `index`, the object store's
+    /// credentials).
+    pub fn connect(
+        config: &SharedConfig,
+        home: &Path,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, SharedError> {
+        let url = dataref_config::env::expand(&config.index, lookup).map_err(|e| {
+            SharedError::Config {
+                message: format!("`[shared] index`: {e:?}"),
+                hint: "set the variable `index` names in the server's environment".into(),
+            }
+        })?;
+        let io = Io::new(config.timeout)?;
+        let pg = Pg::new(&url, config.index_pool)?;
+        let objects = Arc::new(Objects::new(config, lookup)?);
+        let cache = Cache::open(&home.join("cache").join("objects"), config.cache_bytes)?;
+        {
+            let pg = pg.clone();
+            io.block("migrating the shared index", async move {
+                let mut client = pg.connect().await?;
+                schema::migrate(&mut client).await
+            })?;
+        }
+        {
+            let objects = objects.clone();
+            io.block("listing the bucket", async move {
+                objects.list(artifacts::ARTIFACTS).await.map(drop)
+            })?;
+        }
+        tracing::info!(bucket = objects.shown(), "connected to the shared store");
+        Ok(Self {
+            backend: Arc::new(Backend {
+                io,
+                pg,
+                objects,
+                cache,
+            }),
+            config: config.clone(),
+        })
+    }
+
+    /// The artifact store over the shared index and bucket.
+    pub fn artifact_store(
+        &self,
+        limits: StoreLimits,
+        clock: Arc<dyn Clock>,
+    ) -> Result<LocalStore, dataref_store::StoreError> {
+        let tmp = self.backend.cache.path(".store-tmp");
+        LocalStore::with_backend(
+            &tmp,
+            Box::new(PgIndex::new(self.backend.clone())),
+            Box::new(ObjectBytes::new(self.backend.clone())),
+            limits,
+            clock,
+        )
+    }
+
+    /// The configuration this was connected with.
+    pub fn config(&self) -> &SharedConfig {
+        &self.config
+    }
+
+    /// Bytes this replica's cache holds now.
+    pub fn cache_bytes(&self) -> u64 {
+        self.backend.cache.total()
+    }
+
+    /// Removes artifact objects no index row names that are older than `min_age` (uploads
+    /// whose replica died before the row was written, objects whose sweeper died before it
+    /// deleted them). Safe to run on every replica at once. Returns how many went.
+    pub fn sweep_orphans(&self, min_age: Duration) -> Result<u64, SharedError> {
+        let objects = self.backend.objects.clone();
+        let pg = self.backend.pg.clone();
+        self.backend
+            .io
+            .block("sweeping orphaned objects", async move {
+                let listed = objects.list(artifacts::ARTIFACTS).await?;
+                let now = std::time::SystemTime::now();
+                let old: Vec<(object_store::path::Path, String)> = listed
+                    .into_iter()
+                    .filter(|m| {
+                        now.duration_since(m.last_modified.into())
+                            .is_ok_and(|age| age >= min_age)
+                    })
+                    .filter_map(|m| {
+                        let rel = objects.rel(&m.location)?;
+                        let name = rel.strip_prefix(artifacts::ARTIFACTS)?.strip_prefix('/')?;
+                        let data_ref = name.strip_suffix(".arrow")?.to_owned();
+                        Some((m.location.clone(), data_ref))
+                    })
+                    .collect();
+                if old.is_empty() {
+                    return Ok(0);
+                }
+                let refs: Vec<&str> = old.iter().map(|(_, r)| r.as_str()).collect();
+                let c = pg.get().await?;
+                let named: std::collections::HashSet<String> = c
+                    .query(
+                        "SELECT ref FROM dataref_artifacts WHERE ref = ANY($1)",
+                        &[&refs],
+                    )
+                    .await?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                let mut removed = 0;
+                for (key, data_ref) in &old {
+                    if !named.contains(data_ref) {
+                        objects.delete(key).await?;
+                        removed += 1;
+                    }
+                }
+                Ok(removed)
+            })
+    }
+}
+
+/// HTTPS to the object store goes through rustls with `ring` (reqwest is built without a
+/// provider of its own): installed once per process, unless another part already did.
+pub(crate) fn ensure_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,217 @@
+//! The object store: an S3-compatible bucket through `object_store`, every key under the
+//! deployment's prefix.
+//!
+//! Writes are create-only (`If-None-Match: *`): an object, once there, is never replaced,
+//! so two replicas can never overwrite each other's bytes, and every key names one content
+//! for its whole life (which is what lets every replica cache it without asking again).
+
+use std::path::Path as FsPath;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dataref_config::{SharedConfig, env};
+use futures_util::StreamExt;
+use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    RetryConfig,
+};
+
+use crate::error::SharedError;
+
+/// What a create-only write found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Put {
+    Created,
+    /// An object was already there under that key (kept as it was).
+    AlreadyThere,
+}
+
+#[derive(Debug)]
+pub(crate) struct Objects {
+    store: Arc<dyn ObjectStore>,
+    /// The deployment's prefix, `""` or `a/b` (no slashes at either end).
+    prefix: String,
+    /// `bucket/prefix`, for messages and the log.
+    shown: String,
+}
+
+impl Objects {
+    pub(crate) fn new(
+        config: &SharedConfig,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, SharedError> {
+        crate::ensure_crypto_provider();
+        let key_id = lookup(env::AWS_ACCESS_KEY_ID).filter(|k| !k.is_empty());
+        let secret = lookup(env::AWS_SECRET_ACCESS_KEY).filter(|k| !k.is_empty());
+        let (Some(key_id), Some(secret)) = (key_id, secret) else {
+            return Err(SharedError::Config {
+                message: "`[shared]` needs the object store's credentials, and \
+                          `AWS_ACCESS_KEY_ID` or `AWS_SECRET_ACCESS_KEY` is not set"
+                    .into(),
+                hint: "set both in the server's environment (never in dataref.toml)".into(),
+            });
+        };
+        let mut builder = AmazonS3Builder::new()
+            .with_bucket_name(&config.bucket)
+            .with_region(&config.region)
+            .with_access_key_id(key_id)
+            .with_secret_access_key(secret)
+            .with_conditional_put(S3ConditionalPut::ETagMatch)
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig {
+                    init_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_secs(2),
+                    base: 2.0,
+                },
+                // A store that is down answers quickly with a clear error: the caller (a
+                // person, a model) can try again, and nothing waits minutes for it.
+                max_retries: 3,
+                retry_timeout: Duration::from_secs(10),
+            })
+            .with_client_options(
+                ClientOptions::new()
+                    .with_connect_timeout(Duration::from_secs(5))
+                    .with_timeout(config.timeout)
+                    .with_allow_http(
+                        config
+                            .endpoint
+                            .as_deref()
+                            .is_some_and(|e| e.starts_with("http://")),
+                    ),
+            );
+        if let Some(token) = lookup(env::AWS_SESSION_TOKEN).filter(|t| !t.is_empty()) {
+            builder = builder.with_token(token);
+        }
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        let store = builder.build().map_err(|e| SharedError::Config {
+            message: format!("the object store cannot be set up: {e}"),
+            hint: "check `[shared] objects`, `endpoint` and `region`".into(),
+        })?;
+        let shown = if config.prefix.is_empty() {
+            config.bucket.clone()
+        } else {
+            format!("{}/{}", config.bucket, config.prefix)
+        };
+        Ok(Self {
+            store: Arc::new(store),
+            prefix: config.prefix.clone(),
+            shown,
+        })
+    }
+
+    /// `bucket/prefix`, for the log.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The key of `rel` (`artifacts/<ref>.arrow`, `files/<version>`) under the prefix.
+    pub(crate) fn key(&self, rel: &str) -> Path {
+        if self.prefix.is_empty() {
+            Path::from(rel)
+        } else {
+            Path::from(format!("{}/{rel}", self.prefix))
+        }
+    }
+
+    /// `key` relative to the prefix (the inverse of [`Objects::key`]), if it is under it.
+    pub(crate) fn rel<'a>(&self, key: &'a Path) -> Option<&'a str> {
+        let key = key.as_ref();
+        if self.prefix.is_empty() {
+            Some(key)
+        } else {
+            key.strip_prefix(self.prefix.as_str())?.strip_prefix('/')
+        }
+    }
+
+    /// Writes `bytes` under `key` unless an object is already there.
+    pub(crate) async fn put_new(&self, key: &Path, bytes: Bytes) -> Result<Put, SharedError> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self.store.put_opts(key, bytes.into(), opts).await {
+            Ok(_) => Ok(Put::Created),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(Put::AlreadyThere),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The object under `key` written into the new file `dest` (which the caller renames
+    /// into place); `Ok(false)` when there is no such object.
+    pub(crate) async fn get_into(&self, key: &Path, dest: &FsPath) -> Result<bool, SharedError> {
+        use tokio::io::AsyncWriteExt;
+        let got = match self.store.get(key).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let expected = got.meta.size;
+        let mut file = tokio::fs::File::create_new(dest)
+            .await
+            .map_err(|e| SharedError::local("cannot create", dest, e))?;
+        let mut stream = got.into_stream();
+        let mut written = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            written += chunk.len() as u64;
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| SharedError::local("cannot write", dest, e))?;
+        }
+        file.flush()
+            .await
+            .map_err(|e| SharedError::local("cannot write", dest, e))?;
+        if written != expected {
+            return Err(SharedError::Objects(format!(
+                "`{key}` ended after {written} of {expected} bytes"
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Removes the object under `key`; one that is not there is fine.
+    pub(crate) async fn delete(&self, key: &Path) -> Result<(), SharedError> {
+        match self.store.delete(key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every object under `rel` (a directory-like prefix under the deployment's prefix).
+    pub(crate) async fn list(&self, rel: &str) -> Result<Vec<ObjectMeta>, SharedError> {
+        let prefix = self.key(rel);
+        let mut stream = self.store.list(Some(&prefix));
+        let mut out = Vec::new();
+        while let Some(meta) = stream.next().await {
+            out.push(meta?);
+        }
+        Ok(out)
+    }
+}
+
+/// The whole of `file`, without reading it into memory: a read-only mapping that the
+/// request body borrows.
+#[expect(
+    unsafe_code,
+    reason = "memory-mapping a file for upload has no safe API"
+)]
+pub(crate) fn map_for_upload(file: &std::fs::File, path: &FsPath) -> Result<Bytes, SharedError> {
+    let len = file
+        .metadata()
+        .map_err(|e| SharedError::local("cannot inspect", path, e))?
+        .len();
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    // SAFETY: the file is a finished artifact or workspace file in a directory only this
+    // process writes, never opened for writing again (renamed into place or removed
+    // afterwards), so its pages cannot change while the upload reads them.
+    let map = unsafe { memmap2::Mmap::map(file) }
+        .map_err(|e| SharedError::local("cannot map", path, e))?;
+    Ok(Bytes::from_owner(map))
+}

@@ -1,0 +1,76 @@
+//! The shared index's tables, made and brought up to date by the first connection of each
+//! process. Migrations are applied in order, each once, recorded by name, all under one
+//! advisory lock: replicas starting together take turns, and a replica of an older dataref
+//! never sees a half-made table. A migration is never edited once released; a change is a
+//! new one at the end.
+
+use tokio_postgres::Client;
+
+use crate::error::SharedError;
+
+/// The advisory lock key of migrations (an arbitrary constant of ours).
+const MIGRATION_LOCK: i64 = 0x6461_7461_7265_6601;
+
+/// Every migration, in order: a name (never reused) and its statements.
+const MIGRATIONS: &[(&str, &str)] = &[(
+    "0001_artifacts",
+    "
+    CREATE TABLE dataref_artifacts (
+        ref          TEXT   PRIMARY KEY,
+        owner        TEXT   NOT NULL,
+        rows         BIGINT NOT NULL,
+        bytes        BIGINT NOT NULL,
+        schema       TEXT   NOT NULL,
+        null_counts  TEXT   NOT NULL,
+        created_at   BIGINT NOT NULL,
+        expires_at   BIGINT NOT NULL,
+        lineage_tool TEXT   NOT NULL,
+        lineage_args TEXT   NOT NULL,
+        -- Breaks ties between artifacts created in the same second: later inserts are larger.
+        seq          BIGSERIAL NOT NULL
+    );
+    CREATE INDEX dataref_artifacts_owner ON dataref_artifacts (owner, created_at DESC, seq DESC);
+    CREATE INDEX dataref_artifacts_expires ON dataref_artifacts (expires_at);
+    ",
+)];
+
+/// Applies the migrations this build knows and the index lacks.
+pub(crate) async fn migrate(client: &mut Client) -> Result<(), SharedError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS dataref_migrations (
+             name       TEXT PRIMARY KEY,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+         )",
+    )
+    .await?;
+    let applied: Vec<String> = tx
+        .query("SELECT name FROM dataref_migrations", &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let known: Vec<&str> = MIGRATIONS.iter().map(|(name, _)| *name).collect();
+    if let Some(newer) = applied.iter().find(|a| !known.contains(&a.as_str())) {
+        return Err(SharedError::Config {
+            message: format!(
+                "the shared index was migrated by a newer dataref (it has `{newer}`, which this \
+                 build does not know)"
+            ),
+            hint: "run the same dataref version on every replica".into(),
+        });
+    }
+    for (name, sql) in MIGRATIONS {
+        if applied.iter().any(|a| a == name) {
+            continue;
+        }
+        tx.batch_execute(sql).await?;
+        tx.execute("INSERT INTO dataref_migrations (name) VALUES ($1)", &[name])
+            .await?;
+        tracing::info!(migration = name, "shared index migrated");
+    }
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,73 @@
+//! The shared backend against real parts: SeaweedFS's S3 server (`weed mini`, from PyPI)
+//! and a throwaway PostgreSQL, both started by each test.
+
+mod artifacts;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dataref_config::SharedConfig;
+use dataref_shared::Shared;
+use dataref_store::{ArtifactStore, Clock, LocalStore, StoreLimits};
+use dataref_test_support::{TestPostgres, TestS3};
+
+/// The object store and the index a test's replicas share.
+pub(crate) struct Services {
+    pub s3: TestS3,
+    pub pg: TestPostgres,
+    /// Unique per test, so a bucket could be shared.
+    pub prefix: String,
+}
+
+impl Services {
+    pub(crate) fn start() -> Self {
+        let s3 = TestS3::start().expect("start SeaweedFS (scripts/test installs it)");
+        let pg = TestPostgres::start().expect("start PostgreSQL");
+        Self {
+            s3,
+            pg,
+            prefix: "deploy-a".into(),
+        }
+    }
+
+    pub(crate) fn config(&self) -> SharedConfig {
+        SharedConfig {
+            bucket: self.s3.bucket().to_owned(),
+            prefix: self.prefix.clone(),
+            endpoint: Some(self.s3.endpoint()),
+            region: self.s3.region().to_owned(),
+            index: self.pg.url("postgres"),
+            cache_bytes: SharedConfig::DEFAULT_CACHE_BYTES,
+            index_pool: 4,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// What the environment would hold: the object store's credentials.
+    pub(crate) fn env(&self) -> impl Fn(&str) -> Option<String> + use<> {
+        let (key, secret) = (
+            self.s3.access_key().to_owned(),
+            self.s3.secret_key().to_owned(),
+        );
+        move |name| match name {
+            "AWS_ACCESS_KEY_ID" => Some(key.clone()),
+            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
+            _ => None,
+        }
+    }
+
+    /// A replica: its own data dir (cache), the shared bucket and index.
+    pub(crate) fn replica(&self, home: &Path, config: &SharedConfig) -> Shared {
+        Shared::connect(config, home, &self.env()).expect("connect to the shared store")
+    }
+}
+
+pub(crate) fn store(
+    shared: &Shared,
+    limits: StoreLimits,
+    clock: Arc<dyn Clock>,
+) -> Arc<dyn ArtifactStore> {
+    let store: LocalStore = shared.artifact_store(limits, clock).expect("open the store");
+    Arc::new(store)
+}
