@@ -22,6 +22,7 @@ mod artifacts;
 mod cache;
 mod error;
 mod io;
+mod locks;
 mod objects;
 mod pg;
 mod schema;
@@ -38,6 +39,7 @@ pub use error::SharedError;
 
 use crate::cache::Cache;
 use crate::io::Io;
+use crate::locks::Locks;
 use crate::objects::Objects;
 use crate::pg::Pg;
 
@@ -53,6 +55,8 @@ pub(crate) struct Backend {
     pub(crate) pg: Arc<Pg>,
     pub(crate) objects: Arc<Objects>,
     pub(crate) cache: Cache,
+    /// This replica's advisory locks (busy sessions, concurrency slots).
+    pub(crate) locks: Locks,
 }
 
 /// A connection to the shared backend, made once per server.
@@ -99,6 +103,7 @@ impl Shared {
         Ok(Self {
             backend: Arc::new(Backend {
                 io,
+                locks: Locks::new(pg.clone()),
                 pg,
                 objects,
                 cache,
