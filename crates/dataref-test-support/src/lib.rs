@@ -17,6 +17,15 @@
 //! `127.0.0.1:0` (Chat Completions, streamed or not, errors, dropped connections), for the
 //! agent's gateway and loop tests.
 //!
+//! [`TestS3`] ([`s3`]): a throwaway S3-compatible object store (SeaweedFS `weed mini`, from
+//! PyPI) on free loopback ports, with one bucket and one access key; it can be stopped and
+//! restarted on the same port with the same data.
+//!
+//! [`TestHaproxy`] ([`haproxy`]): Debian's HAProxy in front of given backends on a free
+//! loopback port: round robin, or sticky on a response header such as `Mcp-Session-Id`.
+//!
+//! [`raw_http`]: a minimal blocking HTTP/1.1 client for probes and plain requests.
+//!
 //! Owns: fixtures for tests and benchmarks only. It is never a normal dependency of a
 //! crate that ships in the release binary (a dev-dependency, or a dependency of
 //! `dataref-bench`).
@@ -26,9 +35,15 @@
     reason = "a test server's temp dir is made and inspected directly, outside any workspace"
 )]
 
+mod binary;
+pub mod haproxy;
 pub mod model_server;
+pub mod raw_http;
+pub mod s3;
 
+pub use haproxy::{HaproxyOptions, HealthCheck, Stickiness, TestHaproxy};
 pub use model_server::{Call, Received, Reply, ScriptedModel};
+pub use s3::TestS3;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -69,6 +84,22 @@ pub fn pg_bin() -> Option<PathBuf> {
         .collect();
     found.sort();
     found.pop().map(|(_, bin)| bin)
+}
+
+/// The workspace root (this crate is `crates/dataref-test-support`).
+fn workspace_root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent()
+        .and_then(Path::parent)
+        .unwrap_or(here)
+        .to_path_buf()
+}
+
+/// `bytes` random bytes from the OS, as lowercase hex (credentials, unguessable paths).
+fn random_hex(bytes: usize) -> Result<String> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(|e| anyhow::anyhow!("getrandom: {e}"))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn is_root() -> bool {
