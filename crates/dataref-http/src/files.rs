@@ -6,8 +6,9 @@
 //!   file cannot run script here).
 //! - `POST /files/sign` with the bearer token and `{"path": "…"}`: a link a host can hand
 //!   to the person, `…/files/{path}?principal=…&expires=…&sig=…`, where `sig` is
-//!   HMAC-SHA256 (`[http] signing_key`, else a random key per process) over principal,
-//!   path and expiry. A GET with a valid, unexpired signature needs no token.
+//!   HMAC-SHA256 over principal, path and expiry, keyed by `[http] signing_key`, else the
+//!   key every replica reads from the shared index (`[shared]`), else a random key per
+//!   process. A GET with a valid, unexpired signature needs no token.
 //!
 //! Another principal's file, a missing file, a bad signature and an expired link all get
 //! the same 404: nothing tells a guesser which it was.
@@ -37,41 +38,96 @@ use dataref_protocol::{mime_type, percent_decode, percent_encode};
 const MAX_SIGN_BODY: usize = 16 * 1024;
 const SIG_VERSION: &str = "dataref-download-v1";
 
+/// An HMAC key for download links, at least [`SigningKey::MIN_BYTES`] long. Its bytes
+/// never leave it: `Debug` shows a fingerprint only.
+#[derive(Clone)]
+pub struct SigningKey(Arc<[u8]>);
+
+impl SigningKey {
+    pub const MIN_BYTES: usize = 32;
+
+    /// A key of `bytes`; fewer than [`Self::MIN_BYTES`] is refused.
+    pub fn new(bytes: Vec<u8>) -> Result<Self, HttpError> {
+        if bytes.len() < Self::MIN_BYTES {
+            return Err(HttpError::Setting {
+                key: "http.signing_key",
+                message: format!("a key of {} bytes is too short", bytes.len()),
+                hint: "use at least 32 random bytes, e.g. `openssl rand -base64 48`".into(),
+            });
+        }
+        Ok(Self(bytes.into()))
+    }
+
+    /// The first 8 bytes of the key's SHA-256, in hex: enough to tell whether two
+    /// replicas sign with the same key, nothing to sign with.
+    pub fn fingerprint(&self) -> String {
+        ring::digest::digest(&ring::digest::SHA256, &self.0)
+            .as_ref()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SigningKey(sha256:{}…)", self.fingerprint())
+    }
+}
+
+/// `[http] signing_key`, `${NAME}` expanded, when set.
+pub(crate) fn configured_key(
+    configured: Option<&str>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<SigningKey>, HttpError> {
+    configured
+        .map(|k| {
+            let k = crate::expand_setting("http.signing_key", k, lookup)?;
+            SigningKey::new(k.into_bytes())
+        })
+        .transpose()
+}
+
 pub(crate) struct Signer {
     key: hmac::Key,
 }
 
 impl Signer {
+    #[cfg(test)]
     pub(crate) fn new(
         configured: Option<&str>,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, HttpError> {
-        let bytes = match configured {
-            Some(k) => {
-                let k = crate::expand_setting("http.signing_key", k, lookup)?;
-                if k.len() < 32 {
-                    return Err(HttpError::Setting {
-                        key: "http.signing_key",
-                        message: format!("a key of {} bytes is too short", k.len()),
-                        hint: "use at least 32 random bytes, e.g. `openssl rand -base64 48`".into(),
-                    });
+        Self::with_shared(configured, None, lookup)
+    }
+
+    /// Signs with the configured key, else `shared` (every replica's), else a random key
+    /// of this process.
+    pub(crate) fn with_shared(
+        configured: Option<&str>,
+        shared: Option<&SigningKey>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, HttpError> {
+        let key = match configured_key(configured, lookup)? {
+            Some(key) => key,
+            None => match shared {
+                Some(key) => key.clone(),
+                None => {
+                    let mut k = vec![0u8; SigningKey::MIN_BYTES];
+                    SystemRandom::new()
+                        .fill(&mut k)
+                        .map_err(|_| HttpError::Setting {
+                            key: "http.signing_key",
+                            message: "the system's random source failed".into(),
+                            hint: "set `signing_key` in `[http]`".into(),
+                        })?;
+                    SigningKey::new(k)?
                 }
-                k.into_bytes()
-            }
-            None => {
-                let mut k = vec![0u8; 32];
-                SystemRandom::new()
-                    .fill(&mut k)
-                    .map_err(|_| HttpError::Setting {
-                        key: "http.signing_key",
-                        message: "the system's random source failed".into(),
-                        hint: "set `signing_key` in `[http]`".into(),
-                    })?;
-                k
-            }
+            },
         };
         Ok(Self {
-            key: hmac::Key::new(hmac::HMAC_SHA256, &bytes),
+            key: hmac::Key::new(hmac::HMAC_SHA256, &key.0),
         })
     }
 

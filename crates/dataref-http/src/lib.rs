@@ -86,6 +86,8 @@ use serde_json::{Value, json};
 pub use agent_api::{APPROVAL_TIMEOUT, MAX_AGENT_BODY};
 pub use auth::{NewToken, new_token};
 pub(crate) use body::Body;
+pub use files::SigningKey;
+pub use limits::{LimitConfig, Limiter, Permit, Refused, SlotKind};
 pub use server::HttpServer;
 
 /// The MCP endpoint's path.
@@ -105,6 +107,27 @@ pub struct HttpOptions {
     pub principals: BTreeMap<Principal, PrincipalConfig>,
     /// Every caller when `[http] auth = false`.
     pub anonymous: Principal,
+}
+
+/// What the replicas of one deployment share, from the shared backend: given to
+/// [`HttpServer::bind_replicated`]. The default is one server on its own: limits counted
+/// in this process, a random download-link key unless `[http] signing_key` is set.
+#[derive(Clone, Default)]
+pub struct Replicated {
+    /// Counts every principal's requests and slots across the replicas.
+    pub limiter: Option<Arc<dyn Limiter>>,
+    /// The download-link key every replica signs with when `[http] signing_key` is not
+    /// set (a configured key wins).
+    pub signing_key: Option<SigningKey>,
+}
+
+impl std::fmt::Debug for Replicated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replicated")
+            .field("limiter", &self.limiter.as_ref().map(|_| "shared"))
+            .field("signing_key", &self.signing_key)
+            .finish()
+    }
 }
 
 /// Why the HTTP server cannot start. Each says what to change.
@@ -181,7 +204,43 @@ pub fn validate(options: &HttpOptions) -> Result<(), HttpError> {
         .public_url
         .clone()
         .unwrap_or_else(|| format!("http://{}", options.http.listen));
-    check(options, &public_url).map(drop)
+    check(options, &public_url, None).map(drop)
+}
+
+/// The key download links are signed with: `[http] signing_key` when set (`${NAME}`
+/// expanded from the environment), else `replicated`'s shared key; `None` when neither, and
+/// then each process makes a random one (links die with a restart and verify only on the
+/// process that signed them).
+pub fn download_key(
+    http: &HttpConfig,
+    replicated: &Replicated,
+) -> Result<Option<SigningKey>, HttpError> {
+    let lookup = |name: &str| std::env::var(name).ok();
+    files::configured_key(http.signing_key.as_deref(), &lookup)
+        .map(|configured| configured.or_else(|| replicated.signing_key.clone()))
+}
+
+/// What replicas of this server share and what each process keeps to itself, in words
+/// (`dataref doctor`, the log at start). `shared`: `[shared]` is configured.
+pub fn sharing(http: &HttpConfig, shared: bool) -> String {
+    match (shared, http.signing_key.is_some()) {
+        (true, configured) => format!(
+            "limits (`rate_per_minute`, `max_concurrent`, `max_downloads`) counted across \
+             replicas in the shared index; download links signed with {}; 2025-11-25 MCP \
+             sessions stay on the replica that made them (route on `Mcp-Session-Id`)",
+            if configured {
+                "`[http] signing_key` (set the same on every replica)"
+            } else {
+                "the key kept in the shared index"
+            }
+        ),
+        (false, true) => "limits counted by this process; download links signed with \
+                          `[http] signing_key`"
+            .into(),
+        (false, false) => "limits counted by this process; download links signed with a \
+                           random key per process (they die with a restart)"
+            .into(),
+    }
 }
 
 /// What [`check`] builds: the parts of the server that come from the config.
@@ -204,8 +263,13 @@ pub(crate) fn check_listen(options: &HttpOptions) -> Result<(), HttpError> {
 }
 
 /// Builds the authenticator, the Host/Origin guard and the download signer from the
-/// options, `${NAME}` expanded from the environment: each refuses what it cannot use.
-pub(crate) fn check(options: &HttpOptions, public_url: &str) -> Result<Checked, HttpError> {
+/// options, `${NAME}` expanded from the environment: each refuses what it cannot use. The
+/// signer's key is `[http] signing_key`, else `shared_key`, else a random one.
+pub(crate) fn check(
+    options: &HttpOptions,
+    public_url: &str,
+    shared_key: Option<&SigningKey>,
+) -> Result<Checked, HttpError> {
     check_listen(options)?;
     let HttpOptions {
         http,
@@ -215,7 +279,11 @@ pub(crate) fn check(options: &HttpOptions, public_url: &str) -> Result<Checked, 
     let lookup = |name: &str| std::env::var(name).ok();
     let auth = auth::Authenticator::new(http, principals, anonymous.clone(), public_url, &lookup)?;
     let guard = guard::Guard::new(http, public_url);
-    let signer = Arc::new(files::Signer::new(http.signing_key.as_deref(), &lookup)?);
+    let signer = Arc::new(files::Signer::with_shared(
+        http.signing_key.as_deref(),
+        shared_key,
+        &lookup,
+    )?);
     Ok(Checked {
         auth,
         guard,

@@ -3,11 +3,18 @@
 //! (tool calls) in flight, and apart from those at most `max_downloads` downloads, so a
 //! download nobody reads (a signed link needs no token) can never take a tool call's slot.
 //! Over any → 429 with `Retry-After`.
+//!
+//! Who counts is a [`Limiter`]: [`Limits`] here counts in this process's memory (one
+//! server); the shared backend (`dataref-shared`) counts in its index, so several replicas
+//! behind a load balancer allow a principal the limits once, not once each. Both refuse
+//! with the same [`Refused`], so a client gets the same answers from either.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use async_trait::async_trait;
+use dataref_config::HttpConfig;
 use dataref_protocol::Principal;
 use http::{Response, StatusCode, header};
 use serde_json::json;
@@ -15,7 +22,125 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{Body, json_response};
 
+/// Counts a principal's requests and in-flight slots against [`LimitConfig`].
+#[async_trait]
+pub trait Limiter: Send + Sync {
+    /// One request by `principal`: a token from its bucket, or why not.
+    async fn admit(&self, principal: &Principal) -> Result<(), Refused>;
+    /// One of `principal`'s slots of `kind`, held until the [`Permit`] is dropped.
+    async fn slot(&self, principal: &Principal, kind: SlotKind) -> Result<Permit, Refused>;
+    /// Housekeeping, every minute: forget what a fresh start would equal. Must not block.
+    fn forget_idle(&self) {}
+}
+
+/// Which of a principal's in-flight bounds a request counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotKind {
+    /// A tool call (an MCP POST) or an agent run: `max_concurrent`.
+    ToolCall,
+    /// A download: `max_downloads`.
+    Download,
+}
+
+impl SlotKind {
+    /// A short name, for keys and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ToolCall => "call",
+            Self::Download => "download",
+        }
+    }
+}
+
+/// A slot taken from a [`Limiter`]; dropping it gives the slot back.
+pub struct Permit {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Permit {
+    /// A permit that gives its slot back when `held` is dropped.
+    pub fn new(held: impl Send + Sync + 'static) -> Self {
+        Self {
+            _held: Box::new(held),
+        }
+    }
+}
+
+/// The limits of `[http]` as every [`Limiter`] applies them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitConfig {
+    pub max_concurrent: usize,
+    pub max_downloads: usize,
+    /// `u32::MAX`: no rate limit.
+    pub rate_per_minute: u32,
+}
+
+impl LimitConfig {
+    /// `[http]`'s limits. Auth off is one local user on loopback: a rate limit would only
+    /// throttle them against themselves (a host's burst of requests, the conformance
+    /// suite), there is no other principal to protect. Concurrency still applies.
+    pub fn of(http: &HttpConfig) -> Self {
+        Self {
+            max_concurrent: http.max_concurrent,
+            max_downloads: http.max_downloads,
+            rate_per_minute: if http.auth {
+                http.rate_per_minute
+            } else {
+                u32::MAX
+            },
+        }
+    }
+
+    /// No rate limit at all (auth off): nothing to count.
+    pub fn unlimited_rate(&self) -> bool {
+        self.rate_per_minute == u32::MAX
+    }
+
+    /// Tokens a bucket gains per second.
+    pub fn per_second(&self) -> f64 {
+        f64::from(self.rate_per_minute) / 60.0
+    }
+
+    /// Tokens a bucket holds at most (and starts with).
+    pub fn burst(&self) -> f64 {
+        (f64::from(self.rate_per_minute) / 10.0).max(10.0)
+    }
+
+    /// How many slots of `kind` a principal has.
+    pub fn slots(&self, kind: SlotKind) -> usize {
+        match kind {
+            SlotKind::ToolCall => self.max_concurrent,
+            SlotKind::Download => self.max_downloads,
+        }
+    }
+
+    /// The refusal of a request that found `tokens` (< 1) in the bucket: come back when one
+    /// has refilled.
+    pub fn rate_refused(&self, tokens: f64) -> Refused {
+        let per_second = self.per_second();
+        let wait = (1.0 - tokens) / per_second;
+        Refused::Rate {
+            retry_after: (wait.ceil() as u64).max(1),
+            per_minute: per_second * 60.0,
+        }
+    }
+
+    /// The refusal of a request that found every slot of `kind` taken.
+    pub fn slots_refused(&self, kind: SlotKind) -> Refused {
+        match kind {
+            SlotKind::ToolCall => Refused::Concurrency {
+                max: self.max_concurrent,
+            },
+            SlotKind::Download => Refused::Downloads {
+                max: self.max_downloads,
+            },
+        }
+    }
+}
+
+/// The limits of one process, in its memory.
 pub(crate) struct Limits {
+    config: LimitConfig,
     max_concurrent: usize,
     max_downloads: usize,
     per_second: f64,
@@ -34,20 +159,38 @@ struct Bucket {
     at: Instant,
 }
 
-pub(crate) enum Refused {
+/// Why a request is not served now; [`Refused::response`] is the answer.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Refused {
+    /// Over `rate_per_minute`: 429.
     Rate { retry_after: u64, per_minute: f64 },
+    /// Every `max_concurrent` slot taken: 429.
     Concurrency { max: usize },
+    /// Every `max_downloads` slot taken: 429.
     Downloads { max: usize },
+    /// The counts cannot be reached (the shared index is down): 503. The request is
+    /// refused rather than let through uncounted.
+    Unavailable { retry_after: u64 },
 }
 
 impl Limits {
+    #[cfg(test)]
     pub(crate) fn new(max_concurrent: usize, max_downloads: usize, rate_per_minute: u32) -> Self {
-        let per_minute = f64::from(rate_per_minute);
-        Self {
+        Self::with(LimitConfig {
             max_concurrent,
             max_downloads,
-            per_second: per_minute / 60.0,
-            burst: (per_minute / 10.0).max(10.0),
+            rate_per_minute,
+        })
+    }
+
+    pub(crate) fn with(config: LimitConfig) -> Self {
+        Self {
+            config,
+            max_concurrent: config.max_concurrent,
+            max_downloads: config.max_downloads,
+            per_second: config.per_second(),
+            burst: config.burst(),
             principals: Mutex::new(HashMap::new()),
         }
     }
@@ -83,11 +226,7 @@ impl Limits {
             b.tokens -= 1.0;
             return Ok(());
         }
-        let wait = (1.0 - b.tokens) / self.per_second;
-        Err(Refused::Rate {
-            retry_after: (wait.ceil() as u64).max(1),
-            per_minute: self.per_second * 60.0,
-        })
+        Err(self.config.rate_refused(b.tokens))
     }
 
     /// One of the principal's in-flight slots, held until the permit is dropped.
@@ -138,13 +277,33 @@ impl Limits {
     }
 }
 
+#[async_trait]
+impl Limiter for Limits {
+    async fn admit(&self, principal: &Principal) -> Result<(), Refused> {
+        Self::admit(self, principal)
+    }
+
+    async fn slot(&self, principal: &Principal, kind: SlotKind) -> Result<Permit, Refused> {
+        match kind {
+            SlotKind::ToolCall => Self::slot(self, principal),
+            SlotKind::Download => self.download_slot(principal),
+        }
+        .map(Permit::new)
+    }
+
+    fn forget_idle(&self) {
+        Self::forget_idle(self);
+    }
+}
+
 impl Refused {
     pub(crate) fn response(&self) -> Response<Body> {
-        let (retry_after, body) = match self {
+        let (status, retry_after, body) = match self {
             Self::Rate {
                 retry_after,
                 per_minute,
             } => (
+                StatusCode::TOO_MANY_REQUESTS,
                 *retry_after,
                 json!({
                     "error": "rate_limited",
@@ -154,6 +313,7 @@ impl Refused {
                 }),
             ),
             Self::Concurrency { max } => (
+                StatusCode::TOO_MANY_REQUESTS,
                 1,
                 json!({
                     "error": "too_many_concurrent",
@@ -163,6 +323,7 @@ impl Refused {
                 }),
             ),
             Self::Downloads { max } => (
+                StatusCode::TOO_MANY_REQUESTS,
                 1,
                 json!({
                     "error": "too_many_concurrent",
@@ -171,8 +332,17 @@ impl Refused {
                     "hint": "wait for one to finish (or close a stalled one) and try again",
                 }),
             ),
+            Self::Unavailable { retry_after } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                *retry_after,
+                json!({
+                    "error": "limits_unavailable",
+                    "message": "this server cannot count the request against its limits: the shared index (PostgreSQL) is out of reach",
+                    "hint": format!("try again in {retry_after} s (`Retry-After`); the details are in the server log"),
+                }),
+            ),
         };
-        let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, body);
+        let mut r = json_response(status, body);
         r.headers_mut()
             .insert(header::RETRY_AFTER, header::HeaderValue::from(retry_after));
         r
@@ -212,6 +382,30 @@ mod tests {
             limits.download_slot(&p),
             Err(Refused::Downloads { max: 1 })
         ));
+    }
+
+    /// The shared index out of reach: 503, `Retry-After`, a JSON body that says so. Over a
+    /// limit stays 429 whoever counts.
+    #[test]
+    fn unreachable_counts_are_a_503() {
+        let r = Refused::Unavailable { retry_after: 5 }.response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "5");
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+        let config = LimitConfig {
+            max_concurrent: 2,
+            max_downloads: 1,
+            rate_per_minute: 60,
+        };
+        let r = config.rate_refused(0.25).response();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        for kind in [SlotKind::ToolCall, SlotKind::Download] {
+            assert_eq!(
+                config.slots_refused(kind).response().status(),
+                StatusCode::TOO_MANY_REQUESTS
+            );
+        }
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //!
 //! Most layers are a [`Stage`]: a check before the inner service (which may answer in its
 //! place) and a step on its response (holding a permit in the body, binding a session).
+//! The limits are a [`Check`], a stage whose check is awaited: a shared limiter asks the
+//! index.
 //! The body deadline changes the request's body type, so it is a layer of its own. Every
 //! service here is always ready.
 
@@ -31,12 +33,12 @@ use dataref_protocol::Principal;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
-use tokio::sync::OwnedSemaphorePermit;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::{self, Body, Deadline};
 use crate::conn::OpenRequest;
+use crate::limits::{Permit, SlotKind};
 use crate::server::State;
 use crate::{agent_api, files, json_response, routes, sessions};
 
@@ -49,21 +51,21 @@ pub(crate) fn build(state: &Arc<State>) -> impl PipelineService<Incoming> {
     let mcp = (
         BodyDeadlineLayer(state.body_timeout),
         StageLayer(Authenticate::bearer(state)),
-        StageLayer(RateLimit(state.clone())),
-        StageLayer(Slot::tool_calls(state)),
+        CheckLayer(RateLimit(state.clone())),
+        CheckLayer(Slot::tool_calls(state)),
         StageLayer(SessionBinding(state.clone())),
     )
         .layer(Endpoint::new(state, routes::mcp));
     let sign = (
         BodyDeadlineLayer(state.body_timeout),
         StageLayer(Authenticate::bearer(state)),
-        StageLayer(RateLimit(state.clone())),
+        CheckLayer(RateLimit(state.clone())),
     )
         .layer(Endpoint::new(state, files::sign));
     let download = (
         StageLayer(Authenticate::signed_link_or_bearer(state)),
-        StageLayer(RateLimit(state.clone())),
-        StageLayer(Slot::downloads(state)),
+        CheckLayer(RateLimit(state.clone())),
+        CheckLayer(Slot::downloads(state)),
     )
         .layer(Endpoint::new(state, files::download));
     // A run holds one of the caller's in-flight slots for as long as it streams, as a tool
@@ -71,14 +73,14 @@ pub(crate) fn build(state: &Arc<State>) -> impl PipelineService<Incoming> {
     let agent_run = (
         BodyDeadlineLayer(state.body_timeout),
         StageLayer(Authenticate::bearer(state)),
-        StageLayer(RateLimit(state.clone())),
-        StageLayer(Slot::tool_calls(state)),
+        CheckLayer(RateLimit(state.clone())),
+        CheckLayer(Slot::tool_calls(state)),
     )
         .layer(Endpoint::new(state, agent_api::handle));
     let agent = (
         BodyDeadlineLayer(state.body_timeout),
         StageLayer(Authenticate::bearer(state)),
-        StageLayer(RateLimit(state.clone())),
+        CheckLayer(RateLimit(state.clone())),
     )
         .layer(Endpoint::new(state, agent_api::handle));
     let routes = routes::Routes {
@@ -175,6 +177,69 @@ where
         Box::pin(async move {
             let response = inner.call(request).await?;
             Ok(stage.after(carry, response))
+        })
+    }
+}
+
+/// What a [`Check`] answers, later.
+pub(crate) type CheckFuture<C> = Pin<Box<dyn Future<Output = Result<C, Response<Body>>> + Send>>;
+
+/// A [`Stage`] whose check must wait (the limits may ask the shared index):
+/// [`Check::check`] takes what it needs from the request and answers later (an `Err` is
+/// the answer, and the inner service is not called); [`Check::after`] as for a stage.
+pub(crate) trait Check: Clone + Send + Sync + 'static {
+    /// What `check` hands to `after`.
+    type Carry: Send + 'static;
+    fn check<B>(&self, request: &Request<B>) -> CheckFuture<Self::Carry>;
+    fn after(&self, carry: Self::Carry, response: Response<Body>) -> Response<Body>;
+}
+
+/// The [`Layer`] of a [`Check`].
+#[derive(Clone)]
+pub(crate) struct CheckLayer<T>(pub(crate) T);
+
+impl<T: Check, S> Layer<S> for CheckLayer<T> {
+    type Service = Checking<T, S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Checking {
+            check: self.0.clone(),
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Checking<T, S> {
+    check: T,
+    inner: S,
+}
+
+impl<T, S, B> Service<Request<B>> for Checking<T, S>
+where
+    T: Check,
+    S: PipelineService<B>,
+    B: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> BoxFuture {
+        let checked = self.check.check(&request);
+        let check = self.check.clone();
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            let carry = match checked.await {
+                Ok(carry) => carry,
+                Err(refused) => return Ok(refused),
+            };
+            let response = inner.call(request).await?;
+            Ok(check.after(carry, response))
         })
     }
 }
@@ -339,14 +404,18 @@ fn caller<B>(request: &Request<B>) -> Result<Principal, Response<Body>> {
 #[derive(Clone)]
 pub(crate) struct RateLimit(Arc<State>);
 
-impl Stage for RateLimit {
+impl Check for RateLimit {
     type Carry = ();
 
-    fn before<B>(&self, request: &mut Request<B>) -> Result<(), Response<Body>> {
-        self.0
-            .limits
-            .admit(&caller(request)?)
-            .map_err(|refused| refused.response())
+    fn check<B>(&self, request: &Request<B>) -> CheckFuture<()> {
+        let principal = caller(request);
+        let limits = self.0.limits.clone();
+        Box::pin(async move {
+            limits
+                .admit(&principal?)
+                .await
+                .map_err(|refused| refused.response())
+        })
     }
 
     fn after(&self, (): (), response: Response<Body>) -> Response<Body> {
@@ -379,29 +448,29 @@ impl Slot {
     }
 }
 
-impl Stage for Slot {
-    type Carry = Option<OwnedSemaphorePermit>;
+impl Check for Slot {
+    type Carry = Option<Permit>;
 
-    fn before<B>(
-        &self,
-        request: &mut Request<B>,
-    ) -> Result<Option<OwnedSemaphorePermit>, Response<Body>> {
-        let limits = &self.state.limits;
-        let taken = if self.downloads {
-            limits.download_slot(&caller(request)?)
+    fn check<B>(&self, request: &Request<B>) -> CheckFuture<Option<Permit>> {
+        let kind = if self.downloads {
+            SlotKind::Download
         } else if request.method() == Method::POST {
-            limits.slot(&caller(request)?)
+            SlotKind::ToolCall
         } else {
-            return Ok(None);
+            return Box::pin(std::future::ready(Ok(None)));
         };
-        taken.map(Some).map_err(|refused| refused.response())
+        let principal = caller(request);
+        let limits = self.state.limits.clone();
+        Box::pin(async move {
+            limits
+                .slot(&principal?, kind)
+                .await
+                .map(Some)
+                .map_err(|refused| refused.response())
+        })
     }
 
-    fn after(
-        &self,
-        permit: Option<OwnedSemaphorePermit>,
-        response: Response<Body>,
-    ) -> Response<Body> {
+    fn after(&self, permit: Option<Permit>, response: Response<Body>) -> Response<Body> {
         match permit {
             Some(permit) => {
                 let (parts, inner) = response.into_parts();

@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Checked, DRAIN, HEADER_TIMEOUT, HttpError, HttpOptions, MCP_PATH, agent_api, auth, check,
-    check_listen, conn, files, guard, limits, pipeline, sessions,
+    Checked, DRAIN, HEADER_TIMEOUT, HttpError, HttpOptions, MCP_PATH, Replicated, agent_api, auth,
+    check, check_listen, conn, files, guard, limits, pipeline, sessions,
 };
 
 /// A bound, configured server; [`HttpServer::serve`] runs it.
@@ -45,7 +45,7 @@ pub(crate) struct State {
     pub(crate) sessions: sessions::Sessions,
     pub(crate) auth: auth::Authenticator,
     pub(crate) guard: guard::Guard,
-    pub(crate) limits: limits::Limits,
+    pub(crate) limits: Arc<dyn limits::Limiter>,
     pub(crate) signer: Arc<files::Signer>,
     pub(crate) download_ttl: Duration,
     pub(crate) body_timeout: Duration,
@@ -61,6 +61,17 @@ impl HttpServer {
     /// Checks the options ([`crate::validate`]), binds `options.http.listen` and builds the
     /// routes. Nothing is served until [`Self::serve`].
     pub async fn bind(server: DatarefServer, options: HttpOptions) -> Result<Self, HttpError> {
+        Self::bind_replicated(server, options, Replicated::default()).await
+    }
+
+    /// [`Self::bind`] for one of several replicas: the limits counted by
+    /// `replicated.limiter`, download links signed with `replicated.signing_key` unless
+    /// `[http] signing_key` is set.
+    pub async fn bind_replicated(
+        server: DatarefServer,
+        options: HttpOptions,
+        replicated: Replicated,
+    ) -> Result<Self, HttpError> {
         check_listen(&options)?;
         let http = &options.http;
         let listener = TcpListener::bind(http.listen)
@@ -81,7 +92,7 @@ impl HttpServer {
             auth,
             guard,
             signer,
-        } = check(&options, &public_url)?;
+        } = check(&options, &public_url, replicated.signing_key.as_ref())?;
         let http = options.http;
         server.set_download_links(Arc::new(files::Links {
             signer: signer.clone(),
@@ -97,18 +108,9 @@ impl HttpServer {
             sessions: sessions::Sessions::default(),
             auth,
             guard,
-            // Auth off is one local user on loopback: a rate limit would only throttle
-            // them against themselves (a host's burst of requests, the conformance
-            // suite), there is no other principal to protect. Concurrency still applies.
-            limits: limits::Limits::new(
-                http.max_concurrent,
-                http.max_downloads,
-                if http.auth {
-                    http.rate_per_minute
-                } else {
-                    u32::MAX
-                },
-            ),
+            limits: replicated
+                .limiter
+                .unwrap_or_else(|| Arc::new(limits::Limits::with(limits::LimitConfig::of(&http)))),
             signer,
             download_ttl: http.download_ttl,
             body_timeout: http.body_timeout,

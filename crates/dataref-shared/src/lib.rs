@@ -22,6 +22,8 @@ mod artifacts;
 mod cache;
 mod error;
 mod io;
+mod keys;
+mod limits;
 mod locks;
 mod objects;
 mod pg;
@@ -36,6 +38,7 @@ use dataref_store::{Clock, LocalStore, StoreLimits};
 
 pub use artifacts::{ObjectBytes, PgIndex};
 pub use error::SharedError;
+pub use limits::LIMIT_TIMEOUT;
 
 use crate::cache::Cache;
 use crate::io::Io;
@@ -126,6 +129,27 @@ impl Shared {
             limits,
             clock,
         )
+    }
+
+    /// What `serve --http` shares with the other replicas: its limits counted in the
+    /// index, and (unless `[http] signing_key` is set, which wins) the download-link key
+    /// every replica reads from the index, made by the first that needs it.
+    pub async fn http(
+        &self,
+        http: &dataref_config::HttpConfig,
+    ) -> Result<dataref_http::Replicated, SharedError> {
+        let signing_key = match &http.signing_key {
+            Some(_) => None,
+            None => Some(keys::download_key(&self.backend).await?),
+        };
+        Ok(dataref_http::Replicated {
+            limiter: Some(Arc::new(limits::PgLimiter::new(
+                self.backend.clone(),
+                dataref_http::LimitConfig::of(http),
+                self.config.timeout,
+            ))),
+            signing_key,
+        })
     }
 
     /// The configuration this was connected with.

@@ -12,9 +12,10 @@ use crate::error::SharedError;
 const MIGRATION_LOCK: i64 = 0x6461_7461_7265_6601;
 
 /// Every migration, in order: a name (never reused) and its statements.
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_artifacts",
-    "
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_artifacts",
+        "
     CREATE TABLE dataref_artifacts (
         ref          TEXT   PRIMARY KEY,
         owner        TEXT   NOT NULL,
@@ -32,7 +33,29 @@ const MIGRATIONS: &[(&str, &str)] = &[(
     CREATE INDEX dataref_artifacts_owner ON dataref_artifacts (owner, created_at DESC, seq DESC);
     CREATE INDEX dataref_artifacts_expires ON dataref_artifacts (expires_at);
     ",
-)];
+    ),
+    (
+        "0002_http",
+        "
+    -- A token bucket per principal over every replica's requests (limits.rs). Unlogged:
+    -- written on every request, and losing it in a crash of the index only refills the
+    -- buckets.
+    CREATE UNLOGGED TABLE dataref_rate (
+        principal TEXT             PRIMARY KEY,
+        tokens    DOUBLE PRECISION NOT NULL,
+        at        TIMESTAMPTZ      NOT NULL,
+        -- Whether the last request took a token (what the upsert answers).
+        admitted  BOOLEAN          NOT NULL
+    );
+    -- Secrets every replica uses, made by the first that needs one (the download-link key).
+    CREATE TABLE dataref_keys (
+        name       TEXT        PRIMARY KEY,
+        key        BYTEA       NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    ",
+    ),
+];
 
 /// Applies the migrations this build knows and the index lacks.
 pub(crate) async fn migrate(client: &mut Client) -> Result<(), SharedError> {

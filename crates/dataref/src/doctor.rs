@@ -186,8 +186,9 @@ fn http(mut config: Config, addr: Option<&str>) -> Check {
         Status::Ok,
         WHAT,
         format!(
-            "would listen on {}{public}; auth: {auth}",
-            config.http.listen
+            "would listen on {}{public}; auth: {auth}; {}",
+            config.http.listen,
+            dataref_http::sharing(&config.http, config.shared.is_some())
         ),
         None,
     )

@@ -119,6 +119,7 @@ fn serve_http(
         registry,
         python,
         agents,
+        shared_backend,
         ..
     } = App::start(&config)?;
     let served = runtime.block_on(async move {
@@ -149,7 +150,19 @@ fn serve_http(
         // The agents over HTTP (`/agent/…`, `/v1/chat/completions`), each run as its caller
         // in the caller's workspace, like the MCP calls.
         let profiles = agents.names().join(", ");
-        let http = match HttpServer::bind(server, options).await {
+        // With `[shared]`, every replica counts the same limits and signs links with the
+        // same key.
+        let replicated = match &shared_backend {
+            Some(backend) => match backend.http(&config.http).await {
+                Ok(replicated) => replicated,
+                Err(e) => {
+                    upstreams.shutdown().await;
+                    anyhow::bail!("the limits and download-link key shared by the replicas: {e}");
+                }
+            },
+            None => dataref_http::Replicated::default(),
+        };
+        let http = match HttpServer::bind_replicated(server, options, replicated).await {
             Ok(h) => h.with_agents(agents, shared),
             Err(e) => {
                 upstreams.shutdown().await;
@@ -171,6 +184,12 @@ fn serve_http(
         settings::progress_line(&format!(
             "agents ({profiles}) at {base}/agent/sessions; OpenAI-compatible at {base}/v1/chat/completions"
         ));
+        if shared_backend.is_some() {
+            settings::progress_line(&format!(
+                "shared with the other replicas: {}",
+                dataref_http::sharing(&config.http, true)
+            ));
+        }
         match &page_token {
             Some(token) => settings::progress_line(&format!(
                 "open {base}/#token={token} (a token for this run only; Ctrl-C stops)"

@@ -11,3 +11,4 @@ mod support;
 mod http;
 mod jsonrpc;
 mod notifications_http;
+mod replicated;

@@ -2,6 +2,7 @@
 //! and a throwaway PostgreSQL, both started by each test.
 
 mod artifacts;
+mod limits;
 
 use std::path::Path;
 use std::sync::Arc;
