@@ -18,7 +18,7 @@ use crate::llm::ChatModel;
 use crate::message::Message;
 use crate::profile::{Agent, ProfileError};
 use crate::run::{RunInput, RunOutcome};
-use crate::session::{SessionError, SessionStore};
+use crate::session::{SessionError, SessionLock, SessionStore};
 
 /// Why a message could not be sent (the run itself never fails: its failures are in its
 /// outcome).
@@ -38,6 +38,9 @@ impl SendError {
             Self::Agent(e) => e.hint(),
             Self::Session(SessionError::NotFound(_)) => {
                 Some("list your sessions, or leave the session out to start a new one".into())
+            }
+            Self::Session(SessionError::Unavailable { .. }) => {
+                Some("the server's shared index is out of reach; send the message again".into())
             }
             Self::Session(_) => None,
             Self::Busy(_) => Some("send one message at a time per session".into()),
@@ -75,7 +78,8 @@ pub struct AgentHost {
     /// The model of an agent whose profile names no endpoint (the scripted analyst, for
     /// the demo); `None`: such an agent answers that it has no endpoint.
     fallback: OnceLock<Arc<dyn ChatModel>>,
-    /// Sessions answering a message: one message at a time per session.
+    /// Sessions answering a message in this process: one message at a time per session
+    /// (and the sessions' backend holds them against other processes sharing it).
     busy: Arc<Mutex<HashSet<(Principal, String)>>>,
 }
 
@@ -91,6 +95,17 @@ impl std::fmt::Debug for AgentHost {
 impl AgentHost {
     /// Every profile of `config`, resolved against `registry`; sessions under `home`.
     pub fn build(config: &Config, registry: &ToolRegistry) -> Result<Self, SendError> {
+        let sessions = SessionStore::open(&config.home)?;
+        Self::with_sessions(config, registry, sessions)
+    }
+
+    /// [`AgentHost::build`] with the sessions kept in `sessions` (the shared index of
+    /// several replicas).
+    pub fn with_sessions(
+        config: &Config,
+        registry: &ToolRegistry,
+        sessions: SessionStore,
+    ) -> Result<Self, SendError> {
         let mut agents = BTreeMap::new();
         for profile in config.agents.values() {
             let agent = Agent::resolve(profile, config, registry)?;
@@ -102,11 +117,10 @@ impl AgentHost {
             } else {
                 agents.keys().next().cloned().unwrap_or_default()
             };
-        let sessions = Arc::new(SessionStore::open(&config.home)?);
         Ok(Self {
             agents,
             default,
-            sessions,
+            sessions: Arc::new(sessions),
             fallback: OnceLock::new(),
             busy: Arc::default(),
         })
@@ -157,34 +171,57 @@ impl AgentHost {
     /// appended to the session in one transaction.
     pub async fn send(&self, send: Send<'_>) -> Result<Sent, SendError> {
         let id = send.session.clone().unwrap_or_else(SessionStore::new_id);
-        let claim = self.claim(&send.ctx.principal, &id)?;
+        let claim = self.claim(&send.ctx.principal, &id).await?;
         self.send_claimed(claim, send).await
     }
 
-    /// Marks `principal`'s session `id` busy until the claim is dropped; `Busy` when it
-    /// already is. A host that must refuse a second message before it answers (the HTTP
-    /// agent API, with a 409 before its stream) claims first and then calls
-    /// [`AgentHost::send_claimed`].
-    pub fn claim(&self, principal: &Principal, id: &str) -> Result<SessionClaim, SendError> {
+    /// Marks `principal`'s session `id` busy until the claim is released
+    /// ([`SessionClaim::release`]) or dropped; `Busy` when it already is, in this process
+    /// or (with a shared backend) in another replica. A host that must refuse a second
+    /// message before it answers (the HTTP agent API, with a 409 before its stream) claims
+    /// first and then calls [`AgentHost::send_claimed`].
+    pub async fn claim(&self, principal: &Principal, id: &str) -> Result<SessionClaim, SendError> {
         SessionStore::check_id(id)?;
         let key = (principal.clone(), id.to_owned());
-        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
-        if !busy.insert(key.clone()) {
+        if !self
+            .busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone())
+        {
             return Err(SendError::Busy(id.to_owned()));
         }
-        Ok(SessionClaim {
+        // From here a failure drops the claim, which takes the key out again.
+        let mut claim = SessionClaim {
             busy: self.busy.clone(),
             key,
-        })
+            lock: None,
+        };
+        // Only after this process's own mark: a shared backend's locks count per
+        // connection, and a second claim here would be let through there.
+        match self.sessions.lock(principal, id).await? {
+            Some(lock) => {
+                claim.lock = Some(lock);
+                Ok(claim)
+            }
+            None => Err(SendError::Busy(id.to_owned())),
+        }
     }
 
     /// [`AgentHost::send`] for a session claimed already: the claim's session, whatever
-    /// `send.session` says, and the claim's principal must be the context's.
+    /// `send.session` says, and the claim's principal must be the context's. The claim is
+    /// released once the run is stored (or failed): the next message may come at once.
     pub async fn send_claimed(
         &self,
         claim: SessionClaim,
         send: Send<'_>,
     ) -> Result<Sent, SendError> {
+        let sent = self.send_holding(&claim, send).await;
+        claim.release().await;
+        sent
+    }
+
+    async fn send_holding(&self, claim: &SessionClaim, send: Send<'_>) -> Result<Sent, SendError> {
         let agent = self.agent(send.agent)?.clone();
         let principal = send.ctx.principal.clone();
         let id = claim.key.1.clone();
@@ -214,8 +251,6 @@ impl AgentHost {
         let store = self.sessions.clone();
         let (i, a, r) = (id.clone(), agent.name.clone(), run.clone());
         blocking(move || store.append_run(&principal, &i, &a, now, &r)).await??;
-        // Free once the run is stored: the next message may come at once.
-        drop(claim);
         Ok(Sent {
             session: id,
             agent: agent.name.clone(),
@@ -236,11 +271,13 @@ async fn blocking<T: std::marker::Send + 'static>(
     })
 }
 
-/// A session marked busy until dropped ([`AgentHost::claim`]).
+/// A session marked busy until released or dropped ([`AgentHost::claim`]).
 #[derive(Debug)]
 pub struct SessionClaim {
     busy: Arc<Mutex<HashSet<(Principal, String)>>>,
     key: (Principal, String),
+    /// What the sessions' backend holds against other processes; `None` once released.
+    lock: Option<Box<dyn SessionLock>>,
 }
 
 impl SessionClaim {
@@ -248,10 +285,21 @@ impl SessionClaim {
     pub fn session(&self) -> &str {
         &self.key.1
     }
+
+    /// Lets the session go, and waits until every replica may claim it (a message sent
+    /// right after this one's answer is not refused). Dropping a claim lets it go too,
+    /// the backend's part in the background.
+    pub async fn release(mut self) {
+        if let Some(lock) = self.lock.take() {
+            lock.release().await;
+        }
+    }
 }
 
 impl Drop for SessionClaim {
     fn drop(&mut self) {
+        // The backend's lock (if still held) goes in the background, when dropped.
+        drop(self.lock.take());
         self.busy
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

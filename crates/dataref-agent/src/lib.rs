@@ -26,7 +26,9 @@ pub mod session;
 pub use approval::{ApprovalRequest, ApproveAll, Approver, Decision, NoOneToAsk};
 pub use profile::{Agent, ProfileError};
 pub use run::{RequestStats, RunInput, RunOutcome, Stopped};
-pub use session::{SessionError, SessionInfo, SessionStore};
+pub use session::{
+    NewRun, SessionBackend, SessionError, SessionInfo, SessionLock, SessionStore, StoredSession,
+};
 pub mod host;
 pub mod scripted;
 

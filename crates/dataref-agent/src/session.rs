@@ -1,53 +1,25 @@
-//! Sessions: each principal's conversations with an agent, kept in SQLite under the data
-//! dir (`agent/sessions.sqlite`) with the store's crash-safety rules (WAL, `synchronous =
-//! FULL`, one transaction per run appended), resumable, listable, deletable, swept after
-//! their retention. Token usage is kept per request. Sessions are keyed by principal and id:
-//! another principal's session is not found, the same answer as an unknown one.
+//! Sessions: each principal's conversations with an agent, resumable, listable, deletable,
+//! swept after their retention. Token usage is kept per request. Sessions are keyed by
+//! principal and id: another principal's session is not found, the same answer as an
+//! unknown one.
+//!
+//! [`SessionStore`] is what callers use; where the rows live is its [`SessionBackend`]:
+//! SQLite under the data dir (`agent/sessions.sqlite`, [`SessionStore::open`]) for one
+//! server or several on one data dir, or the shared index of several replicas
+//! (`dataref-shared`), which also holds a session against the other replicas while it
+//! answers a message ([`SessionBackend::lock`]).
 
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+mod sqlite;
+
+use std::path::Path;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use dataref_protocol::{Principal, Timestamp};
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::message::{Message, Usage};
-use crate::run::RunOutcome;
-
-const SCHEMA_VERSION: i64 = 1;
-const SCHEMA_SQL: &str = "
-CREATE TABLE IF NOT EXISTS sessions (
-    principal TEXT NOT NULL,
-    id TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    title TEXT NOT NULL,
-    created INTEGER NOT NULL,
-    updated INTEGER NOT NULL,
-    runs INTEGER NOT NULL DEFAULT 0,
-    prompt_tokens INTEGER NOT NULL DEFAULT 0,
-    completion_tokens INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (principal, id)
-);
-CREATE TABLE IF NOT EXISTS messages (
-    principal TEXT NOT NULL,
-    session TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    run INTEGER NOT NULL,
-    message TEXT NOT NULL,
-    PRIMARY KEY (principal, session, seq)
-);
-CREATE TABLE IF NOT EXISTS requests (
-    principal TEXT NOT NULL,
-    session TEXT NOT NULL,
-    run INTEGER NOT NULL,
-    turn INTEGER NOT NULL,
-    prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL,
-    context_tokens INTEGER NOT NULL,
-    PRIMARY KEY (principal, session, run, turn)
-);
-";
+use crate::run::{RequestStats, RunOutcome};
 
 /// Sessions not used for this long are deleted by [`sweep_sessions`].
 pub const SESSION_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -93,6 +65,10 @@ pub enum SessionError {
         agent: String,
         asked: String,
     },
+    /// The shared index of several replicas (`[shared]`) cannot be reached now; `detail`
+    /// is for the log, not for the person.
+    #[error("the shared session index is unavailable right now; try again in a moment")]
+    Unavailable { detail: String },
 }
 
 /// One session, as listed.
@@ -109,59 +85,108 @@ pub struct SessionInfo {
     pub usage: Usage,
 }
 
-/// The sessions of every principal on this data dir.
+/// A session's rows as a backend keeps them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// The agent the session belongs to.
+    pub agent: String,
+    /// Its messages as stored ([`Message`] as JSON), in order.
+    pub messages: Vec<String>,
+}
+
+/// One run to append, ready to store.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRun<'a> {
+    /// The agent of the session (kept when the session exists already).
+    pub agent: &'a str,
+    /// The session's title when this run creates it.
+    pub title: &'a str,
+    pub now: Timestamp,
+    /// The run's messages ([`Message`] as JSON), in order.
+    pub messages: &'a [String],
+    pub requests: &'a [RequestStats],
+    /// The run's total usage, added to the session's.
+    pub usage: Usage,
+}
+
+/// Where sessions live. A backend keeps rows keyed by principal and id and decides
+/// nothing else: ids are checked, messages encoded and agents compared by
+/// [`SessionStore`]. Every method but [`SessionBackend::lock`] may block (a file, a round
+/// trip to a server): async callers run them on the blocking pool.
+#[async_trait]
+pub trait SessionBackend: Send + Sync + std::fmt::Debug {
+    /// `principal`'s session `id`: its agent and messages; `None` when the principal has
+    /// no session of that id (another principal's included).
+    fn load(&self, principal: &Principal, id: &str) -> Result<Option<StoredSession>, SessionError>;
+
+    /// Appends one run to the session, creating it on its first: one transaction, and
+    /// appends to one session serialised (each run's messages follow the last one's).
+    fn append(&self, principal: &Principal, id: &str, run: &NewRun<'_>)
+    -> Result<(), SessionError>;
+
+    /// `principal`'s sessions (with `only`, that one or none), the most recently used
+    /// first.
+    fn list(
+        &self,
+        principal: &Principal,
+        only: Option<&str>,
+    ) -> Result<Vec<SessionInfo>, SessionError>;
+
+    /// Deletes `principal`'s session `id` with its messages; `false` when there was none.
+    fn delete(&self, principal: &Principal, id: &str) -> Result<bool, SessionError>;
+
+    /// Deletes every session not used since `before`; how many. Several sweepers may run
+    /// at once (replicas): each session goes once.
+    fn sweep(&self, before: Timestamp) -> Result<usize, SessionError>;
+
+    /// Holds `principal`'s session `id` against every other process sharing these
+    /// sessions while it answers a message; `None` when one of them holds it. Within a
+    /// process [`AgentHost`](crate::AgentHost) lets one message at a time through already,
+    /// so a backend no other process answers messages from takes nothing (the default).
+    async fn lock(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Option<Box<dyn SessionLock>>, SessionError> {
+        let _ = (principal, id);
+        Ok(Some(Box::new(NoLock)))
+    }
+}
+
+/// A session held by [`SessionBackend::lock`].
+#[async_trait]
+pub trait SessionLock: Send + Sync + std::fmt::Debug {
+    /// Lets the session go now (a run ended: the next message may come at once). Dropped
+    /// without this, a lock is let go in the background.
+    async fn release(self: Box<Self>);
+}
+
+/// What a backend only one process answers from holds: nothing.
+#[derive(Debug)]
+struct NoLock;
+
+#[async_trait]
+impl SessionLock for NoLock {
+    async fn release(self: Box<Self>) {}
+}
+
+/// The sessions of every principal: the one type callers use, over its backend.
 #[derive(Debug)]
 pub struct SessionStore {
-    path: PathBuf,
-    conn: Mutex<Connection>,
+    backend: Box<dyn SessionBackend>,
 }
 
 impl SessionStore {
     /// Opens (and creates) `<home>/agent/sessions.sqlite`.
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "the agent's own directory under the data dir, not a workspace"
-    )]
     pub fn open(home: &Path) -> Result<Self, SessionError> {
-        let dir = home.join("agent");
-        let path = dir.join("sessions.sqlite");
-        let db = |e: &dyn std::fmt::Display| SessionError::Database {
-            path: path.display().to_string(),
-            detail: e.to_string(),
-        };
-        std::fs::create_dir_all(&dir).map_err(|e| db(&e))?;
-        let conn = Connection::open(&path).map_err(|e| db(&e))?;
-        let setup = || -> rusqlite::Result<i64> {
-            conn.busy_timeout(Duration::from_secs(10))?;
-            let _: String =
-                conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
-            conn.pragma_update(None, "synchronous", "FULL")?;
-            let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-            conn.execute_batch(SCHEMA_SQL)?;
-            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-            Ok(v)
-        };
-        let version = setup().map_err(|e| db(&e))?;
-        if version > SCHEMA_VERSION {
-            return Err(db(&format!(
-                "written by a newer dataref (version {version}, this build knows {SCHEMA_VERSION})"
-            )));
-        }
-        Ok(Self {
-            path,
-            conn: Mutex::new(conn),
-        })
+        Ok(Self::with_backend(Box::new(sqlite::SqliteSessions::open(
+            home,
+        )?)))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn db(&self, e: rusqlite::Error) -> SessionError {
-        SessionError::Database {
-            path: self.path.display().to_string(),
-            detail: e.to_string(),
-        }
+    /// Sessions kept by `backend` (the shared index of several replicas).
+    pub fn with_backend(backend: Box<dyn SessionBackend>) -> Self {
+        Self { backend }
     }
 
     /// A new random session id (`s-` and 20 hex digits).
@@ -198,39 +223,21 @@ impl SessionStore {
         agent: Option<&str>,
     ) -> Result<Vec<Message>, SessionError> {
         Self::check_id(id)?;
-        let conn = self.lock();
-        let owner: Option<String> = conn
-            .query_row(
-                "SELECT agent FROM sessions WHERE principal = ?1 AND id = ?2",
-                params![principal.as_str(), id],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.db(e))?;
-        let Some(owner) = owner else {
+        let Some(stored) = self.backend.load(principal, id)? else {
             return Err(SessionError::NotFound(id.to_owned()));
         };
         if let Some(asked) = agent
-            && asked != owner
+            && asked != stored.agent
         {
             return Err(SessionError::OtherAgent {
                 id: id.to_owned(),
-                agent: owner,
+                agent: stored.agent,
                 asked: asked.to_owned(),
             });
         }
-        let mut stmt = conn
-            .prepare(
-                "SELECT message FROM messages WHERE principal = ?1 AND session = ?2 ORDER BY seq",
-            )
-            .map_err(|e| self.db(e))?;
-        let rows = stmt
-            .query_map(params![principal.as_str(), id], |r| r.get::<_, String>(0))
-            .map_err(|e| self.db(e))?;
-        let mut out = Vec::new();
-        for r in rows {
-            let text = r.map_err(|e| self.db(e))?;
-            match serde_json::from_str::<Message>(&text) {
+        let mut out = Vec::with_capacity(stored.messages.len());
+        for text in &stored.messages {
+            match serde_json::from_str::<Message>(text) {
                 Ok(m) => out.push(m),
                 Err(e) => {
                     tracing::warn!(session = id, error = %e, "a stored message cannot be read; skipped")
@@ -243,15 +250,7 @@ impl SessionStore {
     /// Whether the principal has this session.
     pub fn exists(&self, principal: &Principal, id: &str) -> Result<bool, SessionError> {
         Self::check_id(id)?;
-        self.lock()
-            .query_row(
-                "SELECT 1 FROM sessions WHERE principal = ?1 AND id = ?2",
-                params![principal.as_str(), id],
-                |_| Ok(()),
-            )
-            .optional()
-            .map(|o| o.is_some())
-            .map_err(|e| self.db(e))
+        Ok(!self.backend.list(principal, Some(id))?.is_empty())
     }
 
     /// Appends one run (its messages and requests) to the session, creating it on its
@@ -265,113 +264,40 @@ impl SessionStore {
         run: &RunOutcome,
     ) -> Result<(), SessionError> {
         Self::check_id(id)?;
-        let mut conn = self.lock();
-        // IMMEDIATE: the write lock first, so a read here cannot deadlock with another
-        // process's write on the same data dir.
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| self.db(e))?;
         let title: String = run
             .messages
             .first()
             .map(|m| m.content.chars().take(80).collect())
             .unwrap_or_default();
-        let p = principal.as_str();
-        tx.execute(
-            "INSERT INTO sessions (principal, id, agent, title, created, updated) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT (principal, id) DO NOTHING",
-            params![p, id, agent, title, now.unix_seconds()],
+        let messages: Vec<String> = run
+            .messages
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap_or_default())
+            .collect();
+        self.backend.append(
+            principal,
+            id,
+            &NewRun {
+                agent,
+                title: &title,
+                now,
+                messages: &messages,
+                requests: &run.requests,
+                usage: run.usage,
+            },
         )
-        .map_err(|e| self.db(e))?;
-        let runs: i64 = tx
-            .query_row(
-                "SELECT runs FROM sessions WHERE principal = ?1 AND id = ?2",
-                params![p, id],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.db(e))?;
-        let run_no = runs + 1;
-        let next: i64 = tx
-            .query_row(
-                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE principal = ?1 AND session = ?2",
-                params![p, id],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.db(e))?;
-        for (i, m) in run.messages.iter().enumerate() {
-            let text = serde_json::to_string(m).unwrap_or_default();
-            tx.execute(
-                "INSERT INTO messages (principal, session, seq, run, message) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![p, id, next + 1 + i as i64, run_no, text],
-            )
-            .map_err(|e| self.db(e))?;
-        }
-        for r in &run.requests {
-            tx.execute(
-                "INSERT INTO requests (principal, session, run, turn, prompt_tokens, completion_tokens, context_tokens) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    p,
-                    id,
-                    run_no,
-                    r.turn,
-                    r.usage.prompt_tokens as i64,
-                    r.usage.completion_tokens as i64,
-                    r.context_tokens as i64
-                ],
-            )
-            .map_err(|e| self.db(e))?;
-        }
-        tx.execute(
-            "UPDATE sessions SET runs = ?3, updated = ?4, prompt_tokens = prompt_tokens + ?5, \
-             completion_tokens = completion_tokens + ?6 WHERE principal = ?1 AND id = ?2",
-            params![
-                p,
-                id,
-                run_no,
-                now.unix_seconds(),
-                run.usage.prompt_tokens as i64,
-                run.usage.completion_tokens as i64
-            ],
-        )
-        .map_err(|e| self.db(e))?;
-        tx.commit().map_err(|e| self.db(e))
     }
 
     /// The principal's sessions, the most recently used first.
     pub fn list(&self, principal: &Principal) -> Result<Vec<SessionInfo>, SessionError> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare(
-                "SELECT s.id, s.agent, s.title, s.created, s.updated, s.runs, s.prompt_tokens, \
-                 s.completion_tokens, (SELECT COUNT(*) FROM messages m WHERE m.principal = s.principal AND m.session = s.id) \
-                 FROM sessions s WHERE s.principal = ?1 ORDER BY s.updated DESC, s.id",
-            )
-            .map_err(|e| self.db(e))?;
-        let rows = stmt
-            .query_map(params![principal.as_str()], |r| {
-                Ok(SessionInfo {
-                    id: r.get(0)?,
-                    agent: r.get(1)?,
-                    title: r.get(2)?,
-                    created: Timestamp(r.get(3)?),
-                    updated: Timestamp(r.get(4)?),
-                    runs: r.get::<_, i64>(5)? as u32,
-                    usage: Usage {
-                        prompt_tokens: r.get::<_, i64>(6)? as u64,
-                        completion_tokens: r.get::<_, i64>(7)? as u64,
-                    },
-                    messages: r.get::<_, i64>(8)? as u32,
-                })
-            })
-            .map_err(|e| self.db(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.db(e))
+        self.backend.list(principal, None)
     }
 
     /// One session's listing, or `NotFound`.
     pub fn info(&self, principal: &Principal, id: &str) -> Result<SessionInfo, SessionError> {
         Self::check_id(id)?;
-        self.list(principal)?
+        self.backend
+            .list(principal, Some(id))?
             .into_iter()
             .find(|s| s.id == id)
             .ok_or_else(|| SessionError::NotFound(id.to_owned()))
@@ -380,51 +306,26 @@ impl SessionStore {
     /// Deletes a session of the principal; `NotFound` when there is none.
     pub fn delete(&self, principal: &Principal, id: &str) -> Result<(), SessionError> {
         Self::check_id(id)?;
-        let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.db(e))?;
-        let p = principal.as_str();
-        let n = tx
-            .execute(
-                "DELETE FROM sessions WHERE principal = ?1 AND id = ?2",
-                params![p, id],
-            )
-            .map_err(|e| self.db(e))?;
-        tx.execute(
-            "DELETE FROM messages WHERE principal = ?1 AND session = ?2",
-            params![p, id],
-        )
-        .map_err(|e| self.db(e))?;
-        tx.execute(
-            "DELETE FROM requests WHERE principal = ?1 AND session = ?2",
-            params![p, id],
-        )
-        .map_err(|e| self.db(e))?;
-        tx.commit().map_err(|e| self.db(e))?;
-        if n == 0 {
-            return Err(SessionError::NotFound(id.to_owned()));
+        if self.backend.delete(principal, id)? {
+            Ok(())
+        } else {
+            Err(SessionError::NotFound(id.to_owned()))
         }
-        Ok(())
     }
 
     /// Deletes every session not used since `before`; returns how many.
     pub fn sweep(&self, before: Timestamp) -> Result<usize, SessionError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction().map_err(|e| self.db(e))?;
-        let cut = before.unix_seconds();
-        for table in ["messages", "requests"] {
-            tx.execute(
-                &format!(
-                    "DELETE FROM {table} WHERE (principal, session) IN \
-                     (SELECT principal, id FROM sessions WHERE updated < ?1)"
-                ),
-                params![cut],
-            )
-            .map_err(|e| self.db(e))?;
-        }
-        let n = tx
-            .execute("DELETE FROM sessions WHERE updated < ?1", params![cut])
-            .map_err(|e| self.db(e))?;
-        tx.commit().map_err(|e| self.db(e))?;
-        Ok(n)
+        self.backend.sweep(before)
+    }
+
+    /// Holds the session against the other processes sharing these sessions
+    /// ([`SessionBackend::lock`]); `None` when one of them holds it.
+    pub async fn lock(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Option<Box<dyn SessionLock>>, SessionError> {
+        Self::check_id(id)?;
+        self.backend.lock(principal, id).await
     }
 }

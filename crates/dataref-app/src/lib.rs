@@ -99,7 +99,12 @@ impl App {
                 return Err(Error::Registry(Box::new(e)));
             }
         };
-        let agents = match AgentHost::build(config, &registry) {
+        // With `[shared]`, every replica's sessions are the shared index's.
+        let agents = match &shared_backend {
+            Some(backend) => AgentHost::with_sessions(config, &registry, backend.session_store()),
+            None => AgentHost::build(config, &registry),
+        };
+        let agents = match agents {
             Ok(a) => Arc::new(a),
             Err(e) => {
                 runtime.block_on(upstreams.shutdown());

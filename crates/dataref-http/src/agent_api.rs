@@ -10,15 +10,15 @@
 //!   a bad session id 400, an unknown session 404, a session busy with another message 409.
 //! - `GET /agent/sessions`, `GET /agent/sessions/{id}`, `DELETE /agent/sessions/{id}`.
 //! - `POST /agent/sessions/{id}/approvals/{call_id}` with `{"approve": bool, "reason"?}`:
-//!   answers an `approval_needed` of a run of the same principal.
+//!   answers an `approval_needed` of a run of the same principal (pending in this server's
+//!   memory, or with replicas in their shared [`ApprovalStore`], so any replica answers).
 //! - `GET /agent/agents`: the profiles.
 //!
 //! Sessions are keyed by principal: another principal's session, or approval, is the same
 //! 404 as one that does not exist.
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -37,9 +37,13 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+// The in-memory store, by name for the tests below.
+#[cfg(test)]
+use crate::approvals::Approvals;
+use crate::approvals::{ApprovalStore, PendingCall};
 use crate::body::{self, Body, Deadline};
 use crate::pipeline::BoxFuture;
 use crate::server::State;
@@ -126,7 +130,9 @@ impl Route {
 pub(crate) struct Agents {
     pub(crate) host: Arc<AgentHost>,
     pub(crate) shared: SharedContext,
-    pub(crate) approvals: Arc<Approvals>,
+    /// Where runs' approvals wait for their answers (this server's memory, or shared by
+    /// the replicas).
+    pub(crate) approvals: Arc<dyn ApprovalStore>,
     pub(crate) approval_timeout: Duration,
     /// Cancelled when the server stops: every run's token is a child of it.
     pub(crate) shutdown: CancellationToken,
@@ -136,57 +142,23 @@ impl Agents {
     pub(crate) fn new(
         host: Arc<AgentHost>,
         shared: SharedContext,
+        approvals: Arc<dyn ApprovalStore>,
         approval_timeout: Duration,
     ) -> Self {
         Self {
             host,
             shared,
-            approvals: Arc::default(),
+            approvals,
             approval_timeout,
             shutdown: CancellationToken::new(),
         }
     }
 }
 
-/// Who may answer which pending approval: principal, session, call id.
-type ApprovalKey = (Principal, String, String);
-
-/// The approvals runs wait for, each answered by one POST of the same principal.
-#[derive(Default)]
-pub(crate) struct Approvals {
-    pending: Mutex<HashMap<ApprovalKey, oneshot::Sender<Decision>>>,
-}
-
-impl Approvals {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ApprovalKey, oneshot::Sender<Decision>>> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Answers the pending approval; `false` when none is pending under this key.
-    fn answer(&self, key: &ApprovalKey, decision: Decision) -> bool {
-        match self.lock().remove(key) {
-            Some(tx) => tx.send(decision).is_ok(),
-            None => false,
-        }
-    }
-}
-
-/// Removes a pending approval when its wait ends, however it ends.
-struct Pending {
-    approvals: Arc<Approvals>,
-    key: ApprovalKey,
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.approvals.lock().remove(&self.key);
-    }
-}
-
 /// Asks the HTTP client of a run: the stream carries `approval_needed`, the answer comes
 /// as `POST /agent/sessions/{id}/approvals/{call_id}`.
 pub(crate) struct HttpApprover {
-    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) approvals: Arc<dyn ApprovalStore>,
     pub(crate) principal: Principal,
     pub(crate) session: String,
     pub(crate) timeout: Duration,
@@ -196,19 +168,22 @@ pub(crate) struct HttpApprover {
 #[async_trait]
 impl Approver for HttpApprover {
     async fn decide(&self, request: &ApprovalRequest) -> Decision {
-        let key = (
-            self.principal.clone(),
-            self.session.clone(),
-            request.call_id.clone(),
-        );
-        let (tx, rx) = oneshot::channel();
-        self.approvals.lock().insert(key.clone(), tx);
-        let _pending = Pending {
-            approvals: self.approvals.clone(),
-            key,
+        let call = PendingCall {
+            principal: self.principal.clone(),
+            session: self.session.clone(),
+            call_id: request.call_id.clone(),
         };
-        tokio::select! {
-            decided = rx => decided.unwrap_or_else(|_| Decision::Deny(Some(
+        let mut wait = match self.approvals.ask(&call, self.timeout).await {
+            Ok(wait) => wait,
+            Err(e) => {
+                tracing::error!(session = %self.session, error = ?e, "an approval could not be asked");
+                return Decision::Deny(Some(format!(
+                    "the approval could not be asked ({e}), so the call was not approved"
+                )));
+            }
+        };
+        let decision = tokio::select! {
+            decided = wait.decided() => decided.unwrap_or_else(|| Decision::Deny(Some(
                 "the approval was withdrawn before anyone answered".into(),
             ))),
             () = tokio::time::sleep(self.timeout) => Decision::Deny(Some(format!(
@@ -218,7 +193,10 @@ impl Approver for HttpApprover {
             () = self.cancel.cancelled() => Decision::Deny(Some(
                 "the run was cancelled before anyone answered".into(),
             )),
-        }
+        };
+        // Nothing of the call is left once the run goes on.
+        wait.end().await;
+        decision
     }
 }
 
@@ -258,13 +236,13 @@ pub(crate) fn handle(state: Arc<State>, request: Request<Deadline>) -> BoxFuture
         };
         Ok(match (route, method) {
             (Route::Agents, _) => call.list_agents(),
-            (Route::Sessions, Method::GET) => call.list_sessions(),
+            (Route::Sessions, Method::GET) => call.list_sessions().await,
             (Route::Sessions, _) => {
                 let id = SessionStore::new_id();
                 call.message(id, true, request.into_body()).await
             }
-            (Route::Session(id), Method::DELETE) => call.delete(&id),
-            (Route::Session(id), _) => call.session(&id),
+            (Route::Session(id), Method::DELETE) => call.delete(&id).await,
+            (Route::Session(id), _) => call.session(&id).await,
             (Route::Messages(id), _) => call.message(id, false, request.into_body()).await,
             (Route::Approval(id, call_id), _) => {
                 call.approve(&id, call_id, request.into_body()).await
@@ -347,21 +325,24 @@ impl Call {
         )
     }
 
-    fn list_sessions(&self) -> Response<Body> {
-        match self.agents.host.sessions.list(&self.principal) {
+    async fn list_sessions(&self) -> Response<Body> {
+        let principal = self.principal.clone();
+        match self.sessions(move |s| s.list(&principal)).await {
             Ok(list) => json_response(StatusCode::OK, json!({"sessions": list})),
             Err(e) => session_error(&e),
         }
     }
 
-    fn session(&self, id: &str) -> Response<Body> {
-        let sessions = &self.agents.host.sessions;
-        let info = match sessions.info(&self.principal, id) {
-            Ok(i) => i,
-            Err(e) => return session_error(&e),
-        };
-        match sessions.history(&self.principal, id, None) {
-            Ok(messages) => json_response(
+    async fn session(&self, id: &str) -> Response<Body> {
+        let (principal, id) = (self.principal.clone(), id.to_owned());
+        let read = self
+            .sessions(move |s| {
+                let info = s.info(&principal, &id)?;
+                Ok((info, s.history(&principal, &id, None)?))
+            })
+            .await;
+        match read {
+            Ok((info, messages)) => json_response(
                 StatusCode::OK,
                 json!({"session": info, "messages": messages}),
             ),
@@ -369,13 +350,16 @@ impl Call {
         }
     }
 
-    fn delete(&self, id: &str) -> Response<Body> {
+    async fn delete(&self, id: &str) -> Response<Body> {
         // Not while it answers a message.
-        let _claim = match self.agents.host.claim(&self.principal, id) {
+        let claim = match self.agents.host.claim(&self.principal, id).await {
             Ok(c) => c,
             Err(e) => return send_error(&e),
         };
-        match self.agents.host.sessions.delete(&self.principal, id) {
+        let (principal, owned) = (self.principal.clone(), id.to_owned());
+        let deleted = self.sessions(move |s| s.delete(&principal, &owned)).await;
+        claim.release().await;
+        match deleted {
             Ok(()) => {
                 let mut r = Response::new(body::full(Bytes::new()));
                 *r.status_mut() = StatusCode::NO_CONTENT;
@@ -383,6 +367,23 @@ impl Call {
             }
             Err(e) => session_error(&e),
         }
+    }
+
+    /// `f` on the session store, on the blocking pool: a store may wait for a file lock
+    /// or a round trip to the shared index, which an async worker must not.
+    pub(crate) async fn sessions<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&SessionStore) -> Result<T, SessionError> + Send + 'static,
+    ) -> Result<T, SessionError> {
+        let store = self.agents.host.sessions.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .unwrap_or_else(|e| {
+                Err(SessionError::Database {
+                    path: "agent sessions".into(),
+                    detail: format!("the session task ended abnormally: {e}"),
+                })
+            })
     }
 
     async fn approve(&self, id: &str, call_id: String, body: Deadline) -> Response<Body> {
@@ -402,8 +403,24 @@ impl Call {
         } else {
             Decision::Deny(body.reason.filter(|r| !r.trim().is_empty()))
         };
-        let key = (self.principal.clone(), id.to_owned(), call_id.clone());
-        if !self.agents.approvals.answer(&key, decision) {
+        let call = PendingCall {
+            principal: self.principal.clone(),
+            session: id.to_owned(),
+            call_id: call_id.clone(),
+        };
+        let answered = match self.agents.approvals.answer(&call, decision).await {
+            Ok(answered) => answered,
+            Err(e) => {
+                tracing::error!(session = id, error = ?e, "an approval could not be answered");
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "approvals_unavailable",
+                    e.to_string(),
+                    e.hint().to_owned(),
+                );
+            }
+        };
+        if !answered {
             return error(
                 StatusCode::NOT_FOUND,
                 "no_pending_approval",
@@ -440,7 +457,8 @@ impl Call {
         let agent = if new {
             body.agent
         } else {
-            match host.sessions.info(&self.principal, &id) {
+            let (principal, owned) = (self.principal.clone(), id.clone());
+            match self.sessions(move |s| s.info(&principal, &owned)).await {
                 Ok(info) => match body.agent {
                     Some(asked) if asked != info.agent => {
                         return session_error(&SessionError::OtherAgent {
@@ -463,7 +481,7 @@ impl Call {
             Err(r) => return r,
         };
         // Claimed here, so a second message is 409 before anything streams.
-        let claim = match host.claim(&self.principal, &id) {
+        let claim = match host.claim(&self.principal, &id).await {
             Ok(c) => c,
             Err(e) => return send_error(&e),
         };
@@ -702,6 +720,14 @@ pub(crate) fn session_error(e: &SessionError) -> Response<Body> {
             "other_agent",
             "leave `agent` out to continue with the session's own agent, or start a new session",
         ),
+        SessionError::Unavailable { detail } => {
+            tracing::error!(error = %e, detail, "the agent session store is unavailable");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sessions_unavailable",
+                "try again in a moment",
+            )
+        }
         SessionError::Database { .. } => {
             tracing::error!(error = %e, "the agent session store failed");
             return internal();

@@ -173,6 +173,15 @@ fn send_error(e: &SendError) -> Response<Body> {
             "invalid_request_error",
             "other_agent",
         ),
+        SendError::Session(SessionError::Unavailable { detail }) => {
+            tracing::error!(error = %e, detail, "the agent session store is unavailable");
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+                "server_error",
+                "sessions_unavailable",
+            )
+        }
         _ => {
             tracing::error!(error = %e, "a facade run failed");
             error(
@@ -314,14 +323,15 @@ pub(crate) async fn completions(
         }
         Some(Ok(id)) => {
             let id = id.trim().to_owned();
-            match host
-                .sessions
-                .history(&call.principal, &id, Some(&agent.name))
+            let (principal, owned, name) = (call.principal.clone(), id.clone(), agent.name.clone());
+            match call
+                .sessions(move |s| s.history(&principal, &owned, Some(&name)))
+                .await
             {
                 Ok(_) | Err(SessionError::NotFound(_)) => {}
                 Err(e) => return send_error(&SendError::Session(e)),
             }
-            match host.claim(&call.principal, &id) {
+            match host.claim(&call.principal, &id).await {
                 Ok(claim) => Some(claim),
                 Err(e) => return send_error(&e),
             }

@@ -15,6 +15,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::approvals::{self, ApprovalStore};
 use crate::{
     Checked, DRAIN, HEADER_TIMEOUT, HttpError, HttpOptions, MCP_PATH, Replicated, agent_api, auth,
     check, check_listen, conn, files, guard, limits, pipeline, sessions,
@@ -142,9 +143,28 @@ impl HttpServer {
         shared: SharedContext,
         approval_timeout: Duration,
     ) -> Self {
+        self.with_agents_approvals(
+            host,
+            shared,
+            Arc::new(approvals::Approvals::default()),
+            approval_timeout,
+        )
+    }
+
+    /// [`Self::with_agents`] for one of several replicas: runs' approvals wait in
+    /// `approvals`, which every replica reaches, so the person's answer may come through
+    /// any of them.
+    pub fn with_agents_approvals(
+        self,
+        host: Arc<AgentHost>,
+        shared: SharedContext,
+        approvals: Arc<dyn ApprovalStore>,
+        approval_timeout: Duration,
+    ) -> Self {
         let _ = self.state.agents.set(Arc::new(agent_api::Agents::new(
             host,
             shared,
+            approvals,
             approval_timeout,
         )));
         self

@@ -13,11 +13,14 @@
 //! [`Shared::connect`] checks both services and brings the index's schema up to date;
 //! [`Shared::artifact_store`] is the store every tool uses, the same
 //! [`LocalStore`](dataref_store::LocalStore) logic over [`PgIndex`] and [`ObjectBytes`].
+//! [`Shared::session_store`] keeps the agent sessions (and holds a busy one on every
+//! replica), [`Shared::approvals`] the approvals runs wait for, answered through any replica.
 //!
 //! Owns: `object_store` and the shared index's use of `tokio-postgres`. Credentials come
 //! from the environment only and never reach the sandbox. Must not import the tools, the
 //! MCP or HTTP layers' internals beyond the traits it implements.
 
+mod approvals;
 mod artifacts;
 mod cache;
 mod error;
@@ -28,6 +31,7 @@ mod locks;
 mod objects;
 mod pg;
 mod schema;
+mod sessions;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -129,6 +133,21 @@ impl Shared {
             limits,
             clock,
         )
+    }
+
+    /// The agent sessions in the shared index: every replica lists, reads and continues
+    /// the same sessions, and a session answering a message through one replica is busy
+    /// on all of them (until the run ends, or the replica dies).
+    pub fn session_store(&self) -> dataref_agent::SessionStore {
+        dataref_agent::SessionStore::with_backend(Box::new(sessions::PgSessions::new(
+            self.backend.clone(),
+        )))
+    }
+
+    /// The agent runs' pending approvals in the shared index: a run waits on the replica
+    /// that runs it, the person's answer may come through any replica.
+    pub fn approvals(&self) -> Arc<dyn dataref_http::ApprovalStore> {
+        Arc::new(approvals::PgApprovals::new(self.backend.clone()))
     }
 
     /// What `serve --http` shares with the other replicas: its limits counted in the

@@ -55,6 +55,60 @@ const MIGRATIONS: &[(&str, &str)] = &[
     );
     ",
     ),
+    (
+        "0004_agent_sessions",
+        "
+    -- Agent sessions (sessions.rs): the SQLite store's three tables, keyed by principal.
+    CREATE TABLE dataref_sessions (
+        principal         TEXT   NOT NULL,
+        id                TEXT   NOT NULL,
+        agent             TEXT   NOT NULL,
+        title             TEXT   NOT NULL,
+        created           BIGINT NOT NULL,
+        updated           BIGINT NOT NULL,
+        runs              BIGINT NOT NULL DEFAULT 0,
+        prompt_tokens     BIGINT NOT NULL DEFAULT 0,
+        completion_tokens BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (principal, id)
+    );
+    CREATE INDEX dataref_sessions_updated ON dataref_sessions (updated);
+    CREATE TABLE dataref_session_messages (
+        principal TEXT   NOT NULL,
+        session   TEXT   NOT NULL,
+        seq       BIGINT NOT NULL,
+        run       BIGINT NOT NULL,
+        -- The message as JSON, byte for byte as the agent wrote it.
+        message   TEXT   NOT NULL,
+        PRIMARY KEY (principal, session, seq),
+        FOREIGN KEY (principal, session) REFERENCES dataref_sessions (principal, id)
+            ON DELETE CASCADE
+    );
+    CREATE TABLE dataref_session_requests (
+        principal         TEXT   NOT NULL,
+        session           TEXT   NOT NULL,
+        run               BIGINT NOT NULL,
+        turn              BIGINT NOT NULL,
+        prompt_tokens     BIGINT NOT NULL,
+        completion_tokens BIGINT NOT NULL,
+        context_tokens    BIGINT NOT NULL,
+        PRIMARY KEY (principal, session, run, turn),
+        FOREIGN KEY (principal, session) REFERENCES dataref_sessions (principal, id)
+            ON DELETE CASCADE
+    );
+    -- Approvals a run waits for (approvals.rs): answered (`approved` set) through any
+    -- replica, removed when the wait ends.
+    CREATE TABLE dataref_approvals (
+        principal  TEXT        NOT NULL,
+        session    TEXT        NOT NULL,
+        call_id    TEXT        NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL,
+        approved   BOOLEAN,
+        reason     TEXT,
+        PRIMARY KEY (principal, session, call_id)
+    );
+    CREATE INDEX dataref_approvals_expires ON dataref_approvals (expires_at);
+    ",
+    ),
 ];
 
 /// Applies the migrations this build knows and the index lacks.

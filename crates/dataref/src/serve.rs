@@ -163,7 +163,16 @@ fn serve_http(
             None => dataref_http::Replicated::default(),
         };
         let http = match HttpServer::bind_replicated(server, options, replicated).await {
-            Ok(h) => h.with_agents(agents, shared),
+            // With `[shared]`, a run's approval may be answered through any replica.
+            Ok(h) => match &shared_backend {
+                Some(backend) => h.with_agents_approvals(
+                    agents,
+                    shared,
+                    backend.approvals(),
+                    dataref_http::APPROVAL_TIMEOUT,
+                ),
+                None => h.with_agents(agents, shared),
+            },
             Err(e) => {
                 upstreams.shutdown().await;
                 anyhow::bail!("{e}\nhint: {}", e.hint());

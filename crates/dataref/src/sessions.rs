@@ -28,7 +28,11 @@ pub enum Action<'a> {
 pub fn run(common: &Common, principal: Option<&str>, action: Action<'_>) -> Result<ExitCode> {
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
-    let sessions = SessionStore::open(&config.home).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // With `[shared]`, the sessions every replica serves, not this data dir's.
+    let sessions = match dataref_app::connect_shared(&config)? {
+        Some(shared) => shared.session_store(),
+        None => SessionStore::open(&config.home).map_err(|e| anyhow::anyhow!("{e}"))?,
+    };
     let nf = |e: dataref_agent::SessionError| {
         anyhow::anyhow!("{e}\nhint: `dataref sessions` lists the sessions of `{principal}`")
     };

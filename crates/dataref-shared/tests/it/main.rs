@@ -1,8 +1,17 @@
 //! The shared backend against real parts: SeaweedFS's S3 server (`weed mini`, from PyPI)
 //! and a throwaway PostgreSQL, both started by each test.
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers fail by panicking, like the tests that call them"
+)]
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers fail the test on setup errors"
+)]
 
 mod artifacts;
 mod limits;
+mod sessions;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,0 +1,284 @@
+//! Sessions in SQLite under the data dir (`agent/sessions.sqlite`), with the store's
+//! crash-safety rules (WAL, `synchronous = FULL`, one transaction per run appended). Several
+//! processes on one data dir share the file; each keeps its own busy sessions.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use dataref_protocol::{Principal, Timestamp};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{NewRun, SessionBackend, SessionError, SessionInfo, StoredSession};
+use crate::message::Usage;
+
+const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_SQL: &str = "
+CREATE TABLE IF NOT EXISTS sessions (
+    principal TEXT NOT NULL,
+    id TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    title TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    runs INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (principal, id)
+);
+CREATE TABLE IF NOT EXISTS messages (
+    principal TEXT NOT NULL,
+    session TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    run INTEGER NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (principal, session, seq)
+);
+CREATE TABLE IF NOT EXISTS requests (
+    principal TEXT NOT NULL,
+    session TEXT NOT NULL,
+    run INTEGER NOT NULL,
+    turn INTEGER NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    context_tokens INTEGER NOT NULL,
+    PRIMARY KEY (principal, session, run, turn)
+);
+";
+
+/// The sessions of every principal on this data dir.
+#[derive(Debug)]
+pub(crate) struct SqliteSessions {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl SqliteSessions {
+    /// Opens (and creates) `<home>/agent/sessions.sqlite`.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the agent's own directory under the data dir, not a workspace"
+    )]
+    pub(crate) fn open(home: &Path) -> Result<Self, SessionError> {
+        let dir = home.join("agent");
+        let path = dir.join("sessions.sqlite");
+        let db = |e: &dyn std::fmt::Display| SessionError::Database {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| db(&e))?;
+        let conn = Connection::open(&path).map_err(|e| db(&e))?;
+        let setup = || -> rusqlite::Result<i64> {
+            conn.busy_timeout(Duration::from_secs(10))?;
+            let _: String =
+                conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            conn.execute_batch(SCHEMA_SQL)?;
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+            Ok(v)
+        };
+        let version = setup().map_err(|e| db(&e))?;
+        if version > SCHEMA_VERSION {
+            return Err(db(&format!(
+                "written by a newer dataref (version {version}, this build knows {SCHEMA_VERSION})"
+            )));
+        }
+        Ok(Self {
+            path,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn db(&self, e: rusqlite::Error) -> SessionError {
+        SessionError::Database {
+            path: self.path.display().to_string(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl SessionBackend for SqliteSessions {
+    fn load(&self, principal: &Principal, id: &str) -> Result<Option<StoredSession>, SessionError> {
+        let conn = self.lock();
+        let owner: Option<String> = conn
+            .query_row(
+                "SELECT agent FROM sessions WHERE principal = ?1 AND id = ?2",
+                params![principal.as_str(), id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.db(e))?;
+        let Some(agent) = owner else {
+            return Ok(None);
+        };
+        let mut stmt = conn
+            .prepare(
+                "SELECT message FROM messages WHERE principal = ?1 AND session = ?2 ORDER BY seq",
+            )
+            .map_err(|e| self.db(e))?;
+        let rows = stmt
+            .query_map(params![principal.as_str(), id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.db(e))?;
+        let messages = rows
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.db(e))?;
+        Ok(Some(StoredSession { agent, messages }))
+    }
+
+    fn append(
+        &self,
+        principal: &Principal,
+        id: &str,
+        run: &NewRun<'_>,
+    ) -> Result<(), SessionError> {
+        let mut conn = self.lock();
+        // IMMEDIATE: the write lock first, so a read here cannot deadlock with another
+        // process's write on the same data dir.
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| self.db(e))?;
+        let p = principal.as_str();
+        tx.execute(
+            "INSERT INTO sessions (principal, id, agent, title, created, updated) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT (principal, id) DO NOTHING",
+            params![p, id, run.agent, run.title, run.now.unix_seconds()],
+        )
+        .map_err(|e| self.db(e))?;
+        let runs: i64 = tx
+            .query_row(
+                "SELECT runs FROM sessions WHERE principal = ?1 AND id = ?2",
+                params![p, id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.db(e))?;
+        let run_no = runs + 1;
+        let next: i64 = tx
+            .query_row(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE principal = ?1 AND session = ?2",
+                params![p, id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.db(e))?;
+        for (i, text) in run.messages.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO messages (principal, session, seq, run, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![p, id, next + 1 + i as i64, run_no, text],
+            )
+            .map_err(|e| self.db(e))?;
+        }
+        for r in run.requests {
+            tx.execute(
+                "INSERT INTO requests (principal, session, run, turn, prompt_tokens, completion_tokens, context_tokens) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    p,
+                    id,
+                    run_no,
+                    r.turn,
+                    r.usage.prompt_tokens as i64,
+                    r.usage.completion_tokens as i64,
+                    r.context_tokens as i64
+                ],
+            )
+            .map_err(|e| self.db(e))?;
+        }
+        tx.execute(
+            "UPDATE sessions SET runs = ?3, updated = ?4, prompt_tokens = prompt_tokens + ?5, \
+             completion_tokens = completion_tokens + ?6 WHERE principal = ?1 AND id = ?2",
+            params![
+                p,
+                id,
+                run_no,
+                run.now.unix_seconds(),
+                run.usage.prompt_tokens as i64,
+                run.usage.completion_tokens as i64
+            ],
+        )
+        .map_err(|e| self.db(e))?;
+        tx.commit().map_err(|e| self.db(e))
+    }
+
+    fn list(
+        &self,
+        principal: &Principal,
+        only: Option<&str>,
+    ) -> Result<Vec<SessionInfo>, SessionError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare(
+                "SELECT s.id, s.agent, s.title, s.created, s.updated, s.runs, s.prompt_tokens, \
+                 s.completion_tokens, (SELECT COUNT(*) FROM messages m WHERE m.principal = s.principal AND m.session = s.id) \
+                 FROM sessions s WHERE s.principal = ?1 AND (?2 IS NULL OR s.id = ?2) \
+                 ORDER BY s.updated DESC, s.id",
+            )
+            .map_err(|e| self.db(e))?;
+        let rows = stmt
+            .query_map(params![principal.as_str(), only], |r| {
+                Ok(SessionInfo {
+                    id: r.get(0)?,
+                    agent: r.get(1)?,
+                    title: r.get(2)?,
+                    created: Timestamp(r.get(3)?),
+                    updated: Timestamp(r.get(4)?),
+                    runs: r.get::<_, i64>(5)? as u32,
+                    usage: Usage {
+                        prompt_tokens: r.get::<_, i64>(6)? as u64,
+                        completion_tokens: r.get::<_, i64>(7)? as u64,
+                    },
+                    messages: r.get::<_, i64>(8)? as u32,
+                })
+            })
+            .map_err(|e| self.db(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.db(e))
+    }
+
+    fn delete(&self, principal: &Principal, id: &str) -> Result<bool, SessionError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.db(e))?;
+        let p = principal.as_str();
+        let n = tx
+            .execute(
+                "DELETE FROM sessions WHERE principal = ?1 AND id = ?2",
+                params![p, id],
+            )
+            .map_err(|e| self.db(e))?;
+        tx.execute(
+            "DELETE FROM messages WHERE principal = ?1 AND session = ?2",
+            params![p, id],
+        )
+        .map_err(|e| self.db(e))?;
+        tx.execute(
+            "DELETE FROM requests WHERE principal = ?1 AND session = ?2",
+            params![p, id],
+        )
+        .map_err(|e| self.db(e))?;
+        tx.commit().map_err(|e| self.db(e))?;
+        Ok(n > 0)
+    }
+
+    fn sweep(&self, before: Timestamp) -> Result<usize, SessionError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.db(e))?;
+        let cut = before.unix_seconds();
+        for table in ["messages", "requests"] {
+            tx.execute(
+                &format!(
+                    "DELETE FROM {table} WHERE (principal, session) IN \
+                     (SELECT principal, id FROM sessions WHERE updated < ?1)"
+                ),
+                params![cut],
+            )
+            .map_err(|e| self.db(e))?;
+        }
+        let n = tx
+            .execute("DELETE FROM sessions WHERE updated < ?1", params![cut])
+            .map_err(|e| self.db(e))?;
+        tx.commit().map_err(|e| self.db(e))?;
+        Ok(n)
+    }
+}
