@@ -1,5 +1,6 @@
 use std::fs::File;
 use std::io::{self, Write};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -9,6 +10,8 @@ use rustix::io::Errno;
 
 use crate::beneath::io_error;
 use crate::error::{WorkspacePathError, shown};
+use crate::mirror::known::{self, Identity};
+use crate::mirror::{Mirror, hash_file, set_modified};
 use crate::path::{normalize, split_last};
 use crate::quota::Budget;
 use crate::{EntryKind, Workspace, WorkspacePath};
@@ -51,6 +54,8 @@ pub struct AtomicFile {
     /// The quota refused a write to this file: kept here so a caller whose writer (an
     /// XLSX or Parquet encoder) wraps the I/O error into its own can still tell.
     refused: Option<crate::QuotaRefusal>,
+    /// The workspace's shared truth: the commit publishes there before the rename.
+    mirror: Option<Arc<dyn Mirror>>,
 }
 
 impl AtomicFile {
@@ -84,6 +89,9 @@ impl AtomicFile {
             self.file
                 .sync_all()
                 .map_err(|e| io_error("write", &shown, e))?;
+        }
+        if let Some(mirror) = self.mirror.clone() {
+            return self.publish_and_place(mirror.as_ref(), sync, &shown);
         }
         let dir = self.dir.as_fd();
         let (temp, name) = (self.temp_name.as_str(), self.name.as_str());
@@ -123,6 +131,61 @@ impl AtomicFile {
         }
         if sync {
             fs::fsync(dir).map_err(|e| io_error("sync the directory of", &shown, e))?;
+        }
+        Ok(self.path.clone())
+    }
+
+    /// The commit with a mirror: the shared index is the truth, so the file is published
+    /// first (which decides [`Overwrite::Refuse`] for every replica) and only then renamed
+    /// into place here. A refused or failed publish changes nothing locally; the temporary
+    /// file goes with `self`.
+    fn publish_and_place(
+        mut self,
+        mirror: &dyn Mirror,
+        sync: bool,
+        shown: &str,
+    ) -> Result<WorkspacePath, WorkspacePathError> {
+        let (bytes, sha256) =
+            hash_file(&mut self.file).map_err(|e| io_error("read back", shown, e))?;
+        let remote = mirror
+            .publish(
+                self.path.as_str(),
+                &mut self.file,
+                bytes,
+                sha256,
+                self.overwrite,
+            )
+            .map_err(|e| e.into_path_error("saved", shown))?;
+        set_modified(&self.file, remote.modified, shown);
+        let dir = self.dir.as_fd();
+        let (temp, name) = (self.temp_name.as_str(), self.name.as_str());
+        // Renamed and recorded under the lock, so no sync working from an older listing
+        // can put the previous version back over it.
+        let mut known = known::lock();
+        // Always replacing: the index has decided, and a local file under the name is a
+        // stale copy. Only a directory (made meanwhile) can stop it; the shared file then
+        // stays, and this replica's next sync reports the conflict.
+        match fs::renameat(dir, temp, dir, name) {
+            Ok(()) => {
+                self.committed = true;
+                if let Some(budget) = self.budget.take() {
+                    budget.committed();
+                }
+            }
+            Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST) => {
+                return Err(WorkspacePathError::NotAFile {
+                    path: shown.to_owned(),
+                    found: EntryKind::Directory,
+                });
+            }
+            Err(e) => return Err(io_error("move into place", shown, e)),
+        }
+        if let Ok(stat) = fs::fstat(&self.file) {
+            known.record(Identity::of(&stat), remote.version);
+        }
+        drop(known);
+        if sync {
+            fs::fsync(dir).map_err(|e| io_error("sync the directory of", shown, e))?;
         }
         Ok(self.path.clone())
     }
@@ -198,6 +261,9 @@ impl Workspace {
     /// Stricter than reading: every existing parent component must be a real directory;
     /// a symbolic link there is refused ([`WorkspacePathError::LinkInWritePath`]), even one
     /// that stays inside.
+    ///
+    /// With a mirror and [`Overwrite::Refuse`], a name the shared index has is refused here
+    /// already (the commit's publish decides in the end).
     pub fn create_atomic(
         &self,
         requested: &str,
@@ -210,6 +276,11 @@ impl Workspace {
                 path: ".".into(),
                 found: EntryKind::Directory,
             });
+        }
+        if overwrite == Overwrite::Refuse {
+            // Callers try names until one is free (exports, spill files): the early answer
+            // must be the shared index's, not a stale copy's.
+            self.check_free(&rel, &shown)?;
         }
         let (parent, name) = split_last(&rel);
         let dir = self.make_dirs(parent, &shown)?;
@@ -233,7 +304,8 @@ impl Workspace {
             Err(Errno::NOENT) => {}
             Err(e) => return Err(io_error("inspect", &shown, e)),
         }
-        let (file, temp_name) = create_temp(&dir, &shown)?;
+        // Read back for hashing and publishing when there is a mirror.
+        let (file, temp_name) = create_temp(&dir, &shown, self.mirror().is_some())?;
         Ok(AtomicFile {
             file,
             dir,
@@ -244,6 +316,7 @@ impl Workspace {
             committed: false,
             budget: self.quota().map(|q| q.budget(self.root_fd(), replaced)),
             refused: None,
+            mirror: self.mirror().cloned(),
         })
     }
 
@@ -264,7 +337,11 @@ impl Workspace {
 
     /// Opens (creating where missing) each directory of `parent` beneath the root without
     /// following any link; returns the last one, open for reading so it can be synced.
-    fn make_dirs(&self, parent: &str, shown: &str) -> Result<OwnedFd, WorkspacePathError> {
+    pub(crate) fn make_dirs(
+        &self,
+        parent: &str,
+        shown: &str,
+    ) -> Result<OwnedFd, WorkspacePathError> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let mut dir = fs::openat(self.root_fd(), ".", flags, Mode::empty())
             .map_err(|e| io_error("open", ".", e))?;
@@ -328,10 +405,19 @@ fn open_dir_nofollow(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Errno> {
 }
 
 /// Creates a new temporary file in `dir` with `O_EXCL`, so an existing name (or a link
-/// planted under it) is never opened.
-fn create_temp(dir: &OwnedFd, shown: &str) -> Result<(File, String), WorkspacePathError> {
+/// planted under it) is never opened; `readable` opens it for reading as well.
+pub(crate) fn create_temp(
+    dir: &OwnedFd,
+    shown: &str,
+    readable: bool,
+) -> Result<(File, String), WorkspacePathError> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let access = if readable {
+        OFlags::RDWR
+    } else {
+        OFlags::WRONLY
+    };
+    let flags = access | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut last = Errno::EXIST;
     for _ in 0..16 {
         let nanos = SystemTime::now()

@@ -131,6 +131,17 @@ pub enum WorkspacePathError {
         /// directory with everything beneath it).
         largest: Vec<(String, u64)>,
     },
+    /// The workspace's shared store ([`Mirror`](crate::Mirror)) could not be reached;
+    /// nothing was changed. Worth trying again ([`WorkspacePathError::is_transient`]).
+    #[error(
+        "the shared workspace store is unavailable, so `{path}` could not be {op}; nothing was \
+         changed"
+    )]
+    SharedUnavailable {
+        path: String,
+        /// What could not be done: `saved`, `read`, `listed`, `swept`.
+        op: &'static str,
+    },
     #[error("cannot {op} `{path}`: {source}")]
     Io {
         op: &'static str,
@@ -215,6 +226,10 @@ impl WorkspacePathError {
                      the same name (`list_files` shows sizes); or write something smaller"
                 ));
             }
+            Self::SharedUnavailable { .. } => {
+                "try the same call again in a moment; if it keeps failing, tell the person \
+                 running dataref that the shared workspace store cannot be reached"
+            }
             Self::Io { .. } => return None,
         };
         Some(hint.into())
@@ -238,8 +253,14 @@ impl WorkspacePathError {
             | Self::LinkInWritePath { .. }
             | Self::AlreadyExists { .. }
             | Self::QuotaExceeded { .. } => true,
-            Self::Io { .. } => false,
+            Self::SharedUnavailable { .. } | Self::Io { .. } => false,
         }
+    }
+
+    /// True for a fault that is expected to pass (the shared store unreachable): not the
+    /// caller's, but the caller should be told, with the hint, to try again.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::SharedUnavailable { .. })
     }
 }
 

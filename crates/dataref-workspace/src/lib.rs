@@ -28,6 +28,14 @@
 //! a byte cap, and listings counted against an [`EntryBudget`]. This crate is the one place
 //! that opens files beneath a root, for workspaces and for trees like that alike.
 //!
+//! Several processes on different hosts can share one workspace through a [`Mirror`]
+//! ([`Workspace::with_mirror`]): a shared index of files and their contents (implemented
+//! elsewhere, e.g. PostgreSQL and object storage) that is the truth, while the local
+//! directory becomes a cache of it. A commit publishes to the mirror before it renames;
+//! resolving and listing first bring what they name up to date (fetching what is missing or
+//! stale, removing what the index no longer has), and every path the index names is checked
+//! and written beneath the root like any other, so the index cannot lead outside either.
+//!
 //! Errors ([`WorkspacePathError`]) are written for the model, name only workspace-relative
 //! paths, and carry a [`hint`](WorkspacePathError::hint) with the next step.
 //!
@@ -68,6 +76,7 @@ mod entry;
 mod error;
 mod glob;
 mod list;
+mod mirror;
 mod path;
 mod quota;
 mod sweep;
@@ -81,6 +90,7 @@ pub use error::{
     WorkspacePathError,
 };
 pub use glob::{Glob, GlobError, MAX_GLOB_ALTERNATIVES, MAX_GLOB_BYTES};
+pub use mirror::{Mirror, MirrorError, Remote};
 pub use path::WorkspacePath;
 pub use quota::{QuotaRefusal, human_bytes};
 pub use sweep::Swept;

@@ -44,6 +44,11 @@ impl WorkspacePath {
         self.rel.rsplit('/').next()
     }
 
+    /// The normalised path, empty for the root (as the mirror's index names paths).
+    pub(crate) fn rel(&self) -> &str {
+        &self.rel
+    }
+
     /// The path as the kernel takes it relative to the root fd (`.` for the root).
     pub(crate) fn rel_for_open(&self) -> &str {
         self.as_str()

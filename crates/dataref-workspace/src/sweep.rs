@@ -21,6 +21,10 @@ impl Workspace {
     /// modification is before `cutoff`. Subdirectories, links and other entries are left
     /// alone, and `dir` itself is opened without following a link, so a link planted in its
     /// place cannot make the sweep remove files elsewhere. A missing `dir` sweeps nothing.
+    ///
+    /// With a mirror, the files are removed from the shared index (each only if it is still
+    /// the version that was old) and their local copies then go with the sync of `dir`;
+    /// age is the time each version was published.
     pub fn remove_old_files(
         &self,
         dir: &str,
@@ -29,6 +33,9 @@ impl Workspace {
         let rel = normalize(dir.as_bytes())?;
         if rel.is_empty() || rel.contains('/') {
             return Err(WorkspacePathError::NotADirectory { path: rel });
+        }
+        if let Some(mirror) = self.mirror() {
+            return self.remove_old_shared(mirror.as_ref(), &rel, cutoff);
         }
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = match fs::openat(self.root_fd(), rel.as_str(), flags, Mode::empty()) {

@@ -1,5 +1,6 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use dataref_protocol::{Principal, Timestamp};
@@ -9,6 +10,7 @@ use rustix::io::Errno;
 
 use crate::beneath::{self, Want, io_error, kind_of, open_error};
 use crate::error::{WorkspaceError, WorkspacePathError, shown};
+use crate::mirror::Mirror;
 use crate::path::normalize;
 use crate::quota::Quota;
 use crate::{EntryKind, Metadata, WorkspacePath};
@@ -44,6 +46,8 @@ pub struct Workspace {
     /// Bytes the workspace may hold; every write through [`AtomicFile`](crate::AtomicFile)
     /// is counted against it. `None`: unbounded.
     quota: Option<Quota>,
+    /// The shared truth this directory is a cache of; `None`: the directory is the truth.
+    mirror: Option<Arc<dyn Mirror>>,
 }
 
 impl Workspace {
@@ -119,6 +123,7 @@ impl Workspace {
             method: OpenMethod::default(),
             openat2_missing: AtomicBool::new(false),
             quota: None,
+            mirror: None,
         }
     }
 
@@ -143,6 +148,20 @@ impl Workspace {
 
     pub(crate) fn quota(&self) -> Option<&Quota> {
         self.quota.as_ref()
+    }
+
+    /// Makes the directory a cache of `mirror`, the workspace's shared truth (see the
+    /// `mirror` module): commits publish to it before they rename, and resolving and
+    /// listing bring what they name up to date with it first. The local quota stays as it
+    /// is; the mirror's own (shared) quota refuses with the same error.
+    #[must_use]
+    pub fn with_mirror(mut self, mirror: Arc<dyn Mirror>) -> Self {
+        self.mirror = Some(mirror);
+        self
+    }
+
+    pub(crate) fn mirror(&self) -> Option<&Arc<dyn Mirror>> {
+        self.mirror.as_ref()
     }
 
     /// Chooses how paths are opened (tests use this to run both ways).
@@ -170,6 +189,9 @@ impl Workspace {
     /// Links with absolute targets are refused ([`Escape::AbsoluteTarget`]), even ones
     /// that point back inside.
     ///
+    /// With a mirror ([`Workspace::with_mirror`]) the path (a file, or a directory with
+    /// everything beneath it) is first brought up to date with the shared index.
+    ///
     /// [`Escape::AbsoluteTarget`]: crate::Escape::AbsoluteTarget
     pub fn resolve(&self, requested: &str) -> Result<WorkspacePath, WorkspacePathError> {
         self.resolve_bytes(requested.as_bytes())
@@ -178,6 +200,7 @@ impl Workspace {
     /// [`Workspace::resolve`] for bytes that may not be UTF-8 (which are refused).
     pub fn resolve_bytes(&self, requested: &[u8]) -> Result<WorkspacePath, WorkspacePathError> {
         let rel = normalize(requested)?;
+        self.sync(&rel, "read", &shown(requested))?;
         // The walk (not `openat2`) even where `openat2` exists: it can say which link left
         // the workspace and whether its target was absolute. Each later open checks again.
         beneath::walk(self.root.as_fd(), &rel, &shown(requested))?;

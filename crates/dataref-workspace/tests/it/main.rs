@@ -1,6 +1,6 @@
 //! Integration tests of dataref-workspace against real directory trees in temporary
 //! directories: the resolution table, races against link swaps, a property test over
-//! random paths, listings and atomic writes.
+//! random paths, listings and atomic writes, and two workspaces sharing one mirror.
 #![expect(
     clippy::disallowed_methods,
     reason = "fixtures build files and hostile trees directly, outside the code under test"
@@ -12,6 +12,7 @@
 )]
 
 mod list;
+mod mirror;
 mod prop;
 mod quota;
 mod race;
