@@ -35,8 +35,9 @@ use dataref_config::Config;
 use dataref_mcp::upstream::Upstreams;
 use dataref_sandbox::pool::PythonSandbox;
 use dataref_store::{ArtifactStore, SystemClock};
-use dataref_tool::{SharedContext, ToolRegistry};
+use dataref_tool::{SharedContext, ToolRegistry, WorkspaceMirrors};
 use dataref_tools::builtin_registry_builder;
+use dataref_workspace::Mirror;
 
 pub use error::{Error, Result};
 pub use sample::Sample;
@@ -116,6 +117,12 @@ impl App {
             store,
             limits: config.limits.clone(),
             clock: Arc::new(SystemClock),
+            mirrors: shared_backend.as_ref().map(|backend| {
+                Arc::new(Mirrors {
+                    backend: backend.clone(),
+                    quota: config.limits.workspace_quota_bytes,
+                }) as Arc<dyn WorkspaceMirrors>
+            }),
         };
         // Every host's sessions past their retention go, as expired artifacts do.
         runtime.spawn(dataref_agent::session::sweep_sessions(
@@ -131,5 +138,18 @@ impl App {
             agents,
             shared_backend,
         })
+    }
+}
+
+/// Each principal's workspace files in the shared backend, within the workspace quota.
+#[derive(Debug)]
+struct Mirrors {
+    backend: dataref_shared::Shared,
+    quota: u64,
+}
+
+impl WorkspaceMirrors for Mirrors {
+    fn mirror(&self, principal: &dataref_protocol::Principal) -> Arc<dyn Mirror> {
+        Arc::new(self.backend.workspace_files(principal, self.quota))
     }
 }

@@ -85,7 +85,7 @@ impl Sample {
         }
         // As `serve` on stdio: the handshake after the first warm sandbox.
         await_first_warm(python.as_deref());
-        let workspace = workspace(None, &config, &config.principal)?;
+        let workspace = workspace(None, &shared, &config.principal)?;
         let ctx = shared.context(config.principal.clone(), workspace);
         let rows = config.sample.as_ref().map_or(0, |s| s.rows);
         Ok(Self {

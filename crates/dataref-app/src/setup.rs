@@ -10,6 +10,7 @@ use dataref_protocol::Principal;
 use dataref_sandbox::pool::PythonSandbox;
 use dataref_shared::Shared;
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
+use dataref_tool::SharedContext;
 use dataref_workspace::Workspace;
 
 use crate::error::{Error, Result};
@@ -76,25 +77,27 @@ pub fn ensure_sample(config: &Config) -> Result<()> {
 }
 
 /// The session's workspace: the directory `dir` (`--workspace`), else the principal's own
-/// under the data dir (created on first use, bounded by the workspace quota).
+/// under the data dir (created on first use, bounded by the workspace quota; with
+/// `[shared]`, the local copy of the workspace every replica shares).
 pub fn workspace(
     dir: Option<&Path>,
-    config: &Config,
+    shared: &SharedContext,
     principal: &Principal,
 ) -> Result<Arc<Workspace>> {
-    let ws = match dir {
-        Some(dir) => Workspace::open(dir).map_err(|source| Error::Workspace {
-            dir: dir.to_path_buf(),
-            source: Box::new(source),
-        })?,
-        // The principal's own workspace is bounded; a directory the operator names is theirs.
-        None => Workspace::for_principal(&config.home, principal)
-            .and_then(|w| w.with_quota(config.limits.workspace_quota_bytes))
-            .map_err(|source| Error::PrincipalWorkspace {
-                principal: principal.clone(),
+    let ws =
+        match dir {
+            Some(dir) => Workspace::open(dir).map_err(|source| Error::Workspace {
+                dir: dir.to_path_buf(),
                 source: Box::new(source),
             })?,
-    };
+            // The principal's own workspace is bounded; a directory the operator names is theirs.
+            None => shared.principal_workspace(principal).map_err(|source| {
+                Error::PrincipalWorkspace {
+                    principal: principal.clone(),
+                    source: Box::new(source),
+                }
+            })?,
+        };
     Ok(Arc::new(ws))
 }
 

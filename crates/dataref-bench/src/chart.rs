@@ -35,6 +35,7 @@ pub fn section(dir: &Path, out: &mut impl Write) -> Result<()> {
         store,
         limits: config.limits.clone(),
         clock: Arc::new(SystemClock),
+        mirrors: None,
     };
     let ctx = shared.context(fetched.owner.clone(), workspace);
     let registry = dataref_tools::builtin_registry_with(&config, None)?;

@@ -24,6 +24,7 @@ mod page;
 mod postgres;
 mod python;
 mod server;
+mod shared;
 mod spill;
 mod sql;
 
@@ -117,6 +118,10 @@ enum BenchSection {
     /// The page: a page of rows (`view_rows`, sorted and filtered) against DuckDB on the
     /// same Arrow data, and first paint in headless Chromium against a one-line page.
     Page(page::PageArgs),
+    /// Sharing the store across replicas: fetch into the object store and the PostgreSQL
+    /// index, read back on another replica (first and cached) against the local store;
+    /// and 50 clients × 100 calls through HAProxy to 1 and to 2 replicas.
+    Shared(shared::SharedArgs),
     /// (internal) one measured step, in a process of its own.
     #[command(hide = true)]
     BenchWorker(WorkerArgs),
@@ -434,6 +439,10 @@ fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         Some(BenchSection::Page(a)) => {
             page::run(a, &args.python, args.dir.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::Shared(a)) => {
+            shared::run(a, args.dir.as_deref())?;
             return Ok(ExitCode::SUCCESS);
         }
         Some(BenchSection::BenchWorker(a)) => return worker(a),

@@ -206,6 +206,7 @@ fn rows_section(args: &PageArgs, python: &str, dir: &Path) -> Result<RowsMeasure
         store: store.clone(),
         limits: config.limits.clone(),
         clock: Arc::new(SystemClock),
+        mirrors: None,
     };
     let ctx = shared.context(fetched.owner.clone(), workspace);
     let registry = dataref_tools::builtin_registry_with(&config, None)?;

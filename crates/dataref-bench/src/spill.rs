@@ -149,6 +149,7 @@ fn measure(root: &Path, out: &mut impl Write) -> Result<()> {
             ..Limits::default()
         },
         clock: Arc::new(SystemClock),
+        mirrors: None,
     };
     let ctx = shared.context(owner, workspace);
     let runtime = tokio::runtime::Builder::new_multi_thread()

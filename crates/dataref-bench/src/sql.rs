@@ -206,6 +206,7 @@ fn measure(
         store: store.clone(),
         limits: config.limits.clone(),
         clock: Arc::new(SystemClock),
+        mirrors: None,
     };
     let ctx = shared.context(fetched.owner.clone(), workspace);
     let registry = dataref_tools::builtin_registry_with(config, None)?;

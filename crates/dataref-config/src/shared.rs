@@ -87,7 +87,11 @@ pub(crate) fn resolve_shared(raw: RawShared) -> Result<SharedConfig, ConfigError
             "the default is 8",
         ));
     }
-    let timeout = duration("shared.timeout", &raw.timeout, SharedConfig::DEFAULT_TIMEOUT)?;
+    let timeout = duration(
+        "shared.timeout",
+        &raw.timeout,
+        SharedConfig::DEFAULT_TIMEOUT,
+    )?;
     if timeout.is_zero() {
         return Err(invalid(
             "shared.timeout",
@@ -130,7 +134,9 @@ fn parse_objects(objects: &str) -> Result<(String, String), ConfigError> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
     if !bucket_ok {
-        return Err(bad("does not name a bucket (3 to 63 of `a-z`, `0-9`, `-`, `.`)"));
+        return Err(bad(
+            "does not name a bucket (3 to 63 of `a-z`, `0-9`, `-`, `.`)",
+        ));
     }
     let prefix = prefix.trim_matches('/');
     if prefix.split('/').any(|p| p == "." || p == "..")

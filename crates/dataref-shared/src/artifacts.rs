@@ -71,19 +71,22 @@ impl ArtifactIndex for PgIndex {
     ) -> Result<Option<ArtifactMeta>, StoreError> {
         let pg = self.backend.pg.clone();
         let (owner, data_ref) = (owner.as_str().to_owned(), data_ref.as_str().to_owned());
-        let row = self.backend.io.block("reading the artifact index", async move {
-            let c = pg.get().await?;
-            let row = c
-                .query_opt(
-                    &format!(
-                        "SELECT {COLUMNS} FROM dataref_artifacts \
+        let row = self
+            .backend
+            .io
+            .block("reading the artifact index", async move {
+                let c = pg.get().await?;
+                let row = c
+                    .query_opt(
+                        &format!(
+                            "SELECT {COLUMNS} FROM dataref_artifacts \
                          WHERE ref = $1 AND owner = $2 AND expires_at > $3"
-                    ),
-                    &[&data_ref, &owner, &now.0],
-                )
-                .await?;
-            row.as_ref().map(read_row).transpose()
-        })?;
+                        ),
+                        &[&data_ref, &owner, &now.0],
+                    )
+                    .await?;
+                row.as_ref().map(read_row).transpose()
+            })?;
         row.map(IndexRow::into_meta).transpose()
     }
 
@@ -297,10 +300,11 @@ impl ArtifactBytes for ObjectBytes {
         self.backend.cache.forget(&name);
         let key = self.backend.objects.key(&format!("{ARTIFACTS}/{name}"));
         let objects = self.backend.objects.clone();
-        if let Err(e) = self
-            .backend
-            .io
-            .block("removing an artifact", async move { objects.delete(&key).await })
+        if let Err(e) =
+            self.backend.io.block(
+                "removing an artifact",
+                async move { objects.delete(&key).await },
+            )
         {
             // Its row is gone: the orphan sweep removes the object later.
             tracing::warn!(data_ref = %data_ref, "cannot remove an artifact's object: {e}");

@@ -51,6 +51,13 @@ impl Cache {
     /// first by modification time; downloads left unfinished long ago are removed.
     pub(crate) fn open(dir: &Path, limit: u64) -> Result<Self, SharedError> {
         let tmp = dir.join(".tmp");
+        // The data dir above the cache is the sandbox's way to its job directories: made
+        // 0711 when missing, as the workspace makes it. The cache itself is this uid's only.
+        if let Some(home) = dir.parent().and_then(Path::parent) {
+            std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o711)
+                .create(home)
+                .map_err(|e| SharedError::local("cannot create directory", home, e))?;
+        }
         std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
             .create(&tmp)
             .map_err(|e| SharedError::local("cannot create directory", &tmp, e))?;
@@ -148,7 +155,8 @@ impl Cache {
         let bytes = fs::metadata(from)
             .map_err(|e| SharedError::local("cannot inspect", from, e))?
             .len();
-        fs::rename(from, &to).map_err(|e| SharedError::local("cannot move into the cache", &to, e))?;
+        fs::rename(from, &to)
+            .map_err(|e| SharedError::local("cannot move into the cache", &to, e))?;
         {
             let mut state = self.state();
             state.tick += 1;

@@ -45,10 +45,7 @@ impl SharedError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             Self::IndexUnreachable(_) | Self::Objects(_) | Self::TimedOut { .. } => true,
-            Self::Index(_)
-            | Self::Local { .. }
-            | Self::Config { .. }
-            | Self::Runtime(_) => false,
+            Self::Index(_) | Self::Local { .. } | Self::Config { .. } | Self::Runtime(_) => false,
         }
     }
 }

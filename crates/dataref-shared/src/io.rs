@@ -50,17 +50,23 @@ impl Io {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let timeout = self.timeout;
         let Some(runtime) = self.handle() else {
-            return Err(SharedError::Runtime(format!("{what}: the runtime is shut down")));
+            return Err(SharedError::Runtime(format!(
+                "{what}: the runtime is shut down"
+            )));
         };
         runtime.spawn(async move {
             let answer = match tokio::time::timeout(timeout, fut).await {
                 Ok(answer) => answer,
-                Err(_) => Err(SharedError::TimedOut { what, after: timeout }),
+                Err(_) => Err(SharedError::TimedOut {
+                    what,
+                    after: timeout,
+                }),
             };
             // The caller may be gone; its answer is then nobody's.
             let _ = tx.send(answer);
         });
-        rx.recv().map_err(|_| SharedError::Runtime(format!("{what}: the task was lost")))?
+        rx.recv()
+            .map_err(|_| SharedError::Runtime(format!("{what}: the task was lost")))?
     }
 
     /// [`Io::block`] for async callers: the request runs on this runtime, the caller's task
@@ -72,12 +78,17 @@ impl Io {
     {
         let timeout = self.timeout;
         let Some(runtime) = self.handle() else {
-            return Err(SharedError::Runtime(format!("{what}: the runtime is shut down")));
+            return Err(SharedError::Runtime(format!(
+                "{what}: the runtime is shut down"
+            )));
         };
         let task = runtime.spawn(async move {
             match tokio::time::timeout(timeout, fut).await {
                 Ok(answer) => answer,
-                Err(_) => Err(SharedError::TimedOut { what, after: timeout }),
+                Err(_) => Err(SharedError::TimedOut {
+                    what,
+                    after: timeout,
+                }),
             }
         });
         task.await

@@ -24,6 +24,7 @@ mod approvals;
 mod artifacts;
 mod cache;
 mod error;
+mod files;
 mod io;
 mod keys;
 mod limits;
@@ -42,6 +43,7 @@ use dataref_store::{Clock, LocalStore, StoreLimits};
 
 pub use artifacts::{ObjectBytes, PgIndex};
 pub use error::SharedError;
+pub use files::SharedFiles;
 pub use limits::LIMIT_TIMEOUT;
 
 use crate::cache::Cache;
@@ -171,6 +173,40 @@ impl Shared {
         })
     }
 
+    /// `principal`'s workspace files in the shared index and bucket, for
+    /// [`Workspace::with_mirror`](dataref_workspace::Workspace::with_mirror): every replica's
+    /// copy of the workspace is kept equal to them, within `quota` bytes in all.
+    pub fn workspace_files(
+        &self,
+        principal: &dataref_protocol::Principal,
+        quota: u64,
+    ) -> SharedFiles {
+        SharedFiles::new(self.backend.clone(), principal.clone(), quota)
+    }
+
+    /// Removes every principal's workspace files under `dir` (e.g. `.spill`) last written
+    /// before `cutoff`, from the index (their local copies go at each replica's next look;
+    /// their objects with the orphan sweep). Safe to run on every replica at once. Returns
+    /// how many went.
+    pub fn sweep_files(
+        &self,
+        dir: &str,
+        cutoff: dataref_protocol::Timestamp,
+    ) -> Result<u64, SharedError> {
+        let pg = self.backend.pg.clone();
+        let (from, to) = (format!("{dir}/"), format!("{dir}0"));
+        self.backend
+            .io
+            .block("sweeping workspace files", async move {
+                let c = pg.get().await?;
+                Ok(c.execute(
+                    "DELETE FROM dataref_files WHERE path >= $1 AND path < $2 AND modified < $3",
+                    &[&from, &to, &cutoff.0],
+                )
+                .await?)
+            })
+    }
+
     /// The configuration this was connected with.
     pub fn config(&self) -> &SharedConfig {
         &self.config
@@ -181,54 +217,73 @@ impl Shared {
         self.backend.cache.total()
     }
 
-    /// Removes artifact objects no index row names that are older than `min_age` (uploads
-    /// whose replica died before the row was written, objects whose sweeper died before it
-    /// deleted them). Safe to run on every replica at once. Returns how many went.
+    /// Removes objects no index row names that are older than `min_age`: artifact uploads
+    /// whose replica died before the row was written or whose sweeper died before it
+    /// deleted them, and workspace file versions that were replaced, removed or never
+    /// indexed. Safe to run on every replica at once. Returns how many went.
     pub fn sweep_orphans(&self, min_age: Duration) -> Result<u64, SharedError> {
         let objects = self.backend.objects.clone();
         let pg = self.backend.pg.clone();
         self.backend
             .io
             .block("sweeping orphaned objects", async move {
-                let listed = objects.list(artifacts::ARTIFACTS).await?;
-                let now = std::time::SystemTime::now();
-                let old: Vec<(object_store::path::Path, String)> = listed
-                    .into_iter()
-                    .filter(|m| {
-                        now.duration_since(m.last_modified.into())
-                            .is_ok_and(|age| age >= min_age)
-                    })
-                    .filter_map(|m| {
-                        let rel = objects.rel(&m.location)?;
-                        let name = rel.strip_prefix(artifacts::ARTIFACTS)?.strip_prefix('/')?;
-                        let data_ref = name.strip_suffix(".arrow")?.to_owned();
-                        Some((m.location.clone(), data_ref))
-                    })
-                    .collect();
-                if old.is_empty() {
-                    return Ok(0);
-                }
-                let refs: Vec<&str> = old.iter().map(|(_, r)| r.as_str()).collect();
-                let c = pg.get().await?;
-                let named: std::collections::HashSet<String> = c
-                    .query(
-                        "SELECT ref FROM dataref_artifacts WHERE ref = ANY($1)",
-                        &[&refs],
-                    )
-                    .await?
-                    .iter()
-                    .map(|r| r.get(0))
-                    .collect();
                 let mut removed = 0;
-                for (key, data_ref) in &old {
-                    if !named.contains(data_ref) {
-                        objects.delete(key).await?;
-                        removed += 1;
+                for (dir, table, column, suffix) in [
+                    (artifacts::ARTIFACTS, "dataref_artifacts", "ref", ".arrow"),
+                    (files::FILES, "dataref_files", "version", ""),
+                ] {
+                    let old = old_objects(&objects, dir, suffix, min_age).await?;
+                    if old.is_empty() {
+                        continue;
+                    }
+                    let names: Vec<&str> = old.iter().map(|(_, n)| n.as_str()).collect();
+                    let c = pg.get().await?;
+                    let named: std::collections::HashSet<String> = c
+                        .query(
+                            &format!("SELECT {column} FROM {table} WHERE {column} = ANY($1)"),
+                            &[&names],
+                        )
+                        .await?
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    drop(c);
+                    for (key, name) in &old {
+                        if !named.contains(name) {
+                            objects.delete(key).await?;
+                            removed += 1;
+                        }
                     }
                 }
                 Ok(removed)
             })
     }
+}
+
+/// The objects under `dir` older than `min_age`, with the name each row would use (the
+/// key's last part without `suffix`).
+async fn old_objects(
+    objects: &Objects,
+    dir: &str,
+    suffix: &str,
+    min_age: Duration,
+) -> Result<Vec<(object_store::path::Path, String)>, SharedError> {
+    let now = std::time::SystemTime::now();
+    Ok(objects
+        .list(dir)
+        .await?
+        .into_iter()
+        .filter(|m| {
+            now.duration_since(m.last_modified.into())
+                .is_ok_and(|age| age >= min_age)
+        })
+        .filter_map(|m| {
+            let rel = objects.rel(&m.location)?;
+            let name = rel.strip_prefix(dir)?.strip_prefix('/')?;
+            let name = name.strip_suffix(suffix)?.to_owned();
+            Some((m.location.clone(), name))
+        })
+        .collect())
 }
 
 /// HTTPS to the object store goes through rustls with `ring` (reqwest is built without a

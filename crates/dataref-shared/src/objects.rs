@@ -104,6 +104,11 @@ impl Objects {
         })
     }
 
+    /// The store itself, for streaming reads.
+    pub(crate) fn store(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
     /// `bucket/prefix`, for the log.
     pub(crate) fn shown(&self) -> &str {
         &self.shown

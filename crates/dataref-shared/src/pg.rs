@@ -71,10 +71,12 @@ impl Pg {
     /// A pool of at most `size` connections to `url` (already expanded). Connects nothing
     /// yet: [`Pg::get`] does, on the backend's runtime.
     pub(crate) fn new(url: &str, size: usize) -> Result<Arc<Self>, SharedError> {
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| SharedError::Config {
-            message: format!("`[shared] index` is not a PostgreSQL URL: {e}"),
-            hint: "write `postgresql://USER@HOST:PORT/DB`, the password through `${NAME}`".into(),
-        })?;
+        let mut config =
+            tokio_postgres::Config::from_str(url).map_err(|e| SharedError::Config {
+                message: format!("`[shared] index` is not a PostgreSQL URL: {e}"),
+                hint: "write `postgresql://USER@HOST:PORT/DB`, the password through `${NAME}`"
+                    .into(),
+            })?;
         config
             .connect_timeout(CONNECT_TIMEOUT)
             .keepalives(true)

@@ -56,6 +56,23 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ",
     ),
     (
+        "0003_files",
+        "
+    -- Workspace files (files.rs): the path's current version, its hash, size and time.
+    -- `C` collation: a directory and everything beneath it is one range of paths.
+    CREATE TABLE dataref_files (
+        principal TEXT   NOT NULL,
+        path      TEXT   COLLATE \"C\" NOT NULL,
+        version   TEXT   NOT NULL,
+        sha256    BYTEA  NOT NULL,
+        bytes     BIGINT NOT NULL,
+        modified  BIGINT NOT NULL,
+        PRIMARY KEY (principal, path)
+    );
+    CREATE INDEX dataref_files_version ON dataref_files (version);
+    ",
+    ),
+    (
         "0004_agent_sessions",
         "
     -- Agent sessions (sessions.rs): the SQLite store's three tables, keyed by principal.

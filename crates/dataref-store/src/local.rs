@@ -338,7 +338,11 @@ impl LocalStore {
 }
 
 /// Removes what a crash left: temp files, files without a row, rows without a file.
-fn reconcile(index: &SqliteIndex, files: &LocalFiles, tmp: &Path) -> Result<Reconciled, StoreError> {
+fn reconcile(
+    index: &SqliteIndex,
+    files: &LocalFiles,
+    tmp: &Path,
+) -> Result<Reconciled, StoreError> {
     let mut report = Reconciled::default();
 
     // Writes that never finished: nobody can finish them now.
@@ -369,7 +373,9 @@ fn reconcile(index: &SqliteIndex, files: &LocalFiles, tmp: &Path) -> Result<Reco
     }
     let indexed = index.all_refs()?;
     for stem in on_disk.difference(&indexed) {
-        let path = files.dir().join(format!("{stem}.{}", LocalFiles::EXTENSION));
+        let path = files
+            .dir()
+            .join(format!("{stem}.{}", LocalFiles::EXTENSION));
         match fs::remove_file(&path) {
             Ok(()) => report.unindexed_files += 1,
             Err(e) => {
@@ -489,11 +495,8 @@ impl ArtifactStore for LocalStore {
     }
 }
 
-
 fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>, StoreError> {
     fs::read_dir(dir)
         .and_then(|entries| entries.collect::<io::Result<Vec<_>>>())
         .map_err(|e| io_err("cannot read directory", dir, e))
 }
-
-

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use dataref_config::Limits;
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, Clock};
-use dataref_workspace::{Workspace, WorkspaceError};
+use dataref_workspace::{Mirror, Workspace, WorkspaceError};
 use tokio_util::sync::CancellationToken;
 
 /// Where a tool reports progress on long work (rows fetched so far, …). The MCP server
@@ -67,6 +67,17 @@ pub struct SharedContext {
     pub store: Arc<dyn ArtifactStore>,
     pub limits: Limits,
     pub clock: Arc<dyn Clock>,
+    /// Set when several replicas share each principal's workspace (`[shared]`): the local
+    /// directory is then kept equal to the shared files through the principal's mirror.
+    pub mirrors: Option<Arc<dyn WorkspaceMirrors>>,
+}
+
+/// Under the data dir, where a replica keeps its copies of the shared workspaces.
+pub const SHARED_WORKSPACES: &str = "shared";
+
+/// Each principal's [`Mirror`] when workspaces are shared by several replicas.
+pub trait WorkspaceMirrors: Send + Sync + std::fmt::Debug {
+    fn mirror(&self, principal: &Principal) -> Arc<dyn Mirror>;
 }
 
 impl SharedContext {
@@ -85,10 +96,21 @@ impl SharedContext {
     }
 
     /// `principal`'s own workspace under the data dir (created on first use), bounded by
-    /// [`Limits::workspace_quota_bytes`].
+    /// [`Limits::workspace_quota_bytes`]; with [`SharedContext::mirrors`], the local copy of
+    /// the workspace the replicas share.
     pub fn principal_workspace(&self, principal: &Principal) -> Result<Workspace, WorkspaceError> {
-        Workspace::for_principal(&self.home, principal)?
-            .with_quota(self.limits.workspace_quota_bytes)
+        match &self.mirrors {
+            // A directory of its own (`<home>/shared/workspaces/<p>`): syncing removes local
+            // files the index does not have, and files a server wrote before `[shared]` was
+            // turned on stay where they were instead.
+            Some(m) => Ok(
+                Workspace::for_principal(&self.home.join(SHARED_WORKSPACES), principal)?
+                    .with_quota(self.limits.workspace_quota_bytes)?
+                    .with_mirror(m.mirror(principal)),
+            ),
+            None => Workspace::for_principal(&self.home, principal)?
+                .with_quota(self.limits.workspace_quota_bytes),
+        }
     }
 }
 

@@ -41,7 +41,7 @@ impl From<StoreError> for ToolError {
 
 impl From<WorkspacePathError> for ToolError {
     fn from(e: WorkspacePathError) -> Self {
-        if e.is_caller_error() {
+        if e.is_caller_error() || e.is_transient() {
             Self::respond(e.to_string(), e.hint())
         } else {
             Self::Fatal(e.to_string())

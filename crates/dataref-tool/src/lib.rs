@@ -61,7 +61,7 @@ mod registry;
 mod spill;
 mod tool;
 
-pub use context::{NoProgress, ProgressSink, RunContext, SharedContext};
+pub use context::{NoProgress, ProgressSink, RunContext, SharedContext, WorkspaceMirrors};
 pub use delegate::{CALL_TOOL, CallToolTool, MAX_ARGS_FILE_BYTES};
 pub use error::{ToolError, ToolsError};
 pub use execute::{

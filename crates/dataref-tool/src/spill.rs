@@ -319,32 +319,38 @@ impl Job {
         body: impl Fn(&mut BufWriter<&mut dataref_workspace::AtomicFile>) -> std::io::Result<()>,
     ) -> Result<(String, u64), SpillError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let mut file = loop {
+        loop {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
             let name = format!(
                 "{SPILL_DIR}/{}-{}-{n}.{ext}",
                 self.now.compact(),
                 safe_name(&self.tool)
             );
-            match self.workspace.create_atomic(&name, Overwrite::Refuse) {
-                Ok(f) => break f,
+            let mut file = match self.workspace.create_atomic(&name, Overwrite::Refuse) {
+                Ok(f) => f,
                 // Another server process wrote this name: take the next number.
                 Err(WorkspacePathError::AlreadyExists { .. }) => continue,
                 Err(e) => return Err(e.into()),
-            }
-        };
-        let shown = file.path().as_str().to_owned();
-        let mut w = BufWriter::new(&mut file);
-        body(&mut w)
-            .and_then(|()| w.flush())
-            .map_err(|source| SpillError::Write {
-                path: shown.clone(),
-                source,
-            })?;
-        drop(w);
-        let path = file.commit_unsynced()?;
-        let bytes = self.workspace.metadata(&path)?.size;
-        Ok((path.as_str().to_owned(), bytes))
+            };
+            let shown = file.path().as_str().to_owned();
+            let mut w = BufWriter::new(&mut file);
+            body(&mut w)
+                .and_then(|()| w.flush())
+                .map_err(|source| SpillError::Write {
+                    path: shown.clone(),
+                    source,
+                })?;
+            drop(w);
+            let path = match file.commit_unsynced() {
+                Ok(path) => path,
+                // Another replica took the name between the look and the commit (with a
+                // shared workspace the index decides): write it again under the next one.
+                Err(WorkspacePathError::AlreadyExists { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let bytes = self.workspace.metadata(&path)?.size;
+            return Ok((path.as_str().to_owned(), bytes));
+        }
     }
 
     /// The records as CSV beside the JSON, and as a table artifact (best effort: a store

@@ -43,6 +43,11 @@ where
 
 /// A producer's error as the model or the operator must see it.
 pub(crate) fn source_error(e: SourceError) -> ToolError {
+    // The rows were read; storing them failed because the shared store is out of reach:
+    // the store's own words (it passes, nothing was stored), not the source's.
+    if let SourceError::Store(store) = e {
+        return ToolError::from(store);
+    }
     if let SourceError::Connect {
         source_name,
         problem: dataref_sources::ConnectProblem::Busy,

@@ -35,8 +35,8 @@ struct Started {
 fn start(common: &Common, principal: Option<&str>, agent: Option<&str>) -> Result<Started> {
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
-    let workspace = dataref_app::workspace(None, &config, &principal)?;
     let app = App::start(&config)?;
+    let workspace = dataref_app::workspace(None, &app.shared, &principal)?;
     let chosen = app
         .agents
         .agent(agent)

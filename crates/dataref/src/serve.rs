@@ -20,7 +20,6 @@ pub fn run(
 ) -> Result<ExitCode> {
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
-    let workspace = dataref_app::workspace(workspace, &config, &principal)?;
     settings::note_no_sources(common, &config);
     let App {
         runtime,
@@ -30,6 +29,15 @@ pub fn run(
         python,
         ..
     } = App::start(&config)?;
+    let workspace = match dataref_app::workspace(workspace, &shared, &principal) {
+        Ok(w) => w,
+        Err(e) => {
+            // Nothing was served: take down what the start brought up, then say why.
+            runtime.block_on(upstreams.shutdown());
+            dataref_app::shutdown_python(python.as_deref());
+            return Err(e.into());
+        }
+    };
     // The client's `initialize` waits in the pipe until the first warm sandbox is ready, so
     // that a `run_python` right after the handshake is a warm run.
     dataref_app::await_first_warm(python.as_deref());
@@ -127,7 +135,10 @@ fn serve_http(
             &config,
             shared.store.clone(),
             shared.clock.clone(),
-            SpillSweep::AllPrincipals,
+            match &shared_backend {
+                Some(backend) => SpillSweep::Shared(backend.clone()),
+                None => SpillSweep::AllPrincipals,
+            },
         );
         let server = DatarefServer::per_request(registry.clone(), shared.clone());
         let auth = if config.http.auth {

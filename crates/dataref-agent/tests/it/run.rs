@@ -97,6 +97,7 @@ pub(crate) fn fixture_in(
         store: store.clone(),
         limits: config.limits.clone(),
         clock: Arc::new(SystemClock),
+        mirrors: None,
     };
     Fixture {
         _home: home,

@@ -91,6 +91,7 @@ fn shared(env: &Env) -> SharedContext {
         store: env.store.clone(),
         limits: env.config.limits.clone(),
         clock: std::sync::Arc::new(dataref_store::SystemClock),
+        mirrors: None,
     }
 }
 

@@ -39,6 +39,7 @@ async fn bad_bodies_get_a_json_rpc_error_and_the_server_keeps_serving() {
         store: env.store.clone(),
         limits: env.config.limits.clone(),
         clock: std::sync::Arc::new(dataref_store::SystemClock),
+        mirrors: None,
     };
     let server = DatarefServer::per_request(env.registry.clone(), shared);
     let options = HttpOptions {

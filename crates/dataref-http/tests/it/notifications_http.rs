@@ -72,6 +72,7 @@ async fn serve(env: &Env, http: HttpConfig) -> Served {
         store: env.store.clone(),
         limits: env.config.limits.clone(),
         clock: std::sync::Arc::new(dataref_store::SystemClock),
+        mirrors: None,
     };
     let server = DatarefServer::per_request(env.registry.clone(), shared);
     let options = HttpOptions {

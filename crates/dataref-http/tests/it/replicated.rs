@@ -61,6 +61,7 @@ async fn serve(env: &Env, configured: Option<&str>, shared: Option<SigningKey>) 
         store: env.store.clone(),
         limits: env.config.limits.clone(),
         clock: std::sync::Arc::new(dataref_store::SystemClock),
+        mirrors: None,
     };
     let server = DatarefServer::per_request(env.registry.clone(), context);
     let options = HttpOptions {

@@ -61,8 +61,16 @@ fn a_table_written_through_one_replica_is_read_through_the_other() {
     let s = Services::start();
     let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let config = s.config();
-    let a = store(&s.replica(home_a.path(), &config), limits(), Arc::new(SystemClock));
-    let b = store(&s.replica(home_b.path(), &config), limits(), Arc::new(SystemClock));
+    let a = store(
+        &s.replica(home_a.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
+    let b = store(
+        &s.replica(home_b.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
     let alice = principal("alice");
     let r = write(a.as_ref(), &alice, 25_000);
 
@@ -72,7 +80,10 @@ fn a_table_written_through_one_replica_is_read_through_the_other() {
     let total: usize = on_b.batches.iter().map(RecordBatch::num_rows).sum();
     assert_eq!(total, 25_000);
     let on_a = a.open_table(&alice, &r).unwrap();
-    assert_eq!(on_a.batches, on_b.batches, "the same bytes on both replicas");
+    assert_eq!(
+        on_a.batches, on_b.batches,
+        "the same bytes on both replicas"
+    );
     // B fetched the file into its own cache; the sandbox's descriptor works there too.
     assert!(on_b.path.starts_with(home_b.path()), "{:?}", on_b.path);
     let file = b.open_file(&alice, &r).unwrap();
@@ -82,7 +93,10 @@ fn a_table_written_through_one_replica_is_read_through_the_other() {
     let (listed, total) = a.list(&alice, 10).unwrap();
     assert_eq!(total, 2);
     assert_eq!(
-        listed.iter().map(|m| m.data_ref.clone()).collect::<Vec<_>>(),
+        listed
+            .iter()
+            .map(|m| m.data_ref.clone())
+            .collect::<Vec<_>>(),
         vec![r2, r.clone()]
     );
     assert_eq!(a.usage(&alice).unwrap(), b.usage(&alice).unwrap());
@@ -93,8 +107,16 @@ fn another_principal_gets_the_unknown_answer_on_every_replica() {
     let s = Services::start();
     let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let config = s.config();
-    let a = store(&s.replica(home_a.path(), &config), limits(), Arc::new(SystemClock));
-    let b = store(&s.replica(home_b.path(), &config), limits(), Arc::new(SystemClock));
+    let a = store(
+        &s.replica(home_a.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
+    let b = store(
+        &s.replica(home_b.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
     let r = write(a.as_ref(), &principal("alice"), 100);
     let unknown = DataRef::from_random_bytes([7; 16]);
     let mallory = principal("mallory");
@@ -125,7 +147,13 @@ fn the_quota_holds_across_replicas_writing_at_once() {
     };
     let stores: Vec<_> = homes
         .iter()
-        .map(|h| store(&s.replica(h.path(), &config), limits.clone(), Arc::new(SystemClock)))
+        .map(|h| {
+            store(
+                &s.replica(h.path(), &config),
+                limits.clone(),
+                Arc::new(SystemClock),
+            )
+        })
         .collect();
     let one = write(stores[0].as_ref(), &principal("bob"), 2_000);
     let size = stores[0].meta(&principal("bob"), &one).unwrap().bytes;
@@ -150,10 +178,7 @@ fn the_quota_holds_across_replicas_writing_at_once() {
     let stored = outcomes.iter().filter(|o| o.is_ok()).count();
     assert_eq!(stored, 1, "{outcomes:?}");
     for o in outcomes.iter().filter_map(|o| o.as_ref().err()) {
-        assert!(
-            matches!(o, StoreError::QuotaExceeded { .. }),
-            "{o:?}"
-        );
+        assert!(matches!(o, StoreError::QuotaExceeded { .. }), "{o:?}");
     }
     assert!(stores[1].usage(&principal("bob")).unwrap() <= 100_000);
     assert_eq!(stores[1].list(&principal("bob"), 10).unwrap().1, 2);
@@ -244,7 +269,11 @@ fn the_cache_is_bounded_and_a_mapped_file_outlives_its_eviction() {
     let mut config = s.config();
     config.cache_bytes = 300_000;
     let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = store(&s.replica(home_a.path(), &config), limits(), Arc::new(SystemClock));
+    let a = store(
+        &s.replica(home_a.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
     let shared_b = s.replica(home_b.path(), &config);
     let b = store(&shared_b, limits(), Arc::new(SystemClock));
     let alice = principal("alice");
@@ -255,9 +284,16 @@ fn the_cache_is_bounded_and_a_mapped_file_outlives_its_eviction() {
     for r in &refs[1..] {
         let t = b.open_table(&alice, r).unwrap();
         assert_eq!(t.meta.rows, 10_000);
-        assert!(shared_b.cache_bytes() <= 300_000, "{}", shared_b.cache_bytes());
+        assert!(
+            shared_b.cache_bytes() <= 300_000,
+            "{}",
+            shared_b.cache_bytes()
+        );
     }
-    assert!(!first.path.exists(), "the first file was evicted from the cache");
+    assert!(
+        !first.path.exists(),
+        "the first file was evicted from the cache"
+    );
     // Its mapping still reads, and a new read fetches it again.
     assert_eq!(first.batches(None).unwrap(), first_batches);
     let again = b.open_table(&alice, &refs[0]).unwrap();
@@ -269,8 +305,16 @@ fn a_stopped_object_store_is_a_clear_error_and_everything_works_again_after() {
     let mut s = Services::start();
     let config = s.config();
     let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = store(&s.replica(home_a.path(), &config), limits(), Arc::new(SystemClock));
-    let b = store(&s.replica(home_b.path(), &config), limits(), Arc::new(SystemClock));
+    let a = store(
+        &s.replica(home_a.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
+    let b = store(
+        &s.replica(home_b.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
     let alice = principal("alice");
     let before = write(a.as_ref(), &alice, 1_000);
     s.s3.stop().unwrap();
@@ -286,13 +330,25 @@ fn a_stopped_object_store_is_a_clear_error_and_everything_works_again_after() {
     );
     assert!(read.hint().unwrap().contains("try the same call again"));
     let mut w = a
-        .create_table(&alice, schema(), Lineage::new("test", serde_json::json!({})))
+        .create_table(
+            &alice,
+            schema(),
+            Lineage::new("test", serde_json::json!({})),
+        )
         .unwrap();
     w.write(&batch(0, 100)).unwrap();
     let write_err = w.finish().unwrap_err();
     assert!(write_err.is_transient(), "{write_err:?}");
-    assert!(started.elapsed() < Duration::from_secs(40), "{:?}", started.elapsed());
-    assert_eq!(a.list(&alice, 10).unwrap().1, 1, "the failed write left no row");
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        a.list(&alice, 10).unwrap().1,
+        1,
+        "the failed write left no row"
+    );
     // A already had it: reading from its cache needs only the index.
     assert_eq!(a.open_table(&alice, &before).unwrap().meta.rows, 1_000);
 
@@ -304,7 +360,11 @@ fn a_stopped_object_store_is_a_clear_error_and_everything_works_again_after() {
     let t0 = Instant::now();
     let after = loop {
         let mut w = b
-            .create_table(&alice, schema(), Lineage::new("test", serde_json::json!({})))
+            .create_table(
+                &alice,
+                schema(),
+                Lineage::new("test", serde_json::json!({})),
+            )
             .unwrap();
         w.write(&batch(0, 10)).unwrap();
         match w.finish() {

@@ -10,6 +10,7 @@
 )]
 
 mod artifacts;
+mod files;
 mod limits;
 mod sessions;
 
@@ -78,6 +79,8 @@ pub(crate) fn store(
     limits: StoreLimits,
     clock: Arc<dyn Clock>,
 ) -> Arc<dyn ArtifactStore> {
-    let store: LocalStore = shared.artifact_store(limits, clock).expect("open the store");
+    let store: LocalStore = shared
+        .artifact_store(limits, clock)
+        .expect("open the store");
     Arc::new(store)
 }

@@ -325,7 +325,10 @@ async fn the_views_file_list_is_never_spilled() {
     let args = json!({"path": "exports", "maxEntries": 1000});
     let listed = run(&f, ToolCall::new("view_files", args.clone())).await;
     assert_eq!(listed.kind, OutcomeKind::Ok, "{}", listed.text);
-    let entries = listed.structured.unwrap()["entries"].as_array().unwrap().len();
+    let entries = listed.structured.unwrap()["entries"]
+        .as_array()
+        .unwrap()
+        .len();
     assert_eq!(entries, 300);
     // The model's own listing of the same is spilled to the workspace, as before.
     let theirs = run(&f, ToolCall::new("list_files", args)).await;

@@ -191,9 +191,9 @@ fetch_sales = "ask"
 }
 
 #[derive(Debug, Clone)]
-struct Event {
-    name: String,
-    data: Value,
+pub(crate) struct Event {
+    pub(crate) name: String,
+    pub(crate) data: Value,
 }
 
 /// One SSE event block (`event:`, `data:` lines; comments skipped).
@@ -215,13 +215,13 @@ fn parse_block(block: &str) -> Option<Event> {
 }
 
 /// An SSE response read event by event.
-struct Sse {
+pub(crate) struct Sse {
     response: reqwest::Response,
     buf: Vec<u8>,
 }
 
 impl Sse {
-    fn new(response: reqwest::Response) -> Self {
+    pub(crate) fn new(response: reqwest::Response) -> Self {
         assert_eq!(response.status(), 200);
         assert_eq!(
             response.headers()["content-type"],
@@ -234,7 +234,7 @@ impl Sse {
         }
     }
 
-    async fn next(&mut self) -> Option<Event> {
+    pub(crate) async fn next(&mut self) -> Option<Event> {
         loop {
             if let Some(at) = self.buf.windows(2).position(|w| w == b"\n\n") {
                 let block: Vec<u8> = self.buf.drain(..at + 2).collect();
@@ -252,7 +252,7 @@ impl Sse {
         }
     }
 
-    async fn all(mut self) -> Vec<Event> {
+    pub(crate) async fn all(mut self) -> Vec<Event> {
         let mut out = Vec::new();
         while let Some(e) = self.next().await {
             out.push(e);

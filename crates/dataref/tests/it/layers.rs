@@ -279,7 +279,10 @@ fn object_store_pair(versions: &BTreeSet<String>) -> bool {
         .filter_map(|v| v.rsplit_once('.').map(|(minor, _)| minor))
         .collect();
     minors == BTreeSet::from(["0.13", "0.14"]) && versions.len() == 2 && {
-        let reqwests = Graph::get().versions.get("reqwest").map_or(0, BTreeSet::len);
+        let reqwests = Graph::get()
+            .versions
+            .get("reqwest")
+            .map_or(0, BTreeSet::len);
         reqwests == 1
     }
 }

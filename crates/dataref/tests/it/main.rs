@@ -19,6 +19,7 @@ mod jsonrpc;
 mod layers;
 mod ops;
 mod postgres;
+mod replicas;
 mod snapshots;
 mod tools_list;
 mod transcript;

@@ -1,0 +1,514 @@
+//! `dataref bench shared`: what sharing the store across replicas costs, against the local
+//! store in the same run. Real parts, started here: SeaweedFS's S3 server (`weed mini`), a
+//! throwaway PostgreSQL, HAProxy, and the release `dataref` beside this binary.
+//!
+//! - **Fetch and read back.** The sample's `fetch_sales` into the local store and into the
+//!   shared one (replica A: the upload and the index row included); then the table read
+//!   back whole (`open_table`: owner check, the file, every column decoded) by a fresh
+//!   store each time — locally; on replica B the first time (B downloads it into its
+//!   cache); and on B again (from its cache).
+//! - **Load.** 50 clients × 100 stateless MCP calls (`describe_data` of one column of the
+//!   fetched table, and `list_artifacts`, alternately) through HAProxy to 1 replica, then
+//!   to 2, with the latency of every call.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use dataref_config::{Config, SharedConfig};
+use dataref_protocol::Principal;
+use dataref_sources::{FetchRequest, ParamValue, SqlPolicy};
+use dataref_store::{ArtifactStore, Lineage, LocalStore, StoreLimits, SystemClock};
+use dataref_test_support::{HaproxyOptions, HealthCheck, TestHaproxy, TestPostgres, TestS3};
+use serde_json::{Value, json};
+
+use super::{group, median, sample_sql};
+
+#[derive(Debug, Args)]
+pub struct SharedArgs {
+    /// Rows of the sample (the table is its `fetch_sales(since = "2025-01-01")`).
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// Timed runs of each fetch and read (the median is reported).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    runs: usize,
+    /// Clients of the load test, and calls each makes.
+    #[arg(long, default_value_t = 50)]
+    clients: usize,
+    #[arg(long, default_value_t = 100)]
+    calls: usize,
+    /// Where sample databases are kept between runs. Default: the top-level `--dir`, else
+    /// `<data dir>/bench`.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+/// The bench's work dir, removed at the end (the stores, the replicas' homes).
+struct Work(PathBuf);
+
+impl Work {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `dataref token new bench`: the token and its `[principals.bench]` lines.
+fn new_token(bin: &Path) -> Result<(String, String)> {
+    let out = Command::new(bin).args(["token", "new", "bench"]).output()?;
+    if !out.status.success() {
+        bail!(
+            "`dataref token new`: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stdout = String::from_utf8(out.stdout)?;
+    let token = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("token: "))
+        .context("a token line")?
+        .to_owned();
+    let lines: String = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("[principals."))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    Ok((token, lines))
+}
+
+pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
+    let dir = match args.dir.as_deref().or(dir) {
+        Some(d) => d.to_path_buf(),
+        None => dataref_app::home(None)?.join("bench"),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let config = Config::builtin_sample(dir.clone(), args.rows);
+    dataref_app::ensure_sample(&config)?;
+    let work = Work(dir.join(format!("shared-{}", std::process::id())));
+    std::fs::create_dir_all(work.path())?;
+    eprintln!("starting SeaweedFS and PostgreSQL…");
+    let s3 = TestS3::start()?;
+    let pg = TestPostgres::start()?;
+    let shared = SharedConfig {
+        bucket: s3.bucket().to_owned(),
+        prefix: "bench".into(),
+        endpoint: Some(s3.endpoint()),
+        region: s3.region().to_owned(),
+        index: pg.url("postgres"),
+        cache_bytes: 64 << 30,
+        index_pool: 8,
+        timeout: Duration::from_secs(60),
+    };
+    let lookup = {
+        let (k, s) = (s3.access_key().to_owned(), s3.secret_key().to_owned());
+        move |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some(k.clone()),
+            "AWS_SECRET_ACCESS_KEY" => Some(s.clone()),
+            _ => None,
+        }
+    };
+    let limits = StoreLimits {
+        max_artifact_bytes: 64 << 30,
+        owner_quota_bytes: 1 << 50,
+        ..StoreLimits::default()
+    };
+    let owner = Principal::new("bench")?;
+
+    // Fetch into each store, then read back.
+    let local_home = work.path().join("local");
+    let (home_a, home_b) = (work.path().join("replica-a"), work.path().join("replica-b"));
+    let local = || -> Result<Arc<dyn ArtifactStore>> {
+        Ok(Arc::new(LocalStore::open(
+            &local_home,
+            limits.clone(),
+            Arc::new(SystemClock),
+        )?))
+    };
+    let replica = |home: &Path| -> Result<Arc<dyn ArtifactStore>> {
+        let s = dataref_shared::Shared::connect(&shared, home, &lookup)?;
+        Ok(Arc::new(
+            s.artifact_store(limits.clone(), Arc::new(SystemClock))?,
+        ))
+    };
+    let (mut fetch_local, mut fetch_shared) = (Vec::new(), Vec::new());
+    let (mut read_local, mut read_first, mut read_cached) = (Vec::new(), Vec::new(), Vec::new());
+    let mut bytes = 0;
+    eprintln!(
+        "fetching {} rows into each store, {} runs…",
+        group(args.rows),
+        args.runs
+    );
+    for run in 0..args.runs {
+        let t = Instant::now();
+        let l = fetch(&config, local()?.as_ref(), &owner)?;
+        fetch_local.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let s = fetch(&config, replica(&home_a)?.as_ref(), &owner)?;
+        fetch_shared.push(t.elapsed().as_secs_f64());
+        bytes = s.bytes;
+        let t = Instant::now();
+        read_all(local()?.as_ref(), &owner, &l.data_ref)?;
+        read_local.push(t.elapsed().as_secs_f64());
+        // B has never read it: the download is part of this read.
+        let b = replica(&home_b.join(format!("run-{run}")))?;
+        let t = Instant::now();
+        read_all(b.as_ref(), &owner, &s.data_ref)?;
+        read_first.push(t.elapsed().as_secs_f64());
+        drop(b);
+        // A fresh store on the same replica home: the file is in its cache.
+        let b = replica(&home_b.join(format!("run-{run}")))?;
+        let t = Instant::now();
+        read_all(b.as_ref(), &owner, &s.data_ref)?;
+        read_cached.push(t.elapsed().as_secs_f64());
+    }
+    let (fl, fs) = (median(&mut fetch_local), median(&mut fetch_shared));
+    let (rl, rf, rc) = (
+        median(&mut read_local),
+        median(&mut read_first),
+        median(&mut read_cached),
+    );
+    println!(
+        "\n### Shared store: fetch {} rows ({:.0} MB) and read them back, median of {}\n",
+        group(args.rows),
+        bytes as f64 / 1e6,
+        args.runs
+    );
+    println!("| step | local store | shared store | ÷ local | goal |");
+    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| fetch → artifact (upload and index row on A) | {} | {} | {:.2}× | |",
+        ms(fl),
+        ms(fs),
+        fs / fl
+    );
+    println!(
+        "| read back on B, first time (download into B's cache) | {} | {} | {:.2}× | ≤ 3× |",
+        ms(rl),
+        ms(rf),
+        rf / rl
+    );
+    println!(
+        "| read back on B, cached | {} | {} | {:.2}× | ≤ 1.5× |",
+        ms(rl),
+        ms(rc),
+        rc / rl
+    );
+
+    // The load test, through HAProxy, one replica then two.
+    let exe = std::env::current_exe()?;
+    let bin = exe
+        .parent()
+        .map(|d| d.join("dataref"))
+        .filter(|p| p.exists())
+        .context("no `dataref` beside `dataref-bench`: build both (`scripts/bench` does)")?;
+    let (token, principal) = new_token(&bin)?;
+    let config_path = write_config(work.path(), &config, &s3, &shared, &principal)?;
+    let mut rows_out = Vec::new();
+    for replicas in [1, 2] {
+        let mut children = Vec::new();
+        let mut addrs = Vec::new();
+        for i in 0..replicas {
+            let home = work.path().join(format!("load-{replicas}-{i}"));
+            let (child, addr) = spawn(&bin, &home, &config_path, &s3, &pg)?;
+            children.push(Kill(child));
+            addrs.push(addr.parse()?);
+        }
+        let lb = TestHaproxy::start(
+            &addrs,
+            HaproxyOptions {
+                health_check: HealthCheck::Http { path: "/".into() },
+                ..HaproxyOptions::default()
+            },
+        )?;
+        let (p50, p95, total, errors) = load(&lb.url(), &token, args.clients, args.calls)?;
+        rows_out.push((replicas, p50, p95, total, errors));
+        drop(lb);
+        drop(children);
+    }
+    println!(
+        "\n### {} clients × {} calls through HAProxy (`describe_data` of one column and \
+         `list_artifacts`, alternately)\n",
+        args.clients, args.calls
+    );
+    println!("| replicas | p50 | p95 | calls/s | errors |");
+    println!("|---:|---:|---:|---:|---:|");
+    for (replicas, p50, p95, total, errors) in rows_out {
+        let calls = (args.clients * args.calls) as f64;
+        println!(
+            "| {replicas} | {} | {} | {:.0} | {errors} |",
+            ms(p50),
+            ms(p95),
+            calls / total
+        );
+    }
+    Ok(())
+}
+
+struct Fetched {
+    data_ref: dataref_protocol::DataRef,
+    bytes: u64,
+}
+
+fn fetch(config: &Config, store: &dyn ArtifactStore, owner: &Principal) -> Result<Fetched> {
+    let source = config.sources.get("sample").context("sample source")?;
+    let sql = sample_sql(config)?;
+    let declared = Default::default();
+    let req = FetchRequest {
+        source,
+        sql: &sql,
+        params: vec![("since".into(), ParamValue::Text("2025-01-01".into()))],
+        declared: &declared,
+        policy: SqlPolicy::Configured,
+    };
+    let meta = dataref_sources::fetch(
+        &req,
+        store,
+        owner,
+        Lineage::new("bench", json!({})),
+        &|_| {},
+        &|| false,
+    )?;
+    Ok(Fetched {
+        data_ref: meta.data_ref,
+        bytes: meta.bytes,
+    })
+}
+
+/// The whole table: owner check, the file (downloaded if needed), every column decoded and
+/// every value touched once.
+fn read_all(
+    store: &dyn ArtifactStore,
+    owner: &Principal,
+    r: &dataref_protocol::DataRef,
+) -> Result<()> {
+    let table = store.open_table(owner, r)?;
+    let mut nulls = 0usize;
+    for b in &table.batches {
+        for c in b.columns() {
+            nulls += arrow_array::Array::logical_null_count(c.as_ref());
+        }
+    }
+    std::hint::black_box(nulls);
+    Ok(())
+}
+
+fn ms(secs: f64) -> String {
+    format!("{:.1} ms", secs * 1000.0)
+}
+
+fn write_config(
+    dir: &Path,
+    sample: &Config,
+    s3: &TestS3,
+    shared: &SharedConfig,
+    principal: &str,
+) -> Result<PathBuf> {
+    let db = &sample.sample.as_ref().context("the sample")?.path;
+    let path = dir.join("dataref.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[python]
+enabled = false
+
+[http]
+rate_per_minute = 100000000
+max_concurrent = 1000
+
+[shared]
+objects = "s3://{bucket}/bench-load"
+endpoint = "{endpoint}"
+index = "${{DATAREF_INDEX_URL}}"
+
+[sources.sample]
+kind = "sqlite"
+path = "{db}"
+
+[queries.sales]
+source = "sample"
+description = "Load sales on or after a date."
+sql = "SELECT date, line, region, channel, units, revenue, discount FROM sales WHERE date >= :since ORDER BY date, id"
+params.since = {{ type = "date", required = true }}
+
+{principal}
+"#,
+            bucket = shared.bucket,
+            endpoint = s3.endpoint(),
+            db = db.display(),
+        ),
+    )?;
+    Ok(path)
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(
+    bin: &Path,
+    home: &Path,
+    config: &Path,
+    s3: &TestS3,
+    pg: &TestPostgres,
+) -> Result<(Child, String)> {
+    let mut child = Command::new(bin)
+        .arg("serve")
+        .arg("--home")
+        .arg(home)
+        .arg("--config")
+        .arg(config)
+        .args(["--http", "127.0.0.1:0"])
+        .env_remove("DATAREF_CONFIG")
+        .env_remove("DATAREF_HOME")
+        .env("DATAREF_INDEX_URL", pg.url("postgres"))
+        .env("AWS_ACCESS_KEY_ID", s3.access_key())
+        .env("AWS_SECRET_ACCESS_KEY", s3.secret_key())
+        .env("DATAREF_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !sent && let Some(at) = line.find("http://") {
+                let addr = line[at + 7..]
+                    .split(['/', ' '])
+                    .next()
+                    .unwrap_or("")
+                    .to_owned();
+                let _ = tx.send(addr);
+                sent = true;
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(addr) => Ok((child, addr)),
+        Err(_) => {
+            let _ = child.kill();
+            bail!("a replica did not start")
+        }
+    }
+}
+
+/// `clients` × `calls` through `base`: p50 and p95 of a call, the wall time, the errors.
+fn load(base: &str, token: &str, clients: usize, calls: usize) -> Result<(f64, f64, f64, usize)> {
+    let token = token.to_owned();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let http = reqwest_client()?;
+        let first = call(
+            &http,
+            base,
+            &token,
+            "fetch_sales",
+            json!({"since": "2025-06-01"}),
+        )
+        .await?;
+        let r = first["result"]["structuredContent"]["dataRef"]
+            .as_str()
+            .context("a dataRef")?
+            .to_owned();
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for i in 0..clients {
+            let (http, base, r, token) = (http.clone(), base.to_owned(), r.clone(), token.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(calls);
+                let mut errors = 0;
+                for j in 0..calls {
+                    let t = Instant::now();
+                    let answer = if (i + j) % 2 == 0 {
+                        call(
+                            &http,
+                            &base,
+                            &token,
+                            "describe_data",
+                            json!({"dataRef": r, "columns": ["revenue"]}),
+                        )
+                        .await
+                    } else {
+                        call(&http, &base, &token, "list_artifacts", json!({})).await
+                    };
+                    lat.push(t.elapsed().as_secs_f64());
+                    if !matches!(&answer, Ok(v) if v["result"]["isError"] != json!(true)) {
+                        errors += 1;
+                    }
+                }
+                (lat, errors)
+            }));
+        }
+        let mut all = Vec::new();
+        let mut errors = 0;
+        for t in tasks {
+            let (lat, e) = t.await?;
+            all.extend(lat);
+            errors += e;
+        }
+        let total = started.elapsed().as_secs_f64();
+        all.sort_by(f64::total_cmp);
+        let p95 = all[(all.len() * 95 / 100).min(all.len() - 1)];
+        Ok((median(&mut all), p95, total, errors))
+    })
+}
+
+fn reqwest_client() -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()?)
+}
+
+async fn call(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    tool: &str,
+    args: Value,
+) -> Result<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": tool, "arguments": args, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let text = http
+        .post(format!("{base}/mcp"))
+        .bearer_auth(token)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", "tools/call")
+        .header("Mcp-Name", tool)
+        .body(serde_json::to_vec(&body)?)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    if text.trim_start().starts_with('{') {
+        return Ok(serde_json::from_str(&text)?);
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == 1)
+        .context("no answer in the stream")
+}
