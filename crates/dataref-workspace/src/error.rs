@@ -142,6 +142,19 @@ pub enum WorkspacePathError {
         /// What could not be done: `saved`, `read`, `listed`, `swept`.
         op: &'static str,
     },
+    /// The version of `path` the shared index names could not be fetched even after
+    /// listing it again: it was replaced or removed each time before its content could be
+    /// read (or the store lost that content). The local copy was dropped rather than serve
+    /// an older version. Worth trying again ([`WorkspacePathError::is_transient`]).
+    #[error(
+        "`{path}` could not be {op}: it kept changing in the shared workspace while it was \
+         being fetched"
+    )]
+    SharedChanging {
+        path: String,
+        /// What could not be done: `read`, `listed`, `swept`.
+        op: &'static str,
+    },
     #[error("cannot {op} `{path}`: {source}")]
     Io {
         op: &'static str,
@@ -230,6 +243,10 @@ impl WorkspacePathError {
                 "try the same call again in a moment; if it keeps failing, tell the person \
                  running dataref that the shared workspace store cannot be reached"
             }
+            Self::SharedChanging { .. } => {
+                "try the same call again in a moment; if it keeps failing, tell the person \
+                 running dataref that the shared workspace store is missing this file's content"
+            }
             Self::Io { .. } => return None,
         };
         Some(hint.into())
@@ -253,14 +270,18 @@ impl WorkspacePathError {
             | Self::LinkInWritePath { .. }
             | Self::AlreadyExists { .. }
             | Self::QuotaExceeded { .. } => true,
-            Self::SharedUnavailable { .. } | Self::Io { .. } => false,
+            Self::SharedUnavailable { .. } | Self::SharedChanging { .. } | Self::Io { .. } => false,
         }
     }
 
-    /// True for a fault that is expected to pass (the shared store unreachable): not the
-    /// caller's, but the caller should be told, with the hint, to try again.
+    /// True for a fault that is expected to pass (the shared store unreachable, or a file
+    /// changing in it faster than it could be fetched): not the caller's, but the caller
+    /// should be told, with the hint, to try again.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::SharedUnavailable { .. })
+        matches!(
+            self,
+            Self::SharedUnavailable { .. } | Self::SharedChanging { .. }
+        )
     }
 }
 

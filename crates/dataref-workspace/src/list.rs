@@ -13,13 +13,15 @@ const MAX_TREE_DEPTH: usize = 64;
 impl Workspace {
     /// Lists the entries of one directory (the root: [`Workspace::root_path`]), sorted by
     /// name, at most `max_entries` of them. Links are reported as links, not followed.
-    /// With a mirror, the directory's subtree is brought up to date with it first.
+    /// With a mirror, the directory's subtree is brought up to date with it first, unless
+    /// `dir` was just resolved (so synced) by this workspace; files that cannot be fetched
+    /// are left out (see [`Workspace::resolve`]).
     pub fn list_dir(
         &self,
         dir: &WorkspacePath,
         max_entries: usize,
     ) -> Result<Listing, WorkspacePathError> {
-        self.sync(dir.rel(), "listed", dir.as_str())?;
+        self.sync_listed(dir)?;
         let fd = self.open_beneath(dir, Want::Directory)?;
         let (names, skipped_non_utf8) = read_names(&fd, dir.as_str())?;
         let mut listing = Listing {
@@ -44,13 +46,14 @@ impl Workspace {
     /// Symlinked directories are never entered (they are listed as links), so the walk
     /// cannot leave the workspace or loop. Bounded by `max_entries`, `max_depth` (at most
     /// 64) and `max_scanned`; the flags on [`Listing`] say when a bound cut it short.
-    /// With a mirror, the directory's subtree is brought up to date with it first.
+    /// With a mirror, the directory's subtree is brought up to date with it first, as for
+    /// [`Workspace::list_dir`].
     pub fn list_tree(
         &self,
         dir: &WorkspacePath,
         options: &TreeOptions,
     ) -> Result<Listing, WorkspacePathError> {
-        self.sync(dir.rel(), "listed", dir.as_str())?;
+        self.sync_listed(dir)?;
         let fd = self.open_beneath(dir, Want::Directory)?;
         let mut walk = TreeWalk {
             options,

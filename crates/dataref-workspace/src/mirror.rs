@@ -9,9 +9,17 @@
 //!   publish fails nothing changes locally;
 //! - reads bring what they name up to date first: [`Workspace::resolve`] the requested
 //!   path (a file, or a directory with everything beneath it), [`Workspace::list_dir`] and
-//!   [`Workspace::list_tree`] the listed directory. Syncing fetches what is missing or
-//!   stale, and removes local regular files the index does not have. `open_read` and
+//!   [`Workspace::list_tree`] the listed directory (unless the same workspace's `resolve`
+//!   gave that path and synced it within the last second). Syncing fetches what is missing
+//!   or stale, and removes local regular files the index does not have. `open_read` and
 //!   `metadata` take a path that was resolved (so synced) and do not ask again;
+//! - a version replaced and swept between the listing and its fetch is listed again and
+//!   its new version fetched (a few times at most); one that still cannot be had has its
+//!   local copy removed, never served stale, and resolving that file fails with
+//!   [`WorkspacePathError::SharedChanging`]. A directory's files that cannot be fetched
+//!   (vanishing, corrupt, or the store failing for them) are logged and left out of its
+//!   sync, so one bad object does not fail every listing; resolving such a file itself
+//!   reports why;
 //! - [`Workspace::create_atomic`] with [`Overwrite::Refuse`] asks the index whether the
 //!   name is taken (without fetching it), so callers that try names until one is free see
 //!   the shared truth;

@@ -1,4 +1,7 @@
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::time::Instant;
 
 use crate::error::{InvalidBytes, MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePathError, shown};
 
@@ -9,21 +12,48 @@ use crate::error::{InvalidBytes, MAX_NAME_BYTES, MAX_PATH_BYTES, WorkspacePathEr
 /// and never `..`. It is what results show the model; there is no way to get an absolute
 /// host path from it. Every use opens it again beneath the root's directory fd, so a link
 /// swapped in after resolution cannot lead outside.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Two paths are equal when they name the same place: how fresh a path's sync is (see
+/// below) is not part of its identity.
+#[derive(Clone)]
 pub struct WorkspacePath {
     /// Normalised components joined by `/`; empty for the root.
     rel: String,
+    /// Set by [`Workspace::resolve`](crate::Workspace::resolve) of a workspace with a
+    /// mirror: that workspace brought this path (and everything beneath it) up to date with
+    /// the shared index, so a listing of it right after need not ask the index again.
+    synced: Option<Synced>,
+}
+
+/// Which workspace synced a path, and when the sync finished.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Synced {
+    /// [`Workspace`](crate::Workspace)s are told apart by a number given when they open.
+    pub(crate) workspace: u64,
+    pub(crate) at: Instant,
 }
 
 impl WorkspacePath {
     pub(crate) fn root() -> Self {
-        Self { rel: String::new() }
+        Self {
+            rel: String::new(),
+            synced: None,
+        }
     }
 
     /// Only for strings that went through [`normalize`] or are joins of such strings with
     /// single names read from a directory.
     pub(crate) fn from_normalized(rel: String) -> Self {
-        Self { rel }
+        Self { rel, synced: None }
+    }
+
+    /// As [`WorkspacePath::from_normalized`], for a path whose subtree was just synced.
+    pub(crate) fn synced(rel: String, synced: Option<Synced>) -> Self {
+        Self { rel, synced }
+    }
+
+    pub(crate) fn sync_mark(&self) -> Option<Synced> {
+        self.synced
     }
 
     /// The path relative to the workspace root; `.` for the root itself.
@@ -56,14 +86,36 @@ impl WorkspacePath {
 
     pub(crate) fn join(&self, name: &str) -> Self {
         if self.rel.is_empty() {
-            Self {
-                rel: name.to_owned(),
-            }
+            Self::from_normalized(name.to_owned())
         } else {
-            Self {
-                rel: format!("{}/{name}", self.rel),
-            }
+            Self::from_normalized(format!("{}/{name}", self.rel))
         }
+    }
+}
+
+impl PartialEq for WorkspacePath {
+    fn eq(&self, other: &Self) -> bool {
+        self.rel == other.rel
+    }
+}
+
+impl Eq for WorkspacePath {}
+
+impl Hash for WorkspacePath {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.rel.hash(state);
+    }
+}
+
+impl PartialOrd for WorkspacePath {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for WorkspacePath {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.rel.cmp(&other.rel)
     }
 }
 

@@ -1,7 +1,8 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use dataref_protocol::{Principal, Timestamp};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -11,7 +12,7 @@ use rustix::io::Errno;
 use crate::beneath::{self, Want, io_error, kind_of, open_error};
 use crate::error::{WorkspaceError, WorkspacePathError, shown};
 use crate::mirror::Mirror;
-use crate::path::normalize;
+use crate::path::{Synced, normalize};
 use crate::quota::Quota;
 use crate::{EntryKind, Metadata, WorkspacePath};
 
@@ -48,6 +49,8 @@ pub struct Workspace {
     quota: Option<Quota>,
     /// The shared truth this directory is a cache of; `None`: the directory is the truth.
     mirror: Option<Arc<dyn Mirror>>,
+    /// Unique in the process: tells the paths this value synced from other workspaces'.
+    id: u64,
 }
 
 impl Workspace {
@@ -124,6 +127,7 @@ impl Workspace {
             openat2_missing: AtomicBool::new(false),
             quota: None,
             mirror: None,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -164,6 +168,10 @@ impl Workspace {
         self.mirror.as_ref()
     }
 
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Chooses how paths are opened (tests use this to run both ways).
     #[must_use]
     pub fn with_open_method(mut self, method: OpenMethod) -> Self {
@@ -190,7 +198,10 @@ impl Workspace {
     /// that point back inside.
     ///
     /// With a mirror ([`Workspace::with_mirror`]) the path (a file, or a directory with
-    /// everything beneath it) is first brought up to date with the shared index.
+    /// everything beneath it) is first brought up to date with the shared index. A
+    /// directory's files that cannot be fetched are left out (logged); the path of such a
+    /// file, resolved itself, fails with the reason. [`Workspace::list_dir`] and
+    /// [`Workspace::list_tree`] of the returned path within a second do not sync again.
     ///
     /// [`Escape::AbsoluteTarget`]: crate::Escape::AbsoluteTarget
     pub fn resolve(&self, requested: &str) -> Result<WorkspacePath, WorkspacePathError> {
@@ -201,10 +212,14 @@ impl Workspace {
     pub fn resolve_bytes(&self, requested: &[u8]) -> Result<WorkspacePath, WorkspacePathError> {
         let rel = normalize(requested)?;
         self.sync(&rel, "read", &shown(requested))?;
+        let synced = self.mirror.is_some().then(|| Synced {
+            workspace: self.id,
+            at: Instant::now(),
+        });
         // The walk (not `openat2`) even where `openat2` exists: it can say which link left
         // the workspace and whether its target was absolute. Each later open checks again.
         beneath::walk(self.root.as_fd(), &rel, &shown(requested))?;
-        Ok(WorkspacePath::from_normalized(rel))
+        Ok(WorkspacePath::synced(rel, synced))
     }
 
     /// Opens a regular file for reading. The type and link count are checked with `fstat` on
@@ -279,6 +294,9 @@ impl Workspace {
         }
     }
 }
+
+/// The next [`Workspace::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// The mode a missing parent of the data directory is created with, before the umask.
 const DATA_DIR_MODE: Mode = Mode::from_raw_mode(0o755);

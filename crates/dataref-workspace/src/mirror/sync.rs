@@ -7,10 +7,22 @@
 //! from directory fds, never following a link: parents are opened or made the way
 //! `create_atomic` does it, a fetched file goes to an `O_EXCL` temporary file and is
 //! renamed into place, and removals unlink names in a directory fd held open.
+//!
+//! A version can vanish between the listing and its fetch (replaced on another replica,
+//! and its content swept). Then that one path is listed again and its new version fetched,
+//! a few times at most; if it still cannot be had, the local copy is removed rather than
+//! left standing as a version older than anything the index named.
+//!
+//! Syncing a directory does not fail because one of its files cannot be fetched: that file
+//! is logged and left out (its stale copy removed), and only a sync of that file itself
+//! reports the reason. The index being unreachable still fails the call, and so does the
+//! store failing fetch after fetch (each of which may cost a full timeout).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
+use std::time::Duration;
 
 use dataref_protocol::Timestamp;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -23,20 +35,67 @@ use crate::atomic::create_temp;
 use crate::beneath::io_error;
 use crate::error::{MAX_DEPTH, WorkspacePathError};
 use crate::path::{normalize, split_last};
-use crate::{TEMP_PREFIX, Workspace};
+use crate::{TEMP_PREFIX, Workspace, WorkspacePath};
 
 /// Entries a removal walk looks at, at most (as the quota's walk).
 const MAX_WALK_ENTRIES: usize = 200_000;
 /// Directory levels a removal walk descends (as `list_tree`).
 const MAX_WALK_DEPTH: usize = 64;
+/// Fetches of one path whose version keeps vanishing (each after listing it again).
+const MAX_FETCH_TRIES: usize = 3;
+/// Files of one directory sync left out because the store failed to send them (not
+/// because of what they are): one more and the store is taken to be down, and the call
+/// fails as it would have for the first.
+const MAX_SKIPPED_UNAVAILABLE: usize = 3;
+/// How long a path [`Workspace::resolve`] synced counts as up to date for a listing of it
+/// by the same workspace: long enough for the listing that follows a resolve in the same
+/// call, short enough that a path kept for later is synced again.
+const FRESH_SYNC: Duration = Duration::from_secs(1);
+
+/// Why one row could not be made the local copy.
+#[derive(Debug)]
+enum Failed {
+    /// `fetch` says the row's version is gone (replaced or removed since the listing).
+    Gone,
+    /// Its version kept vanishing, or the index names a version the store does not have.
+    Changing,
+    /// `fetch` failed otherwise: the store unreachable for it, or what it sent does not
+    /// match the index.
+    Fetch(MirrorError),
+    /// Listing the path again failed: the index is unreachable.
+    Index(MirrorError),
+    /// A local operation failed.
+    Local(WorkspacePathError),
+}
+
+impl From<WorkspacePathError> for Failed {
+    fn from(e: WorkspacePathError) -> Self {
+        Self::Local(e)
+    }
+}
+
+impl Failed {
+    fn into_path_error(self, op: &'static str, path: &str) -> WorkspacePathError {
+        match self {
+            Self::Gone | Self::Changing => WorkspacePathError::SharedChanging {
+                path: path.to_owned(),
+                op,
+            },
+            Self::Fetch(e) | Self::Index(e) => e.into_path_error(op, path),
+            Self::Local(e) => e,
+        }
+    }
+}
 
 impl Workspace {
     /// With a mirror: makes the local copy of `rel` (normalised; empty for the whole
     /// workspace) equal to the index. `op` and `shown` name the operation and path in an
     /// error. Rows the index should never have had (paths that are not normalised, leave
     /// `rel`, or would be written through a link or over a non-empty directory) are logged
-    /// and skipped; a mirror that fails makes the call fail, with nothing half-written in
-    /// place.
+    /// and skipped. An index that cannot be listed makes the call fail, with nothing
+    /// changed; so does a row at `rel` itself that cannot be fetched. Rows beneath `rel`
+    /// that cannot be fetched are logged and left out, unless the store fails more than
+    /// [`MAX_SKIPPED_UNAVAILABLE`] fetches. Nothing half-written is ever put in place.
     pub(crate) fn sync(
         &self,
         rel: &str,
@@ -50,10 +109,50 @@ impl Workspace {
         let rows = mirror.list(rel).map_err(|e| e.into_path_error(op, shown))?;
         let wanted = valid_rows(rel, rows);
         self.remove_unlisted(rel, &wanted, start);
+        let mut unavailable = 0;
         for remote in wanted.values() {
-            self.sync_file(mirror.as_ref(), remote, start, op)?;
+            let failed = match self.sync_current(mirror.as_ref(), remote, start) {
+                Ok(()) => continue,
+                Err(failed) => failed,
+            };
+            let path = remote.path.as_str();
+            if path == rel {
+                // The file asked for: the caller learns why it cannot have it.
+                return Err(failed.into_path_error(op, path));
+            }
+            match failed {
+                Failed::Index(e) => return Err(e.into_path_error(op, shown)),
+                Failed::Local(e) => return Err(e),
+                Failed::Fetch(e @ (MirrorError::Unavailable { .. } | MirrorError::Io(_))) => {
+                    unavailable += 1;
+                    if unavailable > MAX_SKIPPED_UNAVAILABLE {
+                        return Err(e.into_path_error(op, shown));
+                    }
+                    tracing::warn!(path, error = %e, "leaving out a shared file that cannot be fetched now");
+                    self.remove_stale(path, start);
+                }
+                Failed::Fetch(e) => {
+                    tracing::warn!(path, error = %e, "leaving out a shared file that cannot be fetched");
+                    self.remove_stale(path, start);
+                }
+                // Logged, and the copy removed, where it was decided.
+                Failed::Gone | Failed::Changing => {}
+            }
         }
         Ok(())
+    }
+
+    /// [`Workspace::sync`] of a directory about to be listed, unless this workspace's
+    /// [`Workspace::resolve`] gave `dir` and synced it a moment ago (the listing that
+    /// follows a resolve in the same call need not ask the index twice).
+    pub(crate) fn sync_listed(&self, dir: &WorkspacePath) -> Result<(), WorkspacePathError> {
+        let fresh = dir
+            .sync_mark()
+            .is_some_and(|m| m.workspace == self.id() && m.at.elapsed() < FRESH_SYNC);
+        if fresh {
+            return Ok(());
+        }
+        self.sync(dir.rel(), "listed", dir.as_str())
     }
 
     /// With a mirror, the early answer of `create_atomic` under [`Overwrite::Refuse`]:
@@ -152,14 +251,77 @@ impl Workspace {
         }
     }
 
-    /// Makes the local copy of one row that version, unless it already is.
-    fn sync_file(
-        &self,
-        mirror: &dyn Mirror,
-        remote: &Remote,
-        start: u64,
-        op: &'static str,
-    ) -> Result<(), WorkspacePathError> {
+    /// Removes the local copy of `path` if it is a regular file this sync may judge (not
+    /// committed since `start`, unchanged meanwhile): a row that could not be fetched must
+    /// not be served from an older copy. Directories and links are left alone.
+    fn remove_stale(&self, path: &str, start: u64) {
+        let (parent, name) = split_last(path);
+        let Some(dir) = open_dirs_nofollow(self.root_fd(), parent) else {
+            return;
+        };
+        let Ok(stat) = fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            return;
+        };
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return;
+        }
+        let none = BTreeMap::new();
+        let mut walk = Removal {
+            wanted: &none,
+            start,
+            seen: 0,
+        };
+        walk.file(dir.as_fd(), name, path, &stat);
+    }
+
+    /// [`Workspace::sync_file`] of a listed row; if its version vanished before it could
+    /// be fetched, lists that one path again and fetches the version it has now, up to
+    /// [`MAX_FETCH_TRIES`] fetches. When the path left the index meanwhile, its copy goes
+    /// as a sync would remove it; when no version could be had, the copy goes and the
+    /// answer is [`Failed::Changing`].
+    fn sync_current(&self, mirror: &dyn Mirror, listed: &Remote, start: u64) -> Result<(), Failed> {
+        let mut row = Cow::Borrowed(listed);
+        let mut tries = 0;
+        loop {
+            match self.sync_file(mirror, &row, start) {
+                Err(Failed::Gone) => {}
+                done => return done,
+            }
+            tries += 1;
+            let path = row.path.as_str();
+            if tries == MAX_FETCH_TRIES {
+                tracing::warn!(
+                    path,
+                    tries,
+                    "a shared file kept changing while it was fetched; removing its local copy"
+                );
+                break;
+            }
+            tracing::debug!(path, version = %row.version, "gone from the shared store meanwhile; listing it again");
+            let rows = mirror.list(path).map_err(Failed::Index)?;
+            let mut now = valid_rows(path, rows);
+            match now.remove(path) {
+                Some(next) if next.version != row.version => row = Cow::Owned(next),
+                Some(_) => {
+                    // Listing again will not help: the row stands, its content is gone.
+                    tracing::warn!(path, version = %row.version, "the shared index names a version the store does not have; removing the local copy");
+                    break;
+                }
+                None => {
+                    // No longer a file of the index (removed, or a directory now): what a
+                    // sync of it would remove goes; files beneath it wait for the next.
+                    self.remove_unlisted(path, &now, start);
+                    return Ok(());
+                }
+            }
+        }
+        self.remove_stale(&row.path, start);
+        Err(Failed::Changing)
+    }
+
+    /// Makes the local copy of one row that version, unless it already is. On failure
+    /// nothing changes locally.
+    fn sync_file(&self, mirror: &dyn Mirror, remote: &Remote, start: u64) -> Result<(), Failed> {
         let path = remote.path.as_str();
         let (parent, name) = split_last(path);
         // Real directories only, as for any write: a link planted in a parent (even one
@@ -174,7 +336,7 @@ impl Workspace {
         let mut before = match fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => Some(stat),
             Err(Errno::NOENT) => None,
-            Err(e) => return Err(io_error("inspect", path, e)),
+            Err(e) => return Err(Failed::Local(io_error("inspect", path, e))),
         };
         if let Some(stat) = &before {
             let id = Identity::of(stat);
@@ -229,20 +391,16 @@ impl Workspace {
         let fetched = mirror.fetch(remote, &mut sink);
         if sink.overflowed() {
             // Whatever the store made of the sink's refusal.
-            return Err(MirrorError::Corrupt {
+            return Err(Failed::Fetch(MirrorError::Corrupt {
                 path: path.to_owned(),
                 detail: format!("more than the {} bytes its index names", remote.bytes),
-            }
-            .into_path_error(op, path));
+            }));
         }
         match fetched {
             Ok(()) => {}
-            // Replaced or removed since the listing: the next sync sees what replaced it.
-            Err(MirrorError::NotFound { .. }) => {
-                tracing::debug!(path, version = %remote.version, "gone from the shared store meanwhile");
-                return Ok(());
-            }
-            Err(e) => return Err(e.into_path_error(op, path)),
+            // Replaced or removed since the listing: the caller lists it again.
+            Err(MirrorError::NotFound { .. }) => return Err(Failed::Gone),
+            Err(e) => return Err(Failed::Fetch(e)),
         }
         let (bytes, sha256) = sink.finish();
         if bytes != remote.bytes || sha256 != remote.sha256 {
@@ -252,11 +410,10 @@ impl Workspace {
                 remote.bytes,
                 hex(&remote.sha256)
             );
-            return Err(MirrorError::Corrupt {
+            return Err(Failed::Fetch(MirrorError::Corrupt {
                 path: path.to_owned(),
                 detail,
-            }
-            .into_path_error(op, path));
+            }));
         }
         set_modified(&temp.file, remote.modified, path);
 
@@ -264,7 +421,7 @@ impl Workspace {
         let now = match fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => Some(Identity::of(&stat)),
             Err(Errno::NOENT) => None,
-            Err(e) => return Err(io_error("inspect", path, e)),
+            Err(e) => return Err(Failed::Local(io_error("inspect", path, e))),
         };
         if now != before {
             // Changed while we fetched (a commit of this process, another process, a
@@ -280,7 +437,7 @@ impl Workspace {
                 );
                 return Ok(());
             }
-            Err(e) => return Err(io_error("move into place", path, e)),
+            Err(e) => return Err(Failed::Local(io_error("move into place", path, e))),
         }
         match fs::fstat(&temp.file) {
             Ok(stat) => known.record(Identity::of(&stat), remote.version.clone()),
@@ -404,7 +561,7 @@ impl Removal<'_> {
         match fs::unlinkat(dir, name, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => known.forget(&seen),
             Err(e) => {
-                tracing::warn!(path, error = %e, "cannot remove a file the shared index no longer has")
+                tracing::warn!(path, error = %e, "cannot remove a stale copy of a shared file")
             }
         }
     }

@@ -6,7 +6,7 @@
 //! lives in another crate. This one keeps the contract written on the trait (Refuse decided
 //! by the index, immutable versions, read after write) and can misbehave on request.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -35,6 +35,13 @@ struct Memory {
     down: AtomicBool,
     /// `fetch` writes half the content, then fails.
     fail_midway: AtomicBool,
+    /// `list` calls, to tell a sync from none.
+    lists: AtomicUsize,
+    /// The next this many `fetch`es find the path replaced meanwhile (by its content with
+    /// `+` appended, under a new version) and the version asked for swept: `NotFound`.
+    replace_on_fetch: AtomicUsize,
+    /// Paths whose `fetch` fails with `Unavailable` (one object the store cannot send).
+    unfetchable: Mutex<HashSet<String>>,
     /// Bytes the shared workspace may hold.
     quota: Option<u64>,
     /// Run once by the next `list`, after its snapshot is taken (a commit racing a sync).
@@ -76,6 +83,42 @@ impl Memory {
 
     fn fetches(&self) -> usize {
         self.fetches.load(Ordering::SeqCst)
+    }
+
+    fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
+    }
+
+    /// The content of `path`'s current version is gone from the store; the row stays.
+    fn lose_content(&self, path: &str) {
+        let mut state = self.state.lock().unwrap();
+        let version = state.files[path].version.clone();
+        state.contents.remove(&version);
+    }
+
+    /// What `replace_on_fetch` does to `remote`'s path.
+    fn replace_and_sweep(&self, remote: &Remote) {
+        let mut state = self.state.lock().unwrap();
+        if let Some(current) = state.files.get(&remote.path).cloned() {
+            let mut content = state
+                .contents
+                .get(&current.version)
+                .cloned()
+                .unwrap_or_default();
+            content.push(b'+');
+            state.next += 1;
+            let row = Remote {
+                path: remote.path.clone(),
+                version: format!("v{}", state.next),
+                sha256: sha(&content),
+                bytes: content.len() as u64,
+                modified: Timestamp(1_600_000_000 + state.next as i64),
+            };
+            state.contents.remove(&current.version);
+            state.contents.insert(row.version.clone(), content);
+            state.files.insert(remote.path.clone(), row);
+        }
+        state.contents.remove(&remote.version);
     }
 
     fn unavailable(&self) -> Result<(), MirrorError> {
@@ -175,6 +218,7 @@ impl Mirror for Memory {
 
     fn list(&self, under: &str) -> Result<Vec<Remote>, MirrorError> {
         self.unavailable()?;
+        self.lists.fetch_add(1, Ordering::SeqCst);
         let rows: Vec<Remote> = {
             let state = self.state.lock().unwrap();
             let prefix = format!("{under}/");
@@ -196,6 +240,17 @@ impl Mirror for Memory {
     fn fetch(&self, remote: &Remote, sink: &mut dyn Write) -> Result<(), MirrorError> {
         self.unavailable()?;
         self.fetches.fetch_add(1, Ordering::SeqCst);
+        if self.unfetchable.lock().unwrap().contains(&remote.path) {
+            return Err(MirrorError::Unavailable {
+                detail: "object storage timed out for this object".into(),
+            });
+        }
+        let replaced =
+            self.replace_on_fetch
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if replaced.is_ok() {
+            self.replace_and_sweep(remote);
+        }
         let content = self
             .state
             .lock()
@@ -801,6 +856,253 @@ fn a_sync_from_a_listing_older_than_a_commit_does_not_undo_it() {
     assert_eq!(fs::read_to_string(fx.root.join("f.txt")).unwrap(), "v2");
     assert_eq!(fs::read_to_string(fx.root.join("new.txt")).unwrap(), "new");
     assert_eq!(read_str(&ws, "f.txt").unwrap(), "v2");
+}
+
+// --- versions that vanish, files that cannot be fetched ---------------------------------
+
+#[test]
+fn a_version_swept_between_the_listing_and_its_fetch_is_fetched_at_its_new_version() {
+    let mirror = Memory::new();
+    let (fa, fb) = (Fixture::new(), Fixture::new());
+    let (a, b) = (replica(&fa, &mirror), replica(&fb, &mirror));
+    a.write_atomic("f.txt", b"v1", Overwrite::Refuse).unwrap();
+    assert_eq!(read_str(&b, "f.txt").unwrap(), "v1");
+    a.write_atomic("f.txt", b"v2", Overwrite::Replace).unwrap();
+    // B lists `f.txt` at v2; before B fetches it, v2 is replaced and swept.
+    mirror.replace_on_fetch.store(1, Ordering::SeqCst);
+    assert_eq!(
+        read_str(&b, "f.txt").unwrap(),
+        "v2+",
+        "not v1, not NotFound"
+    );
+    assert_eq!(mirror.fetches(), 3, "v1, v2 (gone), v2+");
+    assert_eq!(fs::read_to_string(fb.root.join("f.txt")).unwrap(), "v2+");
+
+    // In a listing, for a file this replica never had, twice in a row.
+    a.write_atomic("d/g.txt", b"g", Overwrite::Refuse).unwrap();
+    mirror.replace_on_fetch.store(2, Ordering::SeqCst);
+    let listed = list_all(&b);
+    assert!(listed.contains(&("d/g.txt".to_owned(), EntryKind::File)));
+    assert_eq!(fs::read_to_string(fb.root.join("d/g.txt")).unwrap(), "g++");
+    assert_eq!(read_str(&b, "d/g.txt").unwrap(), "g++");
+    assert!(temp_files(&fb.root).is_empty());
+}
+
+#[test]
+fn a_version_that_cannot_be_had_is_never_served_from_an_older_copy() {
+    let mirror = Memory::new();
+    let (fa, fb) = (Fixture::new(), Fixture::new());
+    let (a, b) = (replica(&fa, &mirror), replica(&fb, &mirror));
+    a.write_atomic("f.txt", b"v1", Overwrite::Refuse).unwrap();
+    a.write_atomic("kept.txt", b"kept", Overwrite::Refuse)
+        .unwrap();
+    assert_eq!(list_all(&b).len(), 2);
+    assert_eq!(read_str(&b, "f.txt").unwrap(), "v1");
+    a.write_atomic("f.txt", b"v2", Overwrite::Replace).unwrap();
+
+    // Replaced and swept before every fetch: a few tries, then the stale copy goes and
+    // the caller is told to try again (the file exists: not NotFound).
+    mirror.replace_on_fetch.store(usize::MAX, Ordering::SeqCst);
+    let fetched = mirror.fetches();
+    let err = b.resolve("f.txt").unwrap_err();
+    assert!(
+        matches!(err, E::SharedChanging { ref path, op: "read" } if path == "f.txt"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "`f.txt` could not be read: it kept changing in the shared workspace while it was \
+         being fetched"
+    );
+    assert!(err.is_transient());
+    assert!(!err.is_caller_error());
+    assert!(err.hint().unwrap().contains("try the same call again"));
+    assert_eq!(mirror.fetches(), fetched + 3, "bounded");
+    assert!(!fb.root.join("f.txt").exists(), "the stale v1 is gone");
+    assert!(temp_files(&fb.root).is_empty());
+
+    // Once it holds still, it is read at its current version.
+    mirror.replace_on_fetch.store(0, Ordering::SeqCst);
+    assert_eq!(
+        read_str(&b, "f.txt").unwrap(),
+        "v2+++",
+        "a `+` per replacement"
+    );
+
+    // The index names a version whose content the store lost (it will not come back by
+    // listing again): one fetch, the stale copy goes, the same error; a listing of the
+    // directory shows the rest.
+    a.write_atomic("f.txt", b"v3", Overwrite::Replace).unwrap();
+    mirror.lose_content("f.txt");
+    let fetched = mirror.fetches();
+    let err = b.resolve("f.txt").unwrap_err();
+    assert!(matches!(err, E::SharedChanging { .. }), "{err:?}");
+    assert_eq!(mirror.fetches(), fetched + 1);
+    assert!(!fb.root.join("f.txt").exists());
+    assert_eq!(
+        list_all(&b),
+        [("kept.txt".to_owned(), EntryKind::File)],
+        "left out, not a failed listing"
+    );
+    assert!(!fb.root.join("f.txt").exists());
+
+    // Removed from the index while it was being fetched: gone here too, and NotFound is
+    // the truth now.
+    a.write_atomic("r.txt", b"r1", Overwrite::Refuse).unwrap();
+    assert_eq!(read_str(&b, "r.txt").unwrap(), "r1");
+    a.write_atomic("r.txt", b"r2", Overwrite::Replace).unwrap();
+    mirror.lose_content("r.txt");
+    let row = mirror.get("r.txt").unwrap();
+    *mirror.during_list.lock().unwrap() = Some(Box::new({
+        let mirror = Arc::clone(&mirror);
+        move || {
+            assert!(mirror.remove(&row).unwrap());
+        }
+    }));
+    let err = b.resolve("r.txt").unwrap_err();
+    assert!(matches!(err, E::NotFound { .. }), "{err:?}");
+    assert!(!fb.root.join("r.txt").exists());
+}
+
+#[test]
+fn a_directory_with_a_file_that_cannot_be_fetched_still_lists_the_others() {
+    let mirror = Memory::new();
+    let (fa, fb) = (Fixture::new(), Fixture::new());
+    let (a, b) = (replica(&fa, &mirror), replica(&fb, &mirror));
+    a.write_atomic("d/one.txt", b"1", Overwrite::Refuse)
+        .unwrap();
+    a.write_atomic("d/two.txt", b"2", Overwrite::Refuse)
+        .unwrap();
+    a.write_atomic("d/sub/three.txt", b"3", Overwrite::Refuse)
+        .unwrap();
+    // Content that does not match its row, and a stale local copy of it.
+    let bad = mirror.row("d/bad.csv", b"tampered", sha(b"original"), 8);
+    mirror
+        .state
+        .lock()
+        .unwrap()
+        .files
+        .insert("d/bad.csv".into(), bad);
+    fb.file("d/bad.csv", "stale");
+
+    let d = b.resolve("d").unwrap();
+    let names = |listing: dataref_workspace::Listing| -> Vec<String> {
+        listing
+            .entries
+            .iter()
+            .map(|e| e.path.as_str().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(b.list_dir(&d, 10).unwrap()),
+        ["d/one.txt", "d/sub", "d/two.txt"]
+    );
+    assert_eq!(
+        names(
+            b.list_tree(&b.root_path(), &TreeOptions::default())
+                .unwrap()
+        ),
+        ["d", "d/one.txt", "d/sub", "d/sub/three.txt", "d/two.txt"]
+    );
+    assert!(
+        !fb.root.join("d/bad.csv").exists(),
+        "the stale copy is gone"
+    );
+    // The file itself still says why.
+    let err = b.resolve("d/bad.csv").unwrap_err();
+    assert!(matches!(err, E::Io { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("does not match its index"),
+        "{err}"
+    );
+    assert!(temp_files(&fb.root).is_empty());
+
+    // One object the store cannot send: left out of the listing, its own read says the
+    // store is unavailable.
+    a.write_atomic("d/two.txt", b"2, again", Overwrite::Replace)
+        .unwrap();
+    mirror
+        .unfetchable
+        .lock()
+        .unwrap()
+        .insert("d/two.txt".into());
+    let d = b.resolve("d").unwrap();
+    assert_eq!(names(b.list_dir(&d, 10).unwrap()), ["d/one.txt", "d/sub"]);
+    assert!(!fb.root.join("d/two.txt").exists(), "not the old `2`");
+    let err = b.resolve("d/two.txt").unwrap_err();
+    assert!(
+        matches!(err, E::SharedUnavailable { ref path, op: "read" } if path == "d/two.txt"),
+        "{err:?}"
+    );
+    mirror.unfetchable.lock().unwrap().clear();
+    assert_eq!(read_str(&b, "d/two.txt").unwrap(), "2, again");
+
+    // The store failing fetch after fetch is down, not one object: the listing fails as
+    // it would have for the first (each try may cost a whole timeout).
+    for i in 0..5 {
+        a.write_atomic(&format!("e/{i}.txt"), b"e", Overwrite::Refuse)
+            .unwrap();
+    }
+    mirror.fail_midway.store(true, Ordering::SeqCst);
+    let fetched = mirror.fetches();
+    let err = b
+        .list_tree(&b.root_path(), &TreeOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(err, E::SharedUnavailable { ref path, op: "listed" } if path == "."),
+        "{err:?}"
+    );
+    // `d/bad.csv`, `e/0.txt` and `e/1.txt` left out; `e/2.txt` is one too many.
+    assert_eq!(mirror.fetches(), fetched + 4);
+    assert!(temp_files(&fb.root).is_empty());
+    mirror.fail_midway.store(false, Ordering::SeqCst);
+    assert_eq!(list_all(&b).len(), 11);
+}
+
+#[test]
+fn a_listing_right_after_a_resolve_asks_the_index_once() {
+    let mirror = Memory::new();
+    let (fa, fb) = (Fixture::new(), Fixture::new());
+    let (a, b) = (replica(&fa, &mirror), replica(&fb, &mirror));
+    a.write_atomic("d/one.txt", b"1", Overwrite::Refuse)
+        .unwrap();
+    a.write_atomic("d/sub/two.txt", b"2", Overwrite::Refuse)
+        .unwrap();
+
+    let lists = mirror.lists();
+    let root = b.resolve(".").unwrap();
+    let tree = b.list_tree(&root, &TreeOptions::default()).unwrap();
+    assert_eq!(mirror.lists(), lists + 1);
+    assert_eq!(tree.entries.len(), 4);
+    let d = b.resolve("d").unwrap();
+    let listing = b.list_dir(&d, 10).unwrap();
+    assert_eq!(mirror.lists(), lists + 2);
+    assert_eq!(listing.entries.len(), 2);
+
+    // The same listings as from a path nobody resolved (which syncs).
+    assert_eq!(
+        b.list_tree(&b.root_path(), &TreeOptions::default())
+            .unwrap()
+            .entries,
+        tree.entries
+    );
+    assert_eq!(mirror.lists(), lists + 3);
+    // A path another workspace resolved is synced by this one.
+    assert_eq!(a.list_dir(&d, 10).unwrap().entries, listing.entries);
+    assert_eq!(mirror.lists(), lists + 4);
+
+    // A path kept past the moment is synced again, and sees what changed meanwhile.
+    mirror.delete("d/one.txt");
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let names: Vec<String> = b
+        .list_dir(&d, 10)
+        .unwrap()
+        .entries
+        .iter()
+        .map(|e| e.path.as_str().to_owned())
+        .collect();
+    assert_eq!(names, ["d/sub"]);
+    assert_eq!(mirror.lists(), lists + 5);
 }
 
 // --- what each local copy is ----------------------------------------------------------
