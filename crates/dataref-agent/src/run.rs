@@ -22,7 +22,7 @@ use futures_util::future::join_all;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{ApprovalRequest, Approver, Decision};
+use crate::approval::{ApprovalRequest, Approver, Asked, Decision};
 use crate::event::{AgentEvent, EventSink};
 use crate::llm::{ChatModel, ChatRequest, LlmError, TextSink};
 use crate::message::{AssistantToolCall, Message, Role, Usage};
@@ -495,14 +495,24 @@ impl Agent {
                     arguments: args.clone(),
                     via,
                 };
-                events.event(AgentEvent::ApprovalNeeded {
-                    call_id: request.call_id.clone(),
-                    tool: request.tool.clone(),
-                    arguments: request.arguments.clone(),
-                });
+                // The person is told only once the question can be answered: an answer
+                // given the moment they see it must find it.
+                let asked = async {
+                    match approver.ask(&request).await {
+                        Asked::Waiting(answer) => {
+                            events.event(AgentEvent::ApprovalNeeded {
+                                call_id: request.call_id.clone(),
+                                tool: request.tool.clone(),
+                                arguments: request.arguments.clone(),
+                            });
+                            answer.await
+                        }
+                        Asked::Decided(decision) => decision,
+                    }
+                };
                 // The wait for a person is bounded by the run's own limits.
                 let decision = tokio::select! {
-                    d = approver.decide(&request) => d,
+                    d = asked => d,
                     () = ctx.cancel.cancelled() => Decision::Deny(Some("the run was cancelled".into())),
                     () = tokio::time::sleep_until(deadline) => {
                         Decision::Deny(Some("the run reached its time limit while waiting".into()))

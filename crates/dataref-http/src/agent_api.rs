@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use dataref_agent::approval::Asked;
 use dataref_agent::{
     AgentEvent, AgentHost, ApprovalRequest, Approver, Decision, EventSink, ProfileError, SendError,
     SessionError, SessionStore, Stopped,
@@ -168,6 +169,12 @@ pub(crate) struct HttpApprover {
 #[async_trait]
 impl Approver for HttpApprover {
     async fn decide(&self, request: &ApprovalRequest) -> Decision {
+        self.ask(request).await.decision().await
+    }
+
+    /// Pending in the store before the stream says `approval_needed`: the answer may come
+    /// through another replica the moment the client sees it.
+    async fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> Asked<'a> {
         let call = PendingCall {
             principal: self.principal.clone(),
             session: self.session.clone(),
@@ -177,26 +184,28 @@ impl Approver for HttpApprover {
             Ok(wait) => wait,
             Err(e) => {
                 tracing::error!(session = %self.session, error = ?e, "an approval could not be asked");
-                return Decision::Deny(Some(format!(
+                return Asked::Decided(Decision::Deny(Some(format!(
                     "the approval could not be asked ({e}), so the call was not approved"
-                )));
+                ))));
             }
         };
-        let decision = tokio::select! {
-            decided = wait.decided() => decided.unwrap_or_else(|| Decision::Deny(Some(
-                "the approval was withdrawn before anyone answered".into(),
-            ))),
-            () = tokio::time::sleep(self.timeout) => Decision::Deny(Some(format!(
-                "nobody answered the approval within {} s, so the call was not approved",
-                self.timeout.as_secs()
-            ))),
-            () = self.cancel.cancelled() => Decision::Deny(Some(
-                "the run was cancelled before anyone answered".into(),
-            )),
-        };
-        // Nothing of the call is left once the run goes on.
-        wait.end().await;
-        decision
+        Asked::Waiting(Box::pin(async move {
+            let decision = tokio::select! {
+                decided = wait.decided() => decided.unwrap_or_else(|| Decision::Deny(Some(
+                    "the approval was withdrawn before anyone answered".into(),
+                ))),
+                () = tokio::time::sleep(self.timeout) => Decision::Deny(Some(format!(
+                    "nobody answered the approval within {} s, so the call was not approved",
+                    self.timeout.as_secs()
+                ))),
+                () = self.cancel.cancelled() => Decision::Deny(Some(
+                    "the run was cancelled before anyone answered".into(),
+                )),
+            };
+            // Nothing of the call is left once the run goes on.
+            wait.end().await;
+            decision
+        }))
     }
 }
 
@@ -834,6 +843,44 @@ mod tests {
             "{reason}"
         );
         assert!(approvals.lock().is_empty());
+    }
+
+    /// A shared store out of reach.
+    struct Unreachable;
+
+    #[async_trait]
+    impl ApprovalStore for Unreachable {
+        async fn ask(
+            &self,
+            _call: &PendingCall,
+            _timeout: Duration,
+        ) -> Result<Box<dyn crate::approvals::ApprovalWait>, crate::approvals::ApprovalError>
+        {
+            Err(crate::approvals::ApprovalError::Unavailable {
+                detail: "connection refused".into(),
+            })
+        }
+
+        async fn answer(
+            &self,
+            _call: &PendingCall,
+            _decision: Decision,
+        ) -> Result<bool, crate::approvals::ApprovalError> {
+            Ok(false)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_question_the_store_cannot_take_is_refused_and_not_shown() {
+        let a = HttpApprover {
+            approvals: Arc::new(Unreachable),
+            ..approver(&Arc::new(Approvals::default()), Duration::from_secs(60))
+        };
+        // `Decided`: the loop sends no `approval_needed` nobody could answer.
+        let Asked::Decided(Decision::Deny(Some(reason))) = a.ask(&request()).await else {
+            panic!("not refused at once")
+        };
+        assert!(reason.contains("could not be asked"), "{reason}");
     }
 
     #[tokio::test]

@@ -46,8 +46,10 @@ impl ApprovalError {
 /// Pending approvals, answerable by their principal through any replica that shares them.
 #[async_trait]
 pub trait ApprovalStore: Send + Sync {
-    /// Makes `call` pending for up to `timeout` and returns its wait. The call stays
-    /// answerable until the wait ends ([`ApprovalWait::end`], or dropped).
+    /// Makes `call` pending for up to `timeout` and returns its wait. The call is
+    /// answerable through every replica once this returns (the run's stream shows
+    /// `approval_needed` only then), and stays so until the wait ends
+    /// ([`ApprovalWait::end`], or dropped).
     async fn ask(
         &self,
         call: &PendingCall,

@@ -8,6 +8,7 @@
 
 mod support;
 
+mod approvals;
 mod http;
 mod jsonrpc;
 mod notifications_http;
