@@ -10,14 +10,15 @@
 //! - Slots (`max_concurrent`, `max_downloads`): slot `i` of a principal is the advisory
 //!   lock `<principal>/<call|download>/<i>` ([`crate::locks`]), held on the replica's lock
 //!   connection while the request runs, so every replica sees it and a replica that dies
-//!   gives its slots back with its connection. A request tries the slots in order.
+//!   gives its slots back with its connection. A request tries the slots from a random one on
+//!   ([`crate::locks::Locks::try_lock_any`]).
 //! - The index out of reach (or slower than [`LIMIT_TIMEOUT`]): the request is refused
 //!   with 503 and `Retry-After` ([`dataref_http::Refused::Unavailable`]). Letting requests
 //!   through uncounted would lift every limit exactly when the index is struggling, and
 //!   nearly every tool call needs the index anyway; the detail goes to the log.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -151,24 +152,21 @@ impl Limiter for PgLimiter {
         let slots = self.config.slots(kind);
         let backend = self.backend.clone();
         let prefix = format!("{principal}/{}", kind.as_str());
+        // From a random slot on: concurrent requests seldom ask for the same slot, and a
+        // nearly full set costs a round trip per slot another replica holds, on average
+        // half of them, not all (the ones held here cost none).
+        let start = random_below(slots);
+        let texts: Vec<String> = (0..slots)
+            .map(|i| format!("{prefix}/{}", (start + i) % slots))
+            .collect();
         let taken = self
             .run("taking an in-flight slot", async move {
-                for i in 0..slots {
-                    let text = format!("{prefix}/{i}");
-                    if backend.locks.try_lock(LockKind::Slot, &text).await? {
-                        // Made before anything else can be awaited: from here on, the
-                        // slot goes back whenever this is dropped.
-                        return Ok(Some(Slot {
-                            backend: Arc::downgrade(&backend),
-                            text,
-                        }));
-                    }
-                }
-                Ok(None)
+                backend.locks.try_lock_any(LockKind::Slot, texts).await
             })
             .await;
         match taken {
-            Ok(Some(slot)) => Ok(Permit::new(slot)),
+            // Given back when the request's permit drops.
+            Ok(Some(held)) => Ok(Permit::new(held)),
             Ok(None) => Err(self.config.slots_refused(kind)),
             Err(e) => Err(self.unavailable("taking an in-flight slot", &e)),
         }
@@ -195,33 +193,12 @@ impl Limiter for PgLimiter {
     }
 }
 
-/// A slot held by this replica: given back here at once when dropped, and on the server
-/// just after. It holds the backend weakly: a replica whose backend is gone (shut down,
-/// or dropped in a test as a crash would be) has lost its lock connection, and the server
-/// has given the slot back already.
-struct Slot {
-    backend: Weak<Backend>,
-    text: String,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let Some(backend) = self.backend.upgrade() else {
-            return;
-        };
-        let Some(generation) = backend.locks.release_here(LockKind::Slot, &self.text) else {
-            return;
-        };
-        let text = std::mem::take(&mut self.text);
-        let owner = backend.clone();
-        backend.io.spawn(async move {
-            if let Err(e) = owner
-                .locks
-                .release_on_server(LockKind::Slot, &text, generation)
-                .await
-            {
-                tracing::warn!("giving back the in-flight slot `{text}`: {e}");
-            }
-        });
+/// A number in `0..n` (0 when `n` is 0, or the OS has no randomness to give).
+fn random_below(n: usize) -> usize {
+    let mut bytes = [0u8; 8];
+    if n == 0 || getrandom::fill(&mut bytes).is_err() {
+        return 0;
     }
+    let n64 = u64::try_from(n).unwrap_or(u64::MAX);
+    usize::try_from(u64::from_le_bytes(bytes) % n64).unwrap_or(0)
 }

@@ -10,7 +10,7 @@
 //! old sessions in batches with `FOR UPDATE SKIP LOCKED`: several replicas sweeping at once
 //! each remove different sessions, none twice, and none waits on another.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use dataref_agent::{
@@ -20,7 +20,7 @@ use dataref_protocol::{Principal, Timestamp};
 
 use crate::Backend;
 use crate::error::SharedError;
-use crate::locks::LockKind;
+use crate::locks::{Held, LockKind};
 
 /// Sessions swept per statement: a month of sessions goes in many short transactions, each
 /// well within `[shared] timeout`.
@@ -308,75 +308,27 @@ impl SessionBackend for PgSessions {
         self.backend
             .io
             .run("claiming an agent session", async move {
-                let taken = backend.locks.try_lock(LockKind::Session, &text).await?;
                 // Made here, on the backend's runtime: if the caller went away meanwhile,
                 // the answer is dropped with the task and the lock let go.
-                Ok(taken.then(|| {
-                    Box::new(HeldSession {
-                        backend: Arc::downgrade(&backend),
-                        text: Some(text),
-                    }) as Box<dyn SessionLock>
-                }))
+                Ok(backend
+                    .locks
+                    .try_lock(LockKind::Session, &text)
+                    .await?
+                    .map(|held| Box::new(HeldSession(held)) as Box<dyn SessionLock>))
             })
             .await
             .map_err(session_error)
     }
 }
 
-/// A session held on this replica's lock connection.
+/// A session held on this replica's lock connection ([`crate::locks::Held`]: let go in
+/// the background when dropped).
 #[derive(Debug)]
-struct HeldSession {
-    /// Weak: a claim does not keep the backend (and its lock connection) alive; when the
-    /// backend is gone, so is the lock.
-    backend: Weak<Backend>,
-    /// `None` once released.
-    text: Option<String>,
-}
+struct HeldSession(Held);
 
 #[async_trait]
 impl SessionLock for HeldSession {
-    async fn release(mut self: Box<Self>) {
-        let (Some(text), Some(backend)) = (self.text.take(), self.backend.upgrade()) else {
-            return;
-        };
-        let Some(generation) = backend.locks.release_here(LockKind::Session, &text) else {
-            return;
-        };
-        let b = backend.clone();
-        let released = backend
-            .io
-            .run("releasing an agent session", async move {
-                b.locks
-                    .release_on_server(LockKind::Session, &text, generation)
-                    .await
-            })
-            .await;
-        if let Err(e) = released {
-            tracing::warn!(
-                "releasing a session's lock failed ({e}); it goes when this replica's lock \
-                 connection does"
-            );
-        }
-    }
-}
-
-impl Drop for HeldSession {
-    fn drop(&mut self) {
-        let (Some(text), Some(backend)) = (self.text.take(), self.backend.upgrade()) else {
-            return;
-        };
-        let Some(generation) = backend.locks.release_here(LockKind::Session, &text) else {
-            return;
-        };
-        let b = backend.clone();
-        backend.io.spawn(async move {
-            if let Err(e) = b
-                .locks
-                .release_on_server(LockKind::Session, &text, generation)
-                .await
-            {
-                tracing::warn!("releasing a session's lock failed: {e}");
-            }
-        });
+    async fn release(self: Box<Self>) {
+        self.0.release().await;
     }
 }

@@ -320,3 +320,291 @@ async fn what_the_shared_limits_cost_per_request() {
         assert!(p50 < Duration::from_millis(20), "{what} p50 {p50:?}");
     }
 }
+
+/// Each server process holding advisory locks, with how many (its `application_name`).
+async fn lock_holders(s: &Services) -> Vec<(i32, i64, String)> {
+    let c = s.pg.client().await.unwrap();
+    c.query(
+        "SELECT l.pid, count(*), coalesce(min(a.application_name), '') FROM pg_locks l \
+         LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.granted GROUP BY l.pid ORDER BY l.pid",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+/// Waits until the advisory locks are held as `want` says (pid → count), ignoring which
+/// pids hold them except that none is `gone`.
+async fn wait_for_holders(s: &Services, what: &str, gone: i32, counts: &[i64]) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let holders = lock_holders(s).await;
+        let mut got: Vec<i64> = holders.iter().map(|h| h.1).collect();
+        got.sort_unstable();
+        if got == counts && holders.iter().all(|h| h.0 != gone) {
+            return holders.iter().map(|h| h.0).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the locks are held by {holders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A server process stopped (`SIGSTOP`): its connection hangs, as one to a host that
+/// stopped answering would. Continued when dropped, even when the test fails.
+struct Stopped(i32);
+
+impl Stopped {
+    fn new(pid: i32) -> Self {
+        assert!(signal("STOP", pid), "stopping server process {pid}");
+        Self(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal("CONT", self.0);
+    }
+}
+
+fn signal(name: &str, pid: i32) -> bool {
+    std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_connection_killed_under_its_holders_takes_their_locks_again() {
+    let s = Services::start();
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config = s.config();
+    let (a, b) = (
+        s.replica(home_a.path(), &config),
+        s.replica(home_b.path(), &config),
+    );
+    let http = http(1_000_000, 1, 1);
+    let (la, lb) = (limiter(&a, &http).await, limiter(&b, &http).await);
+    let (sa, sb) = (a.session_store(), b.session_store());
+    let (eu, ana) = (principal("eu_analyst"), principal("ana"));
+
+    let slot = la.slot(&eu, SlotKind::ToolCall).await.unwrap();
+    let session = sa.lock(&ana, "s1").await.unwrap().expect("free");
+    let holders = lock_holders(&s).await;
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let (old, count, name) = holders[0].clone();
+    assert_eq!((count, name.as_str()), (2, "dataref-locks"));
+
+    // The index ends A's lock connection (a restart, a failover, an operator): the server
+    // lets both locks go. A notices, connects again and takes both back.
+    let c = s.pg.client().await.unwrap();
+    c.execute("SELECT pg_terminate_backend($1)", &[&old])
+        .await
+        .unwrap();
+    let new = wait_for_holders(&s, "A taking its locks again", old, &[2]).await;
+    assert_ne!(new, [old]);
+
+    // Held still: B can take neither, and nor can A itself.
+    for (on, name) in [(&lb, "B"), (&la, "A")] {
+        assert_eq!(
+            on.slot(&eu, SlotKind::ToolCall).await.err(),
+            Some(Refused::Concurrency { max: 1 }),
+            "the slot on {name}"
+        );
+    }
+    assert!(sb.lock(&ana, "s1").await.unwrap().is_none());
+    assert!(sa.lock(&ana, "s1").await.unwrap().is_none());
+
+    // Given back on the new connection: B takes both.
+    session.release().await;
+    drop(slot);
+    let on_b = eventually("the slot A gave back", async || {
+        lb.slot(&eu, SlotKind::ToolCall).await
+    })
+    .await;
+    let theirs = sb.lock(&ana, "s1").await.unwrap().expect("released");
+    theirs.release().await;
+    drop(on_b);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_taken_elsewhere_while_the_connection_was_down_stays_lost() {
+    let s = Services::start();
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config = s.config();
+    let (a, b) = (
+        s.replica(home_a.path(), &config),
+        s.replica(home_b.path(), &config),
+    );
+    let http = http(1_000_000, 1, 1);
+    let (la, lb) = (limiter(&a, &http).await, limiter(&b, &http).await);
+    let eu = principal("eu_analyst");
+    let slot = la.slot(&eu, SlotKind::ToolCall).await.unwrap();
+    let c = s.pg.client().await.unwrap();
+    let row = c
+        .query_one(
+            "SELECT pid, (classid::int8 << 32) | objid::int8 FROM pg_locks \
+             WHERE locktype = 'advisory'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (old, key): (i32, i64) = (row.get(0), row.get(1));
+
+    // A's connection ends, and another holder (this test's connection, faster than A can
+    // connect again) takes the slot first.
+    c.execute("SELECT pg_terminate_backend($1)", &[&old])
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !c
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(Instant::now() < deadline, "the slot never came free");
+    }
+    let thief: i32 = c
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // A connects again (it pings while it holds something) and cannot have it back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let back: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE application_name = 'dataref-locks' AND pid <> $1",
+                &[&old],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if back > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "A never connected again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let holders = lock_holders(&s).await;
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(holders[0].0, thief);
+    // Its holder on A still counts there; B sees the other holder's.
+    assert_eq!(
+        la.slot(&eu, SlotKind::ToolCall).await.err(),
+        Some(Refused::Concurrency { max: 1 })
+    );
+    assert_eq!(
+        lb.slot(&eu, SlotKind::ToolCall).await.err(),
+        Some(Refused::Concurrency { max: 1 })
+    );
+    // The other holder lets go: free for anyone, B here (A does not grab a lost lock back
+    // while its holder runs on).
+    c.execute("SELECT pg_advisory_unlock($1)", &[&key])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let on_b = lb.slot(&eu, SlotKind::ToolCall).await.unwrap();
+    // A's holder lets go: nothing of B's is given back.
+    drop(slot);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        la.slot(&eu, SlotKind::ToolCall).await.err(),
+        Some(Refused::Concurrency { max: 1 })
+    );
+    let holders = lock_holders(&s).await;
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_ne!(holders[0].0, thief);
+    drop(on_b);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_connection_that_hangs_answers_unavailable_and_keeps_its_locks() {
+    use dataref_agent::SessionError;
+    let s = Services::start();
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config = s.config();
+    let (a, b) = (
+        s.replica(home_a.path(), &config),
+        s.replica(home_b.path(), &config),
+    );
+    let http = http(1_000_000, 2, 2);
+    let (la, lb) = (limiter(&a, &http).await, limiter(&b, &http).await);
+    let (sa, sb) = (a.session_store(), b.session_store());
+    let (eu, ana) = (principal("eu_analyst"), principal("ana"));
+    let slot = la.slot(&eu, SlotKind::ToolCall).await.unwrap();
+    let session = sa.lock(&ana, "s1").await.unwrap().expect("free");
+    let holders = lock_holders(&s).await;
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let old = holders[0].0;
+
+    // A's lock connection stops answering (its server process is stopped: a partition, a
+    // host that froze). A's callers are told "unavailable", within the limits' bound,
+    // again and again — never "too many concurrent" nor "busy".
+    let stopped = Stopped::new(old);
+    for round in 0..3 {
+        let started = Instant::now();
+        assert_eq!(
+            la.slot(&eu, SlotKind::ToolCall).await.err(),
+            Some(Refused::Unavailable { retry_after: 5 }),
+            "round {round}"
+        );
+        assert!(
+            started.elapsed() < dataref_shared::LIMIT_TIMEOUT + Duration::from_secs(1),
+            "round {round}: {:?}",
+            started.elapsed()
+        );
+    }
+    let started = Instant::now();
+    match sa.lock(&ana, "s2").await {
+        Err(SessionError::Unavailable { .. }) => {}
+        other => panic!("a session claimed on a hung lock connection: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < config.timeout,
+        "{:?}",
+        started.elapsed()
+    );
+    // Its holders still exclude everyone, B included: the stopped process holds the locks.
+    assert!(sb.lock(&ana, "s1").await.unwrap().is_none());
+    let on_b = lb.slot(&eu, SlotKind::ToolCall).await.unwrap();
+    assert_eq!(
+        lb.slot(&eu, SlotKind::ToolCall).await.err(),
+        Some(Refused::Concurrency { max: 2 })
+    );
+    // A run ending meanwhile lets its session go without hanging on the connection.
+    let started = Instant::now();
+    session.release().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(7),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // The process resumes (and ends: A asked for that). A's next connection takes the slot
+    // it still holds again; the session it let go is free.
+    drop(stopped);
+    wait_for_holders(&s, "A's slot taken again, B's kept", old, &[1, 1]).await;
+    assert_eq!(
+        la.slot(&eu, SlotKind::ToolCall).await.err(),
+        Some(Refused::Concurrency { max: 2 })
+    );
+    let theirs = sb.lock(&ana, "s1").await.unwrap().expect("let go by A");
+    theirs.release().await;
+    drop(on_b);
+    let _again = eventually("the slot B gave back", async || {
+        la.slot(&eu, SlotKind::ToolCall).await
+    })
+    .await;
+    drop(slot);
+}
