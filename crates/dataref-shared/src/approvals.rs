@@ -19,8 +19,14 @@ use dataref_http::{ApprovalError, ApprovalStore, ApprovalWait, PendingCall};
 use crate::Backend;
 use crate::error::SharedError;
 
-/// How often a wait looks for its answer.
-const POLL: Duration = Duration::from_millis(200);
+/// How soon a wait first looks for its answer: a client may answer the moment it sees
+/// the question.
+const FIRST_POLL: Duration = Duration::from_millis(50);
+
+/// How often a wait looks for its answer once the question has waited a while (a person
+/// reading it): each pause is half again the last, up to this, so a wait costs the index
+/// two reads a second and an answer is seen within half a second.
+const POLL: Duration = Duration::from_millis(500);
 
 /// How long past its wait's own timeout a row stays answerable: the wait ends first, and
 /// its end removes the row.
@@ -184,6 +190,7 @@ impl ApprovalWait for PgWait {
     async fn decided(&mut self) -> Option<Decision> {
         let key = self.key.clone()?;
         let mut failing = false;
+        let mut pause = FIRST_POLL;
         loop {
             match self.poll(&key).await {
                 Ok(Polled::Decided(decision)) => return Some(decision),
@@ -196,7 +203,8 @@ impl ApprovalWait for PgWait {
                 }
                 Err(_) => {}
             }
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 3 / 2).min(POLL);
         }
     }
 
