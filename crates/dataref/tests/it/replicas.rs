@@ -862,8 +862,10 @@ async fn a_session_based_client_works_through_a_sticky_balancer() {
     client.cancel().await.expect("close the session");
 }
 
-/// A run on replica A asks before a call; the person's answer reaches replica B (no
-/// stickiness for the agent API), and the run on A goes on with it.
+/// A run on replica A asks before each of two calls; the person's answers reach replica B
+/// (no stickiness for the agent API), and the run on A goes on with them. The first is
+/// answered the moment the stream shows it, while A's index is slow to take the call (a
+/// transaction holds the approvals table for 2 s): the call must be pending by then.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_approval_asked_on_one_replica_is_answered_through_the_other() {
     use crate::agent_http::Sse;
@@ -877,12 +879,20 @@ async fn an_approval_asked_on_one_replica_is_answered_through_the_other() {
         },
     );
     let (a, b) = (c.direct(0), c.direct(1));
-    c.model.push(Reply::tool_calls(vec![Call::new(
-        "call_1",
-        "fetch_sales",
-        r#"{"since": "2025-06-01"}"#,
-    )]));
+    c.model.push(Reply::tool_calls(vec![
+        Call::new("call_1", "fetch_sales", r#"{"since": "2025-06-01"}"#),
+        Call::new("call_2", "fetch_sales", r#"{"since": "2025-01-01"}"#),
+    ]));
     c.model.push(Reply::text("Approved on B, fetched on A."));
+    let index = c.pg.client().await.expect("the index");
+    index
+        .batch_execute("BEGIN; LOCK TABLE dataref_approvals IN SHARE MODE")
+        .await
+        .expect("hold the approvals");
+    let busy = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        index.batch_execute("COMMIT").await.expect("let them go");
+    });
     let started = c
         .http()
         .post(format!("{a}/agent/sessions"))
@@ -897,44 +907,53 @@ async fn an_approval_asked_on_one_replica_is_answered_through_the_other() {
         .as_str()
         .expect("id")
         .to_owned();
-    loop {
-        let e = stream.next().await.expect("approval_needed");
-        if e.name == "approval_needed" {
-            assert_eq!(e.data["call_id"], "call_1");
-            break;
+    let answer = |call: &str, token: &'static str, body: Value| {
+        c.http()
+            .post(format!("{b}/agent/sessions/{session}/approvals/{call}"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    for call in ["call_1", "call_2"] {
+        loop {
+            let e = stream.next().await.expect("approval_needed");
+            if e.name == "approval_needed" {
+                assert_eq!(e.data["call_id"], call);
+                break;
+            }
         }
+        if call == "call_2" {
+            // Another principal, on B: the same 404 as an unknown call.
+            let theirs = answer(call, US, json!({"approve": true}))
+                .await
+                .expect("answer");
+            assert_eq!(theirs.status(), 404);
+        }
+        // At once (call_1), through B.
+        let body = match call {
+            "call_1" => json!({"approve": true}),
+            _ => json!({"approve": false, "reason": "one is enough"}),
+        };
+        let answered = answer(call, EU, body).await.expect("answer");
+        let status = answered.status();
+        assert_eq!(
+            status,
+            200,
+            "{call}: {}",
+            answered.text().await.unwrap_or_default()
+        );
     }
-    let approve = format!("/agent/sessions/{session}/approvals/call_1");
-    // Another principal, on B: the same 404 as an unknown call.
-    let theirs = c
-        .http()
-        .post(format!("{b}{approve}"))
-        .bearer_auth(US)
-        .json(&json!({"approve": true}))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(theirs.status(), 404);
-    let answered = c
-        .http()
-        .post(format!("{b}{approve}"))
-        .bearer_auth(EU)
-        .json(&json!({"approve": true}))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(
-        answered.status(),
-        200,
-        "{}",
-        answered.text().await.unwrap_or_default()
-    );
+    busy.await.expect("the index let go");
     let rest = stream.all().await;
-    let finished = rest
-        .iter()
-        .find(|e| e.name == "tool_call_finished")
-        .unwrap_or_else(|| panic!("the call ran: {rest:?}"));
-    assert_eq!(finished.data["outcome"], "ok", "{finished:?}");
+    let outcome = |call: &str| {
+        rest.iter()
+            .find(|e| e.name == "tool_call_finished" && e.data["call_id"] == call)
+            .unwrap_or_else(|| panic!("{call} finished: {rest:?}"))
+            .data["outcome"]
+            .clone()
+    };
+    assert_eq!(outcome("call_1"), "ok");
+    assert_eq!(outcome("call_2"), "denied");
     assert_eq!(
         rest.last().expect("done").data["answer"],
         "Approved on B, fetched on A."
