@@ -101,12 +101,24 @@ pub fn workspace(
     Ok(Arc::new(ws))
 }
 
-/// Connects to the shared object store and index when the config has `[shared]`.
+/// Connects to the shared object store and index when the config has `[shared]` (a server
+/// starting: the index's schema is brought up to date).
 pub fn connect_shared(config: &Config) -> Result<Option<Shared>> {
     config
         .shared
         .as_ref()
         .map(|s| Shared::connect(s, &config.home, &env::process))
+        .transpose()
+        .map_err(|e| Error::Shared(Box::new(e)))
+}
+
+/// [`connect_shared`] for a command that only looks (`doctor`, `sessions`): the index's
+/// schema is left as it is, whatever this build would add to it.
+pub fn look_at_shared(config: &Config) -> Result<Option<Shared>> {
+    config
+        .shared
+        .as_ref()
+        .map(|s| Shared::connect_without_migrating(s, &config.home, &env::process))
         .transpose()
         .map_err(|e| Error::Shared(Box::new(e)))
 }

@@ -11,7 +11,7 @@
 //!   fetched table, and `list_artifacts`, alternately) through HAProxy to 1 replica, then
 //!   to 2, with the latency of every call.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -95,7 +95,7 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
     dataref_app::ensure_sample(&config)?;
     let work = Work(dir.join(format!("shared-{}", std::process::id())));
     std::fs::create_dir_all(work.path())?;
-    eprintln!("starting SeaweedFS and PostgreSQL…");
+    dataref_app::progress_line("starting SeaweedFS and PostgreSQL…");
     let s3 = TestS3::start()?;
     let pg = TestPostgres::start()?;
     let shared = SharedConfig {
@@ -104,6 +104,7 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         endpoint: Some(s3.endpoint()),
         region: s3.region().to_owned(),
         index: pg.url("postgres"),
+        index_ca: None,
         cache_bytes: 64 << 30,
         index_pool: 8,
         timeout: Duration::from_secs(60),
@@ -142,11 +143,11 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
     let (mut fetch_local, mut fetch_shared) = (Vec::new(), Vec::new());
     let (mut read_local, mut read_first, mut read_cached) = (Vec::new(), Vec::new(), Vec::new());
     let mut bytes = 0;
-    eprintln!(
+    dataref_app::progress_line(&format!(
         "fetching {} rows into each store, {} runs…",
         group(args.rows),
         args.runs
-    );
+    ));
     for run in 0..args.runs {
         let t = Instant::now();
         let l = fetch(&config, local()?.as_ref(), &owner)?;
@@ -170,38 +171,46 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         read_all(b.as_ref(), &owner, &s.data_ref)?;
         read_cached.push(t.elapsed().as_secs_f64());
     }
+    let mut out = std::io::stdout().lock();
     let (fl, fs) = (median(&mut fetch_local), median(&mut fetch_shared));
     let (rl, rf, rc) = (
         median(&mut read_local),
         median(&mut read_first),
         median(&mut read_cached),
     );
-    println!(
+    writeln!(
+        out,
         "\n### Shared store: fetch {} rows ({:.0} MB) and read them back, median of {}\n",
         group(args.rows),
         bytes as f64 / 1e6,
         args.runs
-    );
-    println!("| step | local store | shared store | ÷ local | goal |");
-    println!("|---|---:|---:|---:|---:|");
-    println!(
+    )?;
+    writeln!(
+        out,
+        "| step | local store | shared store | ÷ local | goal |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|")?;
+    writeln!(
+        out,
         "| fetch → artifact (upload and index row on A) | {} | {} | {:.2}× | |",
         ms(fl),
         ms(fs),
         fs / fl
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "| read back on B, first time (download into B's cache) | {} | {} | {:.2}× | ≤ 3× |",
         ms(rl),
         ms(rf),
         rf / rl
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "| read back on B, cached | {} | {} | {:.2}× | ≤ 1.5× |",
         ms(rl),
         ms(rc),
         rc / rl
-    );
+    )?;
 
     // The load test, through HAProxy, one replica then two.
     let exe = std::env::current_exe()?;
@@ -234,21 +243,23 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         drop(lb);
         drop(children);
     }
-    println!(
+    writeln!(
+        out,
         "\n### {} clients × {} calls through HAProxy (`describe_data` of one column and \
          `list_artifacts`, alternately)\n",
         args.clients, args.calls
-    );
-    println!("| replicas | p50 | p95 | calls/s | errors |");
-    println!("|---:|---:|---:|---:|---:|");
+    )?;
+    writeln!(out, "| replicas | p50 | p95 | calls/s | errors |")?;
+    writeln!(out, "|---:|---:|---:|---:|---:|")?;
     for (replicas, p50, p95, total, errors) in rows_out {
         let calls = (args.clients * args.calls) as f64;
-        println!(
+        writeln!(
+            out,
             "| {replicas} | {} | {} | {:.0} | {errors} |",
             ms(p50),
             ms(p95),
             calls / total
-        );
+        )?;
     }
     Ok(())
 }

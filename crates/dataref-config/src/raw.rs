@@ -51,6 +51,7 @@ pub(crate) struct RawShared {
     pub endpoint: Option<String>,
     pub region: Option<String>,
     pub index: Option<String>,
+    pub index_ca: Option<String>,
     pub cache_bytes: Option<RawSize>,
     pub index_pool: Option<usize>,
     pub timeout: Option<RawDuration>,

@@ -617,7 +617,7 @@ impl Config {
         let agents = resolve_agents(raw.agents, base, env)?;
         let query_tools: Vec<String> = queries.values().map(QueryConfig::tool_name).collect();
         let http_tools = resolve_http_tools(raw.http_tools, &query_tools)?;
-        let shared = raw.shared.map(resolve_shared).transpose()?;
+        let shared = raw.shared.map(|s| resolve_shared(s, base)).transpose()?;
         Ok(Self {
             home,
             principal,

@@ -2,6 +2,7 @@
 //! artifacts, workspace files, agent sessions, signed-link keys and per-principal limits
 //! through an S3-compatible object store and a PostgreSQL index.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{ConfigError, invalid};
@@ -12,7 +13,7 @@ use crate::units::{duration, size};
 /// from the environment when the server connects ([`crate::env::expand`]); the object
 /// store's credentials come only from the environment (`AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY`, optionally `AWS_SESSION_TOKEN`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SharedConfig {
     /// The bucket, from `objects = "s3://BUCKET[/PREFIX]"`.
     pub bucket: String,
@@ -25,9 +26,14 @@ pub struct SharedConfig {
     /// The S3 region; default `us-east-1` (S3-compatible servers mostly ignore it).
     pub region: String,
     /// The PostgreSQL URL of the shared index, usually `${NAME}` (it holds a password).
+    /// TLS is required for a host on the network unless it says `sslmode=disable`.
     pub index: String,
-    /// Bytes the local cache of artifact files and workspace files may hold on this
-    /// replica before the least recently used are evicted. Default 10 GiB.
+    /// A PEM file of the CA certificates the index's certificate is checked against,
+    /// instead of the system's trust store (a private CA). Relative to the config file.
+    pub index_ca: Option<PathBuf>,
+    /// Bytes this replica's cache of artifact files may hold before the least recently used
+    /// are evicted. Default 10 GiB. (Its copies of workspaces are bounded by each
+    /// principal's workspace quota instead.)
     pub cache_bytes: u64,
     /// Connections to the shared index from one replica. Default 8.
     pub index_pool: usize,
@@ -36,13 +42,30 @@ pub struct SharedConfig {
     pub timeout: Duration,
 }
 
+impl std::fmt::Debug for SharedConfig {
+    /// Everything but `index`, whose URL may hold a password when written without `${…}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedConfig")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("index", &"…")
+            .field("index_ca", &self.index_ca)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("index_pool", &self.index_pool)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
 impl SharedConfig {
     pub const DEFAULT_CACHE_BYTES: u64 = 10 << 30;
     pub const DEFAULT_INDEX_POOL: usize = 8;
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 }
 
-pub(crate) fn resolve_shared(raw: RawShared) -> Result<SharedConfig, ConfigError> {
+pub(crate) fn resolve_shared(raw: RawShared, base: &Path) -> Result<SharedConfig, ConfigError> {
     let objects = raw.objects.ok_or_else(|| {
         invalid(
             "shared.objects",
@@ -100,6 +123,7 @@ pub(crate) fn resolve_shared(raw: RawShared) -> Result<SharedConfig, ConfigError
         ));
     }
     Ok(SharedConfig {
+        index_ca: raw.index_ca.map(|p| base.join(p)),
         bucket,
         prefix,
         endpoint: raw.endpoint.map(|e| e.trim_end_matches('/').to_owned()),

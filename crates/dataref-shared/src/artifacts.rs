@@ -135,7 +135,7 @@ impl ArtifactIndex for PgIndex {
             let c = pg.get().await?;
             Ok(c.query_one(USAGE, &[&owner, &now.0]).await?.get(0))
         })?;
-        Ok(to_u64(used, "bytes")?)
+        to_u64(used, "bytes")
     }
 
     fn insert_within_quota(
@@ -194,18 +194,34 @@ impl ArtifactIndex for PgIndex {
 
     fn take_expired(&self, now: Timestamp) -> Result<Vec<(String, u64)>, StoreError> {
         let pg = self.backend.pg.clone();
-        let rows: Vec<(String, i64)> = self.backend.io.block("sweeping artifacts", async move {
-            let c = pg.get().await?;
-            // Two sweepers deleting the same row: the second waits for the first's commit,
-            // then finds the row gone. Each row comes back to one of them.
-            let rows = c
-                .query(
-                    "DELETE FROM dataref_artifacts WHERE expires_at <= $1 RETURNING ref, bytes",
-                    &[&now.0],
-                )
-                .await?;
-            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-        })?;
+        let rows: Vec<(String, i64)> = self.backend.io.block_for(
+            "sweeping artifacts",
+            std::time::Duration::from_secs(3600),
+            async move {
+                // In batches, so a backlog is neither one long statement nor one that times
+                // out whole. A row another sweeper holds is skipped: that one deletes it and
+                // gets it back, so each expired row comes back to exactly one sweeper.
+                let mut out = Vec::new();
+                loop {
+                    let rows = pg
+                        .get()
+                        .await?
+                        .query(
+                            "DELETE FROM dataref_artifacts WHERE ref IN ( \
+                               SELECT ref FROM dataref_artifacts WHERE expires_at <= $1 \
+                               LIMIT 1000 FOR UPDATE SKIP LOCKED) \
+                             RETURNING ref, bytes",
+                            &[&now.0],
+                        )
+                        .await?;
+                    let n = rows.len();
+                    out.extend(rows.iter().map(|r| (r.get(0), r.get(1))));
+                    if n < 1000 {
+                        return Ok(out);
+                    }
+                }
+            },
+        )?;
         rows.into_iter()
             .map(|(r, bytes)| Ok((r, to_u64(bytes, "bytes")?)))
             .collect()
@@ -234,6 +250,9 @@ pub(crate) fn artifact_name(data_ref: &str) -> String {
 
 pub(crate) const ARTIFACTS: &str = "artifacts";
 
+/// The longest a download may take in all, however steadily it goes.
+const DOWNLOAD_CEILING: std::time::Duration = std::time::Duration::from_secs(3600);
+
 impl ArtifactBytes for ObjectBytes {
     fn publish(&self, data_ref: &DataRef, staged: &Path) -> Result<(), StoreError> {
         let name = artifact_name(data_ref.as_str());
@@ -246,9 +265,13 @@ impl ArtifactBytes for ObjectBytes {
         let bytes = map_for_upload(&file, staged)?;
         drop(file);
         let objects = self.backend.objects.clone();
-        let put = self.backend.io.block("uploading an artifact", async move {
-            objects.put_new(&key, bytes).await
-        })?;
+        let bound = self.backend.io.transfer_budget(bytes.len() as u64);
+        let put = self
+            .backend
+            .io
+            .block_for("uploading an artifact", bound, async move {
+                objects.put_new(&key, bytes).await
+            })?;
         if put == Put::AlreadyThere {
             // 128 random bits make this a bug or an attack, never chance: keep what is
             // there, store nothing.
@@ -269,12 +292,15 @@ impl ArtifactBytes for ObjectBytes {
         let key = self.backend.objects.key(&format!("{ARTIFACTS}/{name}"));
         let objects = self.backend.objects.clone();
         let dest = tmp.clone();
-        let found = self
-            .backend
-            .io
-            .block("downloading an artifact", async move {
-                objects.get_into(&key, &dest).await
-            });
+        let pause = self.backend.io.timeout();
+        // However large the table, the download goes on while its parts keep coming (each
+        // within the timeout of the one before); a ceiling of an hour in all.
+        let found =
+            self.backend
+                .io
+                .block_for("downloading an artifact", DOWNLOAD_CEILING, async move {
+                    objects.get_into(&key, &dest, pause).await
+                });
         match found {
             Ok(true) => {}
             Ok(false) => {
@@ -287,8 +313,7 @@ impl ArtifactBytes for ObjectBytes {
             }
         }
         // Two readers fetching the same object both rename: the same bytes either way.
-        self.backend.cache.admit(&name, &tmp)?;
-        Ok(self.backend.cache.open_file(&name)?)
+        Ok(Some(self.backend.cache.admit(&name, &tmp)?))
     }
 
     fn local_path(&self, data_ref: &DataRef) -> PathBuf {

@@ -149,10 +149,14 @@ impl Cache {
     }
 
     /// Moves the finished file `from` (under `.tmp/`, or a staged write) into the cache as
-    /// `name`, then evicts the least recently used others while over the bound.
-    pub(crate) fn admit(&self, name: &str, from: &Path) -> Result<(), SharedError> {
+    /// `name`, then evicts the least recently used others while over the bound. Returns
+    /// the file opened before it moved: even if another reader's admission evicts it at
+    /// once, this reader holds it.
+    pub(crate) fn admit(&self, name: &str, from: &Path) -> Result<fs::File, SharedError> {
         let to = self.path(name);
-        let bytes = fs::metadata(from)
+        let file = fs::File::open(from).map_err(|e| SharedError::local("cannot open", from, e))?;
+        let bytes = file
+            .metadata()
             .map_err(|e| SharedError::local("cannot inspect", from, e))?
             .len();
         fs::rename(from, &to)
@@ -167,7 +171,7 @@ impl Cache {
             state.total += bytes;
         }
         self.evict(Some(name));
-        Ok(())
+        Ok(file)
     }
 
     /// Drops `name` from the cache (its object is gone).

@@ -25,7 +25,7 @@ use crate::objects::{Put, map_for_upload};
 pub(crate) const FILES: &str = "files";
 
 /// Seeds the per-principal advisory lock of workspace quota checks.
-const QUOTA_LOCK_SEED: i64 = 0x0f11_e5_0a;
+const QUOTA_LOCK_SEED: i64 = 0x0f11_e50a;
 
 /// One principal's workspace in the shared index and bucket.
 #[derive(Debug, Clone)]
@@ -54,6 +54,11 @@ fn unavailable(e: SharedError) -> MirrorError {
     } else {
         MirrorError::Io(std::io::Error::other(e.to_string()))
     }
+}
+
+/// Whether `name` can be a version [`new_version`] made: 32 lowercase hex digits.
+pub(crate) fn is_version(name: &str) -> bool {
+    name.len() == 32 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// A new version: 128 random bits, hex.
@@ -115,10 +120,11 @@ impl Mirror for SharedFiles {
         }
         let objects = self.backend.objects.clone();
         let upload_key = key.clone();
+        let bound = self.backend.io.transfer_budget(bytes);
         let put = self
             .backend
             .io
-            .block("uploading a workspace file", async move {
+            .block_for("uploading a workspace file", bound, async move {
                 objects.put_new(&upload_key, content).await
             })
             .map_err(unavailable)?;
@@ -198,9 +204,12 @@ impl Mirror for SharedFiles {
                 quota: self.quota,
                 used,
             },
-            Err(e) => unavailable(e),
+            // Unreachable: the row may have been written all the same (its answer lost on
+            // the way) and name the new object, so it stays; the orphan sweep removes it
+            // if no row does.
+            Err(e) => return Err(unavailable(e)),
         };
-        // Nothing names the new object: remove it now (or the orphan sweep will).
+        // Refused: nothing names the new object. Removed now (or by the orphan sweep).
         let objects = self.backend.objects.clone();
         if let Err(e) = self
             .backend
@@ -267,11 +276,25 @@ impl Mirror for SharedFiles {
             Some(got) => got,
             None => return Err(MirrorError::NotFound { path }),
         };
+        let pause = self.backend.io.timeout();
         self.backend.io.spawn(async move {
             let mut stream = got.into_stream();
-            while let Some(chunk) = stream.next().await {
+            loop {
+                // Each part within the timeout of the one before: a stalled body ends as
+                // unavailable, however large the file.
+                let chunk = match tokio::time::timeout(pause, stream.next()).await {
+                    Err(_) => Err(SharedError::TimedOut {
+                        what: "a pause in a workspace file's body",
+                        after: pause,
+                    }),
+                    Ok(None) => return,
+                    Ok(Some(chunk)) => chunk.map_err(SharedError::from),
+                };
                 let failed = chunk.is_err();
-                if tx.send(chunk.map_err(SharedError::from)).is_err() || failed {
+                // The reader is a plain thread (it writes the local copy): waiting for it
+                // here must not hold up the backend's other tasks on this worker.
+                let sent = tokio::task::block_in_place(|| tx.send(chunk));
+                if sent.is_err() || failed {
                     return;
                 }
             }

@@ -14,6 +14,9 @@ use std::time::Duration;
 
 use crate::error::SharedError;
 
+/// The slowest transfer to or from the object store that still counts as working: 1 MiB/s.
+pub(crate) const MIN_TRANSFER_RATE: u64 = 1 << 20;
+
 /// A multi-threaded runtime with its own two workers, kept for the process's life.
 #[derive(Debug)]
 pub(crate) struct Io {
@@ -47,20 +50,41 @@ impl Io {
         T: Send + 'static,
         F: Future<Output = Result<T, SharedError>> + Send + 'static,
     {
+        self.block_for(what, self.timeout, fut)
+    }
+
+    /// The bound of moving `bytes` to or from the object store: the timeout, plus the time
+    /// the bytes take at [`MIN_TRANSFER_RATE`]. A large table is slow, not unavailable.
+    pub(crate) fn transfer_budget(&self, bytes: u64) -> Duration {
+        self.timeout + Duration::from_secs(bytes / MIN_TRANSFER_RATE)
+    }
+
+    /// The timeout itself: how long one request, or one pause in a body, may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// [`Io::block`] with another bound than the timeout (transfers).
+    pub(crate) fn block_for<T, F>(
+        &self,
+        what: &'static str,
+        bound: Duration,
+        fut: F,
+    ) -> Result<T, SharedError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, SharedError>> + Send + 'static,
+    {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let timeout = self.timeout;
         let Some(runtime) = self.handle() else {
             return Err(SharedError::Runtime(format!(
                 "{what}: the runtime is shut down"
             )));
         };
         runtime.spawn(async move {
-            let answer = match tokio::time::timeout(timeout, fut).await {
+            let answer = match tokio::time::timeout(bound, fut).await {
                 Ok(answer) => answer,
-                Err(_) => Err(SharedError::TimedOut {
-                    what,
-                    after: timeout,
-                }),
+                Err(_) => Err(SharedError::TimedOut { what, after: bound }),
             };
             // The caller may be gone; its answer is then nobody's.
             let _ = tx.send(answer);

@@ -33,6 +33,7 @@ mod objects;
 mod pg;
 mod schema;
 mod sessions;
+mod tls;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -40,6 +41,7 @@ use std::time::Duration;
 
 use dataref_config::SharedConfig;
 use dataref_store::{Clock, LocalStore, StoreLimits};
+use futures_util::StreamExt;
 
 pub use artifacts::{ObjectBytes, PgIndex};
 pub use error::SharedError;
@@ -51,6 +53,7 @@ use crate::io::Io;
 use crate::locks::Locks;
 use crate::objects::Objects;
 use crate::pg::Pg;
+use crate::schema::Migrations;
 
 /// An object no index row names is removed once it is this old: younger ones may be an
 /// upload whose row is being written right now.
@@ -66,6 +69,8 @@ pub(crate) struct Backend {
     pub(crate) cache: Cache,
     /// This replica's advisory locks (busy sessions, concurrency slots).
     pub(crate) locks: Locks,
+    /// The exclusive `flock` on the data dir of a server using it (see [`lock_home`]).
+    _home_lock: Option<std::fs::File>,
 }
 
 /// A connection to the shared backend, made once per server.
@@ -73,6 +78,8 @@ pub(crate) struct Backend {
 pub struct Shared {
     backend: Arc<Backend>,
     config: SharedConfig,
+    /// What [`Shared::connect_without_migrating`] found missing in the index.
+    pending: Vec<&'static str>,
 }
 
 impl Shared {
@@ -85,27 +92,65 @@ impl Shared {
         home: &Path,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, SharedError> {
+        Self::open(config, home, lookup, Migrations::Apply)
+    }
+
+    /// [`Shared::connect`] for a tool that only looks (`dataref doctor`, `dataref
+    /// sessions`): the index's schema is not changed; [`Shared::pending_migrations`] says
+    /// what the next server to start will apply.
+    pub fn connect_without_migrating(
+        config: &SharedConfig,
+        home: &Path,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, SharedError> {
+        Self::open(config, home, lookup, Migrations::Check)
+    }
+
+    fn open(
+        config: &SharedConfig,
+        home: &Path,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        migrations: Migrations,
+    ) -> Result<Self, SharedError> {
         let url = dataref_config::env::expand(&config.index, lookup).map_err(|e| {
             SharedError::Config {
                 message: format!("`[shared] index`: {e:?}"),
                 hint: "set the variable `index` names in the server's environment".into(),
             }
         })?;
+        // A server owns its data dir's copies of the shared workspaces (which version each
+        // local file holds is known per process): a second one on the same dir would undo
+        // the first's writes. A command that only looks takes no lock.
+        let home_lock = match migrations {
+            Migrations::Apply => Some(lock_home(home)?),
+            Migrations::Check => None,
+        };
         let io = Io::new(config.timeout)?;
-        let pg = Pg::new(&url, config.index_pool)?;
+        let pg = Pg::new(
+            &url,
+            config.index_ca.as_deref(),
+            config.index_pool,
+            config.timeout,
+        )?;
         let objects = Arc::new(Objects::new(config, lookup)?);
         let cache = Cache::open(&home.join("cache").join("objects"), config.cache_bytes)?;
-        {
+        let pending = {
             let pg = pg.clone();
             io.block("migrating the shared index", async move {
                 let mut client = pg.connect().await?;
-                schema::migrate(&mut client).await
-            })?;
-        }
+                schema::migrate(&mut client, migrations).await
+            })?
+        };
         {
             let objects = objects.clone();
             io.block("listing the bucket", async move {
-                objects.list(artifacts::ARTIFACTS).await.map(drop)
+                objects
+                    .list_stream(artifacts::ARTIFACTS)
+                    .next()
+                    .await
+                    .transpose()
+                    .map(drop)
+                    .map_err(SharedError::from)
             })?;
         }
         tracing::info!(bucket = objects.shown(), "connected to the shared store");
@@ -116,9 +161,17 @@ impl Shared {
                 pg,
                 objects,
                 cache,
+                _home_lock: home_lock,
             }),
             config: config.clone(),
+            pending,
         })
+    }
+
+    /// The index's migrations this build would apply (only after
+    /// [`Shared::connect_without_migrating`]; a server applies them as it connects).
+    pub fn pending_migrations(&self) -> &[&'static str] {
+        &self.pending
     }
 
     /// The artifact store over the shared index and bucket.
@@ -127,7 +180,9 @@ impl Shared {
         limits: StoreLimits,
         clock: Arc<dyn Clock>,
     ) -> Result<LocalStore, dataref_store::StoreError> {
-        let tmp = self.backend.cache.path(".store-tmp");
+        // Staged beside the cache's downloads: renamed into the cache when published, and
+        // removed when a crash left them (`Cache::open` clears old files there).
+        let tmp = self.backend.cache.path(".tmp");
         LocalStore::with_backend(
             &tmp,
             Box::new(PgIndex::new(self.backend.clone())),
@@ -195,16 +250,32 @@ impl Shared {
     ) -> Result<u64, SharedError> {
         let pg = self.backend.pg.clone();
         let (from, to) = (format!("{dir}/"), format!("{dir}0"));
-        self.backend
-            .io
-            .block("sweeping workspace files", async move {
-                let c = pg.get().await?;
-                Ok(c.execute(
-                    "DELETE FROM dataref_files WHERE path >= $1 AND path < $2 AND modified < $3",
-                    &[&from, &to, &cutoff.0],
-                )
-                .await?)
-            })
+        self.backend.io.block_for(
+            "sweeping workspace files",
+            Duration::from_secs(3600),
+            async move {
+                // In batches, so a backlog neither holds one long statement nor times out
+                // whole; rows another sweeper holds are skipped (it removes them).
+                let mut removed = 0;
+                loop {
+                    let n = pg
+                        .get()
+                        .await?
+                        .execute(
+                            "DELETE FROM dataref_files WHERE (principal, path) IN ( \
+                               SELECT principal, path FROM dataref_files \
+                               WHERE path >= $1 AND path < $2 AND modified < $3 \
+                               LIMIT 1000 FOR UPDATE SKIP LOCKED)",
+                            &[&from, &to, &cutoff.0],
+                        )
+                        .await?;
+                    removed += n;
+                    if n < 1000 {
+                        return Ok(removed);
+                    }
+                }
+            },
+        )
     }
 
     /// The configuration this was connected with.
@@ -224,66 +295,153 @@ impl Shared {
     pub fn sweep_orphans(&self, min_age: Duration) -> Result<u64, SharedError> {
         let objects = self.backend.objects.clone();
         let pg = self.backend.pg.clone();
-        self.backend
-            .io
-            .block("sweeping orphaned objects", async move {
+        // A listing of a large bucket takes a while: bounded by an hour, not the timeout.
+        self.backend.io.block_for(
+            "sweeping orphaned objects",
+            Duration::from_secs(3600),
+            async move {
+                // Ages by the index's clock, the one every replica shares: a replica whose
+                // own clock runs fast must not take a fresh upload for an old one.
+                let now: i64 = pg
+                    .get()
+                    .await?
+                    .query_one("SELECT extract(epoch FROM now())::BIGINT", &[])
+                    .await?
+                    .get(0);
+                let cutoff =
+                    now.saturating_sub(i64::try_from(min_age.as_secs()).unwrap_or(i64::MAX));
                 let mut removed = 0;
-                for (dir, table, column, suffix) in [
-                    (artifacts::ARTIFACTS, "dataref_artifacts", "ref", ".arrow"),
-                    (files::FILES, "dataref_files", "version", ""),
-                ] {
-                    let old = old_objects(&objects, dir, suffix, min_age).await?;
-                    if old.is_empty() {
-                        continue;
-                    }
-                    let names: Vec<&str> = old.iter().map(|(_, n)| n.as_str()).collect();
-                    let c = pg.get().await?;
-                    let named: std::collections::HashSet<String> = c
-                        .query(
-                            &format!("SELECT {column} FROM {table} WHERE {column} = ANY($1)"),
-                            &[&names],
-                        )
-                        .await?
-                        .iter()
-                        .map(|r| r.get(0))
-                        .collect();
-                    drop(c);
-                    for (key, name) in &old {
-                        if !named.contains(name) {
-                            objects.delete(key).await?;
-                            removed += 1;
+                for kind in [Orphans::Artifacts, Orphans::Files] {
+                    let mut listed = objects.list_stream(kind.dir());
+                    let mut page = Vec::new();
+                    loop {
+                        let next = listed.next().await.transpose()?;
+                        let done = next.is_none();
+                        if let Some(meta) = next {
+                            let old = meta.last_modified.timestamp() <= cutoff;
+                            if old
+                                && let Some(name) =
+                                    objects.rel(&meta.location).and_then(|r| kind.name(r))
+                            {
+                                page.push((meta.location.clone(), name.to_owned()));
+                            }
+                            if page.len() < ORPHAN_PAGE {
+                                continue;
+                            }
+                        }
+                        removed += remove_unnamed(&pg, &objects, kind, &page).await?;
+                        page.clear();
+                        if done {
+                            break;
                         }
                     }
                 }
                 Ok(removed)
-            })
+            },
+        )
     }
 }
 
-/// The objects under `dir` older than `min_age`, with the name each row would use (the
-/// key's last part without `suffix`).
-async fn old_objects(
+/// Objects are checked against the index this many at a time.
+const ORPHAN_PAGE: usize = 1000;
+
+/// The two kinds of objects the index names.
+#[derive(Debug, Clone, Copy)]
+enum Orphans {
+    /// `artifacts/<ref>.arrow`, named by `dataref_artifacts.ref`.
+    Artifacts,
+    /// `files/<version>`, named by `dataref_files.version`.
+    Files,
+}
+
+impl Orphans {
+    fn dir(self) -> &'static str {
+        match self {
+            Self::Artifacts => artifacts::ARTIFACTS,
+            Self::Files => files::FILES,
+        }
+    }
+
+    fn query(self) -> &'static str {
+        match self {
+            Self::Artifacts => "SELECT ref FROM dataref_artifacts WHERE ref = ANY($1)",
+            Self::Files => "SELECT version FROM dataref_files WHERE version = ANY($1)",
+        }
+    }
+
+    /// The name a row would use for the object at `rel` (relative to the deployment's
+    /// prefix), only if it is exactly such a name: a key under another deployment's prefix
+    /// nested below this one's (`files/team-b/...`) is never this deployment's to remove.
+    fn name(self, rel: &str) -> Option<&str> {
+        let name = rel.strip_prefix(self.dir())?.strip_prefix('/')?;
+        match self {
+            Self::Artifacts => {
+                let r = name.strip_suffix(".arrow")?;
+                dataref_protocol::DataRef::parse(r).is_ok().then_some(r)
+            }
+            Self::Files => files::is_version(name).then_some(name),
+        }
+    }
+}
+
+/// Removes the objects of `page` no row names; how many went.
+async fn remove_unnamed(
+    pg: &Arc<Pg>,
     objects: &Objects,
-    dir: &str,
-    suffix: &str,
-    min_age: Duration,
-) -> Result<Vec<(object_store::path::Path, String)>, SharedError> {
-    let now = std::time::SystemTime::now();
-    Ok(objects
-        .list(dir)
+    kind: Orphans,
+    page: &[(object_store::path::Path, String)],
+) -> Result<u64, SharedError> {
+    if page.is_empty() {
+        return Ok(0);
+    }
+    let names: Vec<&str> = page.iter().map(|(_, n)| n.as_str()).collect();
+    let named: std::collections::HashSet<String> = pg
+        .get()
         .await?
-        .into_iter()
-        .filter(|m| {
-            now.duration_since(m.last_modified.into())
-                .is_ok_and(|age| age >= min_age)
-        })
-        .filter_map(|m| {
-            let rel = objects.rel(&m.location)?;
-            let name = rel.strip_prefix(dir)?.strip_prefix('/')?;
-            let name = name.strip_suffix(suffix)?.to_owned();
-            Some((m.location.clone(), name))
-        })
-        .collect())
+        .query(kind.query(), &[&names])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut removed = 0;
+    for (key, name) in page {
+        if !named.contains(name) {
+            objects.delete(key).await?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Takes `<home>/shared.lock` for this process alone, or says which data dir is taken.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the lock file of the data dir, outside every workspace"
+)]
+fn lock_home(home: &Path) -> Result<std::fs::File, SharedError> {
+    use rustix::fs::{FlockOperation, flock};
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o711)
+        .create(home)
+        .map_err(|e| SharedError::local("cannot create directory", home, e))?;
+    let path = home.join("shared.lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| SharedError::local("cannot open", &path, e))?;
+    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(SharedError::Config {
+            message: format!(
+                "another dataref process serves the data dir `{}` with `[shared]`",
+                home.display()
+            ),
+            hint: "give each replica (and each `dataref chat`) a data dir of its own: `--home DIR`"
+                .into(),
+        }),
+        Err(e) => Err(SharedError::local("cannot lock", &path, e.into())),
+    }
 }
 
 /// HTTPS to the object store goes through rustls with `ring` (reqwest is built without a

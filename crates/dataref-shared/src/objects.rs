@@ -72,9 +72,12 @@ impl Objects {
                 retry_timeout: Duration::from_secs(10),
             })
             .with_client_options(
+                // Whole requests are bounded by the caller (the timeout, and for a body the
+                // time its bytes take at the slowest acceptable rate, or a pause of the
+                // timeout between two parts of it): here only a ceiling.
                 ClientOptions::new()
                     .with_connect_timeout(Duration::from_secs(5))
-                    .with_timeout(config.timeout)
+                    .with_timeout(Duration::from_secs(3600))
                     .with_allow_http(
                         config
                             .endpoint
@@ -147,13 +150,21 @@ impl Objects {
     }
 
     /// The object under `key` written into the new file `dest` (which the caller renames
-    /// into place); `Ok(false)` when there is no such object.
-    pub(crate) async fn get_into(&self, key: &Path, dest: &FsPath) -> Result<bool, SharedError> {
+    /// into place); `Ok(false)` when there is no such object. The answer must start within
+    /// `pause`, and each part of the body must follow the one before within `pause`.
+    pub(crate) async fn get_into(
+        &self,
+        key: &Path,
+        dest: &FsPath,
+        pause: Duration,
+    ) -> Result<bool, SharedError> {
         use tokio::io::AsyncWriteExt;
-        let got = match self.store.get(key).await {
-            Ok(got) => got,
-            Err(object_store::Error::NotFound { .. }) => return Ok(false),
-            Err(e) => return Err(e.into()),
+        let stalled = |what| SharedError::TimedOut { what, after: pause };
+        let got = match tokio::time::timeout(pause, self.store.get(key)).await {
+            Err(_) => return Err(stalled("an object store answer")),
+            Ok(Ok(got)) => got,
+            Ok(Err(object_store::Error::NotFound { .. })) => return Ok(false),
+            Ok(Err(e)) => return Err(e.into()),
         };
         let expected = got.meta.size;
         let mut file = tokio::fs::File::create_new(dest)
@@ -161,8 +172,12 @@ impl Objects {
             .map_err(|e| SharedError::local("cannot create", dest, e))?;
         let mut stream = got.into_stream();
         let mut written = 0u64;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk?;
+        loop {
+            let chunk = match tokio::time::timeout(pause, stream.next()).await {
+                Err(_) => return Err(stalled("a pause in an object's body")),
+                Ok(None) => break,
+                Ok(Some(chunk)) => chunk?,
+            };
             written += chunk.len() as u64;
             file.write_all(&chunk)
                 .await
@@ -187,15 +202,12 @@ impl Objects {
         }
     }
 
-    /// Every object under `rel` (a directory-like prefix under the deployment's prefix).
-    pub(crate) async fn list(&self, rel: &str) -> Result<Vec<ObjectMeta>, SharedError> {
-        let prefix = self.key(rel);
-        let mut stream = self.store.list(Some(&prefix));
-        let mut out = Vec::new();
-        while let Some(meta) = stream.next().await {
-            out.push(meta?);
-        }
-        Ok(out)
+    /// The objects under `rel`, as the listing pages in.
+    pub(crate) fn list_stream(
+        &self,
+        rel: &str,
+    ) -> futures_util::stream::BoxStream<'static, Result<ObjectMeta, object_store::Error>> {
+        self.store.list(Some(&self.key(rel)))
     }
 }
 

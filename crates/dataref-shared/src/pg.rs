@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::error::SharedError;
+use crate::tls::{MakeRustls, default_ssl_mode, explicit_ssl_mode};
 
 /// How long making one connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -21,6 +22,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A pool of connections to the shared index.
 pub(crate) struct Pg {
     config: tokio_postgres::Config,
+    tls: MakeRustls,
     idle: Mutex<Vec<Client>>,
     permits: Arc<Semaphore>,
 }
@@ -68,22 +70,59 @@ impl Drop for Conn {
 }
 
 impl Pg {
-    /// A pool of at most `size` connections to `url` (already expanded). Connects nothing
-    /// yet: [`Pg::get`] does, on the backend's runtime.
-    pub(crate) fn new(url: &str, size: usize) -> Result<Arc<Self>, SharedError> {
+    /// A pool of at most `size` connections to `url` (already expanded), each statement
+    /// bounded by `timeout` on the server too. Connects nothing yet: [`Pg::get`] does, on
+    /// the backend's runtime.
+    ///
+    /// Every connection is set up so a dead peer is noticed in seconds, not hours: TCP
+    /// keepalives both ways (this side's socket options; the server's `tcp_keepalives_*`,
+    /// so a replica that vanished without closing its connection gives its row and advisory
+    /// locks back within about half a minute), and `statement_timeout`, `lock_timeout` and
+    /// `idle_in_transaction_session_timeout`, so a statement whose caller gave up ends on
+    /// the server as well. TLS unless the host is local or the URL says `sslmode=disable`.
+    pub(crate) fn new(
+        url: &str,
+        ca: Option<&std::path::Path>,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Arc<Self>, SharedError> {
+        // tokio-postgres knows `disable`, `prefer` and `require`; with rustls `require`
+        // always checks the certificate and the host name, which is what libpq calls
+        // `verify-full`.
+        let parsed = url
+            .replace("sslmode=verify-full", "sslmode=require")
+            .replace("sslmode=verify-ca", "sslmode=require");
         let mut config =
-            tokio_postgres::Config::from_str(url).map_err(|e| SharedError::Config {
+            tokio_postgres::Config::from_str(&parsed).map_err(|e| SharedError::Config {
                 message: format!("`[shared] index` is not a PostgreSQL URL: {e}"),
                 hint: "write `postgresql://USER@HOST:PORT/DB`, the password through `${NAME}`"
                     .into(),
             })?;
+        let mode = default_ssl_mode(config.get_hosts(), explicit_ssl_mode(url));
+        let ms = timeout.as_millis().max(1);
+        let ours = format!(
+            "-c statement_timeout={ms} -c lock_timeout={ms} \
+             -c idle_in_transaction_session_timeout={} \
+             -c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3",
+            ms * 2
+        );
+        let options = match config.get_options() {
+            Some(theirs) if !theirs.is_empty() => format!("{theirs} {ours}"),
+            _ => ours,
+        };
         config
+            .ssl_mode(mode)
+            .options(options)
             .connect_timeout(CONNECT_TIMEOUT)
             .keepalives(true)
-            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_idle(Duration::from_secs(10))
+            .keepalives_interval(Duration::from_secs(5))
+            .keepalives_retries(3)
+            .tcp_user_timeout(timeout)
             .application_name("dataref");
         Ok(Arc::new(Self {
             config,
+            tls: MakeRustls::new(ca)?,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
         }))
@@ -124,7 +163,7 @@ impl Pg {
 
     /// A new connection, its driver task spawned on the current (the backend's) runtime.
     pub(crate) async fn connect(&self) -> Result<Client, SharedError> {
-        let (client, connection) = self.config.connect(NoTls).await?;
+        let (client, connection) = self.config.connect(self.tls.clone()).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!("shared index connection ended: {e}");

@@ -128,43 +128,92 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Applies the migrations this build knows and the index lacks.
-pub(crate) async fn migrate(client: &mut Client) -> Result<(), SharedError> {
+/// Migrations an older build cannot run beside (it would misread what they changed). An
+/// older replica refuses to start on an index that has one of these it does not know; any
+/// other migration it does not know (a new table, a new index) it runs beside. None yet:
+/// every migration so far only adds.
+const BREAKING: &[&str] = &[];
+
+/// What to do with migrations the index lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Migrations {
+    /// Apply them (a server starting).
+    Apply,
+    /// Only say which they are (`dataref doctor`, the CLI): a tool that looks must not
+    /// change the index under the servers using it.
+    Check,
+}
+
+/// Brings the index up to date (or, with [`Migrations::Check`], only looks): returns the
+/// names of the migrations this build knows that the index still lacks (none after an
+/// apply).
+pub(crate) async fn migrate(
+    client: &mut Client,
+    what: Migrations,
+) -> Result<Vec<&'static str>, SharedError> {
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS dataref_migrations (
-             name       TEXT PRIMARY KEY,
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-         )",
-    )
-    .await?;
-    let applied: Vec<String> = tx
-        .query("SELECT name FROM dataref_migrations", &[])
+    if what == Migrations::Apply {
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS dataref_migrations (
+                 name       TEXT PRIMARY KEY,
+                 breaking   BOOLEAN NOT NULL DEFAULT false,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             )",
+        )
+        .await?;
+    }
+    let exists: bool = tx
+        .query_one("SELECT to_regclass('dataref_migrations') IS NOT NULL", &[])
         .await?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+        .get(0);
+    let applied: Vec<(String, bool)> = if exists {
+        tx.query("SELECT name, breaking FROM dataref_migrations", &[])
+            .await?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let known: Vec<&str> = MIGRATIONS.iter().map(|(name, _)| *name).collect();
-    if let Some(newer) = applied.iter().find(|a| !known.contains(&a.as_str())) {
-        return Err(SharedError::Config {
-            message: format!(
-                "the shared index was migrated by a newer dataref (it has `{newer}`, which this \
-                 build does not know)"
-            ),
-            hint: "run the same dataref version on every replica".into(),
-        });
+    for (newer, breaking) in applied.iter().filter(|(a, _)| !known.contains(&a.as_str())) {
+        if *breaking {
+            return Err(SharedError::Config {
+                message: format!(
+                    "the shared index was migrated by a newer dataref in a way this build \
+                     cannot follow (`{newer}`)"
+                ),
+                hint: "run that newer dataref version on this replica too".into(),
+            });
+        }
+        tracing::info!(
+            migration = %newer,
+            "the shared index has a newer dataref's migration; it only adds, so this build runs beside it"
+        );
+    }
+    let pending: Vec<&'static str> = MIGRATIONS
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| !applied.iter().any(|(a, _)| a == name))
+        .collect();
+    if what == Migrations::Check {
+        tx.rollback().await?;
+        return Ok(pending);
     }
     for (name, sql) in MIGRATIONS {
-        if applied.iter().any(|a| a == name) {
+        if !pending.contains(name) {
             continue;
         }
         tx.batch_execute(sql).await?;
-        tx.execute("INSERT INTO dataref_migrations (name) VALUES ($1)", &[name])
-            .await?;
+        tx.execute(
+            "INSERT INTO dataref_migrations (name, breaking) VALUES ($1, $2)",
+            &[name, &BREAKING.contains(name)],
+        )
+        .await?;
         tracing::info!(migration = name, "shared index migrated");
     }
     tx.commit().await?;
-    Ok(())
+    Ok(Vec::new())
 }

@@ -227,6 +227,16 @@ impl TestHaproxy {
     /// Whether HAProxy counts each backend (in the order given) as up, from its stats
     /// socket. Unchecked backends are always up.
     pub fn backends_up(&self) -> Result<Vec<bool>> {
+        self.per_backend("status", |s| s.starts_with("UP") || s == "no check")
+    }
+
+    /// How many requests HAProxy has sent to each backend (in the order given) so far.
+    pub fn requests_per_backend(&self) -> Result<Vec<u64>> {
+        self.per_backend("stot", |s| s.parse().unwrap_or(0))
+    }
+
+    /// One column of `show stat` for each backend, in the order given, read by `value`.
+    fn per_backend<T: Clone>(&self, column: &str, value: impl Fn(&str) -> T) -> Result<Vec<T>> {
         let mut sock = UnixStream::connect(self.stats_path())
             .context("connecting to HAProxy's stats socket")?;
         sock.write_all(b"show stat\n")?;
@@ -245,8 +255,8 @@ impl TestHaproxy {
                 .position(|c| *c == name)
                 .with_context(|| format!("no `{name}` column in `show stat`"))
         };
-        let (px, sv, status) = (col("pxname")?, col("svname")?, col("status")?);
-        let mut up = vec![None; self.backends];
+        let (px, sv, wanted) = (col("pxname")?, col("svname")?, col(column)?);
+        let mut found = vec![None; self.backends];
         for row in lines {
             let f: Vec<&str> = row.split(',').collect();
             if f.get(px) != Some(&BACKEND) {
@@ -256,13 +266,14 @@ impl TestHaproxy {
                 .get(sv)
                 .and_then(|s| s.strip_prefix('r'))
                 .and_then(|i| i.parse::<usize>().ok());
-            if let (Some(i), Some(s)) = (index, f.get(status))
-                && let Some(slot) = up.get_mut(i)
+            if let (Some(i), Some(s)) = (index, f.get(wanted))
+                && let Some(slot) = found.get_mut(i)
             {
-                *slot = Some(s.starts_with("UP") || *s == "no check");
+                *slot = Some(value(s));
             }
         }
-        up.into_iter()
+        found
+            .into_iter()
             .enumerate()
             .map(|(i, u)| u.with_context(|| format!("backend `r{i}` missing from `show stat`")))
             .collect()

@@ -65,6 +65,8 @@ pub struct TestPostgres {
     bin: PathBuf,
     /// Set when the server runs as the `postgres` OS user (we are root).
     run_as: Option<String>,
+    /// The TCP port of a server started with TLS ([`TestPostgres::start_tls`]).
+    tls_port: Option<u16>,
 }
 
 /// The directory holding `initdb` and `pg_ctl`: `$PG_BIN`, else the newest
@@ -128,6 +130,20 @@ fn user_ids(name: &str) -> Option<(u32, u32)> {
 impl TestPostgres {
     /// initdb into a new temp dir and start the server on a Unix socket there.
     pub fn start() -> Result<Self> {
+        Self::start_with(None)
+    }
+
+    /// [`TestPostgres::start`], and also listening on `127.0.0.1` with TLS on: a throwaway
+    /// CA (made with the `openssl` command) signs a certificate for `localhost`.
+    /// [`TestPostgres::tls_url`] and [`TestPostgres::tls_ca`] reach it.
+    pub fn start_tls() -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        Self::start_with(Some(port))
+    }
+
+    fn start_with(tls_port: Option<u16>) -> Result<Self> {
         let bin = pg_bin().context(
             "no PostgreSQL server binaries (initdb) found under /usr/lib/postgresql/*/bin\n\
              hint: install them (`scripts/host-deps` does: apt-get install postgresql) or set PG_BIN",
@@ -142,7 +158,12 @@ impl TestPostgres {
         } else {
             None
         };
-        let pg = Self { dir, bin, run_as };
+        let pg = Self {
+            dir,
+            bin,
+            run_as,
+            tls_port,
+        };
         let data = pg.data_dir();
         pg.run(
             "initdb",
@@ -158,11 +179,23 @@ impl TestPostgres {
                 OsStr::new("--no-sync"),
             ],
         )?;
-        let options = format!(
-            "-c listen_addresses='' -k {} -p {PORT} -c fsync=off -c synchronous_commit=off \
+        let mut options = format!(
+            "-k {} -c fsync=off -c synchronous_commit=off \
              -c full_page_writes=off -c max_connections=50",
             pg.socket_dir().display()
         );
+        match tls_port {
+            None => options.push_str(&format!(" -c listen_addresses='' -p {PORT}")),
+            Some(port) => {
+                pg.make_certificates()?;
+                // The Unix socket is then named after this port too.
+                options.push_str(&format!(
+                    " -c listen_addresses='127.0.0.1' -p {port} -c ssl=on \
+                     -c ssl_cert_file={0}/server.crt -c ssl_key_file={0}/server.key",
+                    pg.dir.path().display()
+                ));
+            }
+        }
         let log = pg.dir.path().join("server.log");
         pg.run(
             "pg_ctl",
@@ -184,6 +217,100 @@ impl TestPostgres {
         Ok(pg)
     }
 
+    /// A CA and a certificate for `localhost` it signed, for the server (owned by the user
+    /// the server runs as, key mode 0600 as PostgreSQL requires).
+    fn make_certificates(&self) -> Result<()> {
+        let d = self.dir.path();
+        let openssl = |args: &[&str]| -> Result<()> {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .context("running `openssl` (Debian's `openssl` package)")?;
+            if !out.status.success() {
+                bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            Ok(())
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=dataref test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ])?;
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ])?;
+        std::fs::write(
+            d.join("san.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ])?;
+        std::fs::set_permissions(
+            d.join("server.key"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )?;
+        if self.run_as.is_some() {
+            let (uid, gid) = user_ids(SUPERUSER).context("the `postgres` OS user")?;
+            for f in ["server.key", "server.crt"] {
+                std::os::unix::fs::chown(d.join(f), Some(uid), Some(gid))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With [`TestPostgres::start_tls`]: a URL for `user` over TCP to `localhost`, TLS
+    /// required.
+    pub fn tls_url(&self, user: &str) -> Option<String> {
+        self.tls_port
+            .map(|port| format!("postgresql://{user}@localhost:{port}/postgres?sslmode=require"))
+    }
+
+    /// With [`TestPostgres::start_tls`]: the PEM file of the CA that signed the server's
+    /// certificate.
+    pub fn tls_ca(&self) -> Option<PathBuf> {
+        self.tls_port.map(|_| self.dir.path().join("ca.crt"))
+    }
+
+    /// The port the server listens on (its Unix socket is named after it too).
+    fn port(&self) -> u16 {
+        self.tls_port.unwrap_or(PORT)
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -196,8 +323,9 @@ impl TestPostgres {
     /// A libpq connection string for `user` on database `postgres`.
     pub fn conninfo(&self, user: &str) -> String {
         format!(
-            "host={} port={PORT} user={user} dbname=postgres",
-            self.socket_dir().display()
+            "host={} port={} user={user} dbname=postgres",
+            self.socket_dir().display(),
+            self.port()
         )
     }
 
@@ -209,7 +337,7 @@ impl TestPostgres {
             .to_string()
             .replace('%', "%25")
             .replace('/', "%2F");
-        format!("postgresql://{user}@{host}:{PORT}/postgres")
+        format!("postgresql://{user}@{host}:{}/postgres", self.port())
     }
 
     fn run<I, S>(&self, tool: &str, args: I) -> Result<()>

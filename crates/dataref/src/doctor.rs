@@ -216,7 +216,7 @@ fn data_dir(home: &Path) -> Check {
 }
 
 fn store(config: &Config) -> Check {
-    let opened = dataref_app::connect_shared(config)
+    let opened = dataref_app::look_at_shared(config)
         .and_then(|shared| dataref_app::open_store(config, shared.as_ref()).map(|_| shared));
     match opened {
         Ok(Some(shared)) => {
@@ -226,12 +226,22 @@ fn store(config: &Config) -> Check {
             } else {
                 format!("{}/{}", s.bucket, s.prefix)
             };
+            let pending = shared.pending_migrations();
             check(
                 Status::Ok,
                 "artifact store",
                 format!(
-                    "shared: s3://{bucket} and the PostgreSQL index (cache in {})",
-                    config.home.join("cache").display()
+                    "shared: s3://{bucket} and the PostgreSQL index (cache in {}){}",
+                    config.home.join("cache").display(),
+                    if pending.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; the index lacks {} migration(s) ({}) the first server to start applies",
+                            pending.len(),
+                            pending.join(", ")
+                        )
+                    }
                 ),
                 None,
             )

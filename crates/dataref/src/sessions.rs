@@ -29,7 +29,11 @@ pub fn run(common: &Common, principal: Option<&str>, action: Action<'_>) -> Resu
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
     // With `[shared]`, the sessions every replica serves, not this data dir's.
-    let sessions = match dataref_app::connect_shared(&config)? {
+    let sessions = match dataref_app::look_at_shared(&config)? {
+        Some(shared) if !shared.pending_migrations().is_empty() => anyhow::bail!(
+            "the shared index has no agent sessions yet: no server of this version has set it up\n\
+             hint: start `dataref serve --http` with this config once (it brings the index up to date)"
+        ),
         Some(shared) => shared.session_store(),
         None => SessionStore::open(&config.home).map_err(|e| anyhow::anyhow!("{e}"))?,
     };

@@ -49,6 +49,7 @@ impl Services {
             endpoint: Some(self.s3.endpoint()),
             region: self.s3.region().to_owned(),
             index: self.pg.url("postgres"),
+            index_ca: None,
             cache_bytes: SharedConfig::DEFAULT_CACHE_BYTES,
             index_pool: 4,
             timeout: Duration::from_secs(10),
@@ -83,4 +84,45 @@ pub(crate) fn store(
         .artifact_store(limits, clock)
         .expect("open the store");
     Arc::new(store)
+}
+
+/// The index over TLS: a server that requires it, its certificate checked against the CA
+/// `[shared] index_ca` names; without that CA the same certificate is refused.
+#[test]
+fn the_index_is_reached_over_tls_and_its_certificate_is_checked() {
+    let s3 = TestS3::start().expect("start SeaweedFS");
+    let pg = TestPostgres::start_tls().expect("start PostgreSQL with TLS");
+    let services = Services {
+        s3,
+        pg,
+        prefix: "tls".into(),
+    };
+    let home = tempfile::tempdir().expect("tempdir");
+    let mut config = services.config();
+    config.index = services.pg.tls_url("postgres").expect("a TLS URL");
+    config.index_ca = services.pg.tls_ca();
+    let shared = services.replica(home.path(), &config);
+    let store = store(
+        &shared,
+        StoreLimits::default(),
+        Arc::new(dataref_store::SystemClock),
+    );
+    assert_eq!(
+        store
+            .list(
+                &dataref_protocol::Principal::new("alice").expect("principal"),
+                1
+            )
+            .expect("a query over TLS")
+            .1,
+        0
+    );
+    drop(store);
+    drop(shared);
+    // The system's trust store does not know the test CA: refused, and said so.
+    config.index_ca = None;
+    let other = tempfile::tempdir().expect("tempdir");
+    let e = Shared::connect(&config, other.path(), &services.env()).expect_err("refused");
+    assert!(e.is_unavailable(), "{e:?}");
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 }

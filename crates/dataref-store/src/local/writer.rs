@@ -261,7 +261,12 @@ impl TableWriter for LocalTableWriter {
         };
         let quota = self.inner.limits.owner_quota_bytes;
         if let Err(e) = self.inner.index.insert_within_quota(&meta, quota, now) {
-            self.inner.bytes.remove(&self.data_ref);
+            // Refused: the bytes go. Unreachable: the row may have been written all the same
+            // (its answer lost on the way), so the bytes stay; if no row names them, the
+            // shared backend's orphan sweep removes them later.
+            if !e.is_transient() {
+                self.inner.bytes.remove(&self.data_ref);
+            }
             return Err(e);
         }
         Ok(meta)
