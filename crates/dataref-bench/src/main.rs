@@ -226,13 +226,30 @@ impl Drop for Fetched {
 /// into a new store under `dir`.
 fn fetch_sample(dir: &Path, rows: u64) -> Result<Fetched> {
     let config = Config::builtin_sample(dir.to_path_buf(), rows);
+    let (store_dir, store) = bench_store(dir)?;
+    let owner = Principal::new("bench")?;
+    let t = Instant::now();
+    let meta = fetch_into(&config, store.as_ref(), &owner)?;
+    Ok(Fetched {
+        store,
+        owner,
+        meta,
+        secs: t.elapsed().as_secs_f64(),
+        dir: store_dir,
+    })
+}
+
+/// The sample's `fetch_sales(since = "2025-01-01")` into `store`, as the tool runs it.
+pub(crate) fn fetch_into(
+    config: &Config,
+    store: &dyn ArtifactStore,
+    owner: &Principal,
+) -> Result<ArtifactMeta> {
     let source = config
         .sources
         .get("sample")
         .context("sample source missing")?;
-    let (store_dir, store) = bench_store(dir)?;
-    let owner = Principal::new("bench")?;
-    let sql = sample_sql(&config)?;
+    let sql = sample_sql(config)?;
     let declared = Default::default();
     let req = FetchRequest {
         source,
@@ -241,22 +258,14 @@ fn fetch_sample(dir: &Path, rows: u64) -> Result<Fetched> {
         declared: &declared,
         policy: SqlPolicy::Configured,
     };
-    let t = Instant::now();
-    let meta = dataref_sources::fetch(
+    Ok(dataref_sources::fetch(
         &req,
-        store.as_ref(),
-        &owner,
+        store,
+        owner,
         Lineage::new("bench", json!({})),
         &|_| {},
         &|| false,
-    )?;
-    Ok(Fetched {
-        store,
-        owner,
-        meta,
-        secs: t.elapsed().as_secs_f64(),
-        dir: store_dir,
-    })
+    )?)
 }
 
 fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {

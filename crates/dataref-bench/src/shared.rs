@@ -11,9 +11,9 @@
 //!   fetched table, and `list_artifacts`, alternately) through HAProxy to 1 replica, then
 //!   to 2, with the latency of every call.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,12 +21,13 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use dataref_config::{Config, SharedConfig};
 use dataref_protocol::Principal;
-use dataref_sources::{FetchRequest, ParamValue, SqlPolicy};
 use dataref_store::{ArtifactStore, Lineage, LocalStore, StoreLimits, SystemClock};
-use dataref_test_support::{HaproxyOptions, HealthCheck, TestHaproxy, TestPostgres, TestS3};
+use dataref_test_support::{
+    HaproxyOptions, HealthCheck, ServeHttp, TestHaproxy, TestPostgres, TestS3,
+};
 use serde_json::{Value, json};
 
-use super::{group, median, sample_sql};
+use super::{group, median};
 
 #[derive(Debug, Args)]
 pub struct SharedArgs {
@@ -227,9 +228,9 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         let mut addrs = Vec::new();
         for i in 0..replicas {
             let home = work.path().join(format!("load-{replicas}-{i}"));
-            let (child, addr) = spawn(&bin, &home, &config_path, &s3, &pg)?;
-            children.push(Kill(child));
-            addrs.push(addr.parse()?);
+            let served = spawn(&bin, &home, &config_path, &s3, &pg)?;
+            addrs.push(served.addr().parse()?);
+            children.push(served);
         }
         let lb = TestHaproxy::start(
             &addrs,
@@ -270,24 +271,7 @@ struct Fetched {
 }
 
 fn fetch(config: &Config, store: &dyn ArtifactStore, owner: &Principal) -> Result<Fetched> {
-    let source = config.sources.get("sample").context("sample source")?;
-    let sql = sample_sql(config)?;
-    let declared = Default::default();
-    let req = FetchRequest {
-        source,
-        sql: &sql,
-        params: vec![("since".into(), ParamValue::Text("2025-01-01".into()))],
-        declared: &declared,
-        policy: SqlPolicy::Configured,
-    };
-    let meta = dataref_sources::fetch(
-        &req,
-        store,
-        owner,
-        Lineage::new("bench", json!({})),
-        &|_| {},
-        &|| false,
-    )?;
+    let meta = super::fetch_into(config, store, owner)?;
     Ok(Fetched {
         data_ref: meta.data_ref,
         bytes: meta.bytes,
@@ -361,62 +345,30 @@ params.since = {{ type = "date", required = true }}
     Ok(path)
 }
 
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// A replica of the load test: `dataref serve --http` on its own data dir.
 fn spawn(
     bin: &Path,
     home: &Path,
     config: &Path,
     s3: &TestS3,
     pg: &TestPostgres,
-) -> Result<(Child, String)> {
-    let mut child = Command::new(bin)
-        .arg("serve")
-        .arg("--home")
-        .arg(home)
-        .arg("--config")
-        .arg(config)
-        .args(["--http", "127.0.0.1:0"])
-        .env_remove("DATAREF_CONFIG")
-        .env_remove("DATAREF_HOME")
-        .env("DATAREF_INDEX_URL", pg.url("postgres"))
-        .env("AWS_ACCESS_KEY_ID", s3.access_key())
-        .env("AWS_SECRET_ACCESS_KEY", s3.secret_key())
-        .env("DATAREF_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if !sent && let Some(at) = line.find("http://") {
-                let addr = line[at + 7..]
-                    .split(['/', ' '])
-                    .next()
-                    .unwrap_or("")
-                    .to_owned();
-                let _ = tx.send(addr);
-                sent = true;
-            }
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(addr) => Ok((child, addr)),
-        Err(_) => {
-            let _ = child.kill();
-            bail!("a replica did not start")
-        }
-    }
+) -> Result<ServeHttp> {
+    ServeHttp::start(
+        Command::new(bin)
+            .arg("serve")
+            .arg("--home")
+            .arg(home)
+            .arg("--config")
+            .arg(config)
+            .args(["--http", "127.0.0.1:0"])
+            .env_remove("DATAREF_CONFIG")
+            .env_remove("DATAREF_HOME")
+            .env("DATAREF_INDEX_URL", pg.url("postgres"))
+            .env("AWS_ACCESS_KEY_ID", s3.access_key())
+            .env("AWS_SECRET_ACCESS_KEY", s3.secret_key())
+            .env("DATAREF_LOG", "warn"),
+        Duration::from_secs(120),
+    )
 }
 
 /// `clients` × `calls` through `base`: p50 and p95 of a call, the wall time, the errors.

@@ -26,6 +26,9 @@
 //!
 //! [`raw_http`]: a minimal blocking HTTP/1.1 client for probes and plain requests.
 //!
+//! [`ServeHttp`] ([`serve`]): a `dataref serve --http` a test or benchmark started, found by
+//! the address it prints, killed on drop.
+//!
 //! Owns: fixtures for tests and benchmarks only. It is never a normal dependency of a
 //! crate that ships in the release binary (a dev-dependency, or a dependency of
 //! `dataref-bench`).
@@ -40,10 +43,12 @@ pub mod haproxy;
 pub mod model_server;
 pub mod raw_http;
 pub mod s3;
+pub mod serve;
 
 pub use haproxy::{HaproxyOptions, HealthCheck, Stickiness, TestHaproxy};
 pub use model_server::{Call, Received, Reply, ScriptedModel};
 pub use s3::TestS3;
+pub use serve::ServeHttp;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -3,14 +3,14 @@
 //! MCP call is a stateless 2026-07-28 request the balancer sends to whichever replica is
 //! next, so a test only passes when the state it needs is shared.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dataref_test_support::{
-    HaproxyOptions, HealthCheck, ScriptedModel, Stickiness, TestHaproxy, TestPostgres, TestS3,
+    HaproxyOptions, HealthCheck, ScriptedModel, ServeHttp, Stickiness, TestHaproxy, TestPostgres,
+    TestS3,
 };
 use serde_json::{Value, json};
 
@@ -28,29 +28,8 @@ fn digest(token: &str) -> String {
         .collect()
 }
 
-/// One replica: the process, its address, its own data dir, its log.
-pub(crate) struct Replica {
-    child: Child,
-    pub(crate) addr: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Replica {
-    pub(crate) fn log(&self) -> String {
-        self.log.lock().expect("log lock").join("\n")
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
+/// One replica: `dataref serve --http` on its own data dir.
+pub(crate) type Replica = ServeHttp;
 
 /// The services, the replicas and the balancer in front of them.
 pub(crate) struct Cluster {
@@ -173,15 +152,21 @@ token_sha256 = ["{us}"]
         let homes: Vec<PathBuf> = (0..n)
             .map(|i| dir.path().join(format!("replica-{i}")))
             .collect();
-        let children: Vec<_> = homes
-            .iter()
-            .map(|home| spawn_replica(home, &config, &s3, &pg, &model))
-            .collect();
-        let replicas: Vec<Replica> = children.into_iter().map(wait_started).collect();
+        // Started side by side: each takes a few seconds (the sample, the index, the bucket).
+        let replicas: Vec<Replica> = std::thread::scope(|scope| {
+            let started: Vec<_> = homes
+                .iter()
+                .map(|home| scope.spawn(|| spawn_replica(home, &config, &s3, &pg, &model)))
+                .collect();
+            started
+                .into_iter()
+                .map(|h| h.join().expect("a replica's start"))
+                .collect()
+        });
         let lb = TestHaproxy::start(
             &replicas
                 .iter()
-                .map(|r| r.addr.parse().expect("a socket address"))
+                .map(|r| r.addr().parse().expect("a socket address"))
                 .collect::<Vec<_>>(),
             HaproxyOptions {
                 stickiness: if extra.sticky {
@@ -217,19 +202,18 @@ token_sha256 = ["{us}"]
 
     /// One replica's own base URL (bypassing the balancer).
     pub(crate) fn direct(&self, i: usize) -> String {
-        format!("http://{}", self.replicas[i].addr)
+        self.replicas[i].base()
     }
 
     /// Starts replica `i` again on its data dir (after a `kill -9`), on a new port; the
     /// balancer keeps the old address, so this is for direct calls.
     pub(crate) fn restart(&mut self, i: usize) {
         let home = self.dir.path().join(format!("replica-{i}"));
-        let child = spawn_replica(&home, &self.config, &self.s3, &self.pg, &self.model);
-        self.replicas[i] = wait_started(child);
+        self.replicas[i] = spawn_replica(&home, &self.config, &self.s3, &self.pg, &self.model);
     }
 
     pub(crate) fn kill9(&mut self, i: usize) {
-        self.replicas[i].kill9();
+        self.replicas[i].kill();
     }
 
     pub(crate) fn logs(&self) -> String {
@@ -330,60 +314,27 @@ fn spawn_replica(
     s3: &TestS3,
     pg: &TestPostgres,
     model: &ScriptedModel,
-) -> Child {
-    Command::new(BIN)
-        .arg("serve")
-        .arg("--home")
-        .arg(home)
-        .arg("--config")
-        .arg(config)
-        .args(["--http", "127.0.0.1:0"])
-        .env_remove("DATAREF_CONFIG")
-        .env_remove("DATAREF_HOME")
-        .env_remove("DATAREF_LLM_API_KEY")
-        .env("DATAREF_INDEX_URL", pg.url("postgres"))
-        .env("AWS_ACCESS_KEY_ID", s3.access_key())
-        .env("AWS_SECRET_ACCESS_KEY", s3.secret_key())
-        .env("DATAREF_LLM_URL", model.url())
-        .env("DATAREF_LLM_MODEL", "test-model")
-        .env("DATAREF_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dataref serve --http")
-}
-
-fn wait_started(mut child: Child) -> Replica {
-    let stderr = child.stderr.take().expect("stderr");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let lines = log.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if !sent && let Some(at) = line.find("http://") {
-                let addr = line[at + "http://".len()..]
-                    .split(['/', ' '])
-                    .next()
-                    .unwrap_or("")
-                    .to_owned();
-                let _ = tx.send(addr);
-                sent = true;
-            }
-            lines.lock().expect("log lock").push(line);
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(addr) => Replica { child, addr, log },
-        Err(_) => {
-            let _ = child.kill();
-            panic!(
-                "the replica did not start:\n{}",
-                log.lock().expect("log lock").join("\n")
-            )
-        }
-    }
+) -> Replica {
+    ServeHttp::start(
+        Command::new(BIN)
+            .arg("serve")
+            .arg("--home")
+            .arg(home)
+            .arg("--config")
+            .arg(config)
+            .args(["--http", "127.0.0.1:0"])
+            .env_remove("DATAREF_CONFIG")
+            .env_remove("DATAREF_HOME")
+            .env_remove("DATAREF_LLM_API_KEY")
+            .env("DATAREF_INDEX_URL", pg.url("postgres"))
+            .env("AWS_ACCESS_KEY_ID", s3.access_key())
+            .env("AWS_SECRET_ACCESS_KEY", s3.secret_key())
+            .env("DATAREF_LLM_URL", model.url())
+            .env("DATAREF_LLM_MODEL", "test-model")
+            .env("DATAREF_LOG", "info"),
+        Duration::from_secs(120),
+    )
+    .expect("a replica starts")
 }
 
 /// An artifact made through replica A is described, queried, run on in the sandbox,
