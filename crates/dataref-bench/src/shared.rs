@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use dataref_config::{Config, SharedConfig};
 use dataref_protocol::Principal;
-use dataref_store::{ArtifactStore, Lineage, LocalStore, StoreLimits, SystemClock};
+use dataref_store::{ArtifactStore, LocalStore, StoreLimits, SystemClock};
 use dataref_test_support::{
     HaproxyOptions, HealthCheck, ServeHttp, TestHaproxy, TestPostgres, TestS3,
 };
