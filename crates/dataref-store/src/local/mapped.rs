@@ -234,8 +234,18 @@ fn decode_parts(
     Ok((schema, batches))
 }
 
-/// The bytes of one block, checked to lie inside the file: `Buffer::slice_with_length`
-/// panics on a range outside it, and a damaged file must give an error, not a panic.
+/// The bytes of one block, checked to lie inside the file (`Buffer::slice_with_length`
+/// panics on a range outside it, and a damaged file must give an error, not a panic), as a
+/// buffer of its own over the mapping.
+///
+/// Of its own, because engines count a batch's memory by its buffers' capacity, once per
+/// allocation: a plain slice would report the whole mapping (hundreds of megabytes for a
+/// 10M-row table) for every batch an operator keeps, and a sort's top 100 rows of a large
+/// table would "need" gigabytes. Over the same bytes: nothing is copied.
+#[expect(
+    unsafe_code,
+    reason = "a block's bytes lent to arrow as their own allocation has no safe API"
+)]
 fn block_data(buffer: &Buffer, block: &Block) -> Result<Buffer, ArrowError> {
     let out_of_range =
         || ArrowError::ParseError("corrupt artifact file: block out of range".into());
@@ -248,7 +258,13 @@ fn block_data(buffer: &Buffer, block: &Block) -> Result<Buffer, ArrowError> {
     if end > buffer.len() || meta_len < 8 {
         return Err(out_of_range());
     }
-    Ok(buffer.slice_with_length(offset, block_len))
+    let slice = buffer.slice_with_length(offset, block_len);
+    let ptr = NonNull::new(slice.as_ptr().cast_mut()).ok_or_else(out_of_range)?;
+    // SAFETY: `ptr` points to `block_len` readable bytes inside the mapping (checked above),
+    // and the owner handed to arrow is `slice`, which holds the mapping alive for as long
+    // as any buffer made from this one exists. Nothing writes to a mapped artifact file
+    // (see `map_file`), and arrow never writes through an immutable `Buffer`.
+    Ok(unsafe { Buffer::from_custom_allocation(ptr, block_len, Arc::new(slice)) })
 }
 
 #[cfg(test)]
@@ -317,6 +333,35 @@ mod tests {
         }
         // 3 batches × (n: values + nulls, s: offsets + values + nulls)
         assert_eq!(checked, 15);
+    }
+
+    #[test]
+    fn a_batch_counts_its_own_block_not_the_whole_mapping() {
+        // Engines budget memory by `get_array_memory_size` (buffer capacity, once per
+        // buffer): were each block a slice of one file-sized buffer, every batch would
+        // weigh the whole file and a sort over a large table would run out of budget.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("many.arrow");
+        let batch = |b: i64| {
+            let ints: ArrayRef = Arc::new(Int64Array::from_iter_values(b * 1000..b * 1000 + 1000));
+            RecordBatch::try_from_iter([("n", ints)]).unwrap()
+        };
+        let mut w = FileWriter::try_new(File::create(&path).unwrap(), &batch(0).schema()).unwrap();
+        for b in 0..40 {
+            w.write(&batch(b)).unwrap();
+        }
+        w.finish().unwrap();
+        let buffer = map_file(&File::open(&path).unwrap()).unwrap();
+        let read = decode(&buffer, None, None).unwrap();
+        assert_eq!(read.len(), 40);
+        let file_len = buffer.len();
+        for batch in &read {
+            let size = batch.get_array_memory_size();
+            assert!(
+                size * 10 < file_len,
+                "one batch of 40 weighs {size} of the file's {file_len} bytes"
+            );
+        }
     }
 
     #[test]

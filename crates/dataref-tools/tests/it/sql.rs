@@ -583,6 +583,51 @@ async fn a_query_over_its_memory_is_a_clear_error_and_leaves_nothing() {
     assert_eq!(artifacts(&f), before, "nothing stored");
 }
 
+/// A table many times the memory limit, sorted for its top rows: the engine keeps only the
+/// rows it needs, and a batch of a mapped table weighs its own bytes, not the whole file's
+/// (each used to count the file, so the first batch kept was over any limit under it).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_top_rows_of_a_table_larger_than_the_memory_limit() {
+    let mut f = fixture();
+    let sales = fetch(&f).await;
+    // 2,000 × 1,000 rows of two numbers: 32 MB on disk.
+    let big = sql_table(
+        &f,
+        "SELECT a.revenue AS r, b.revenue * a.revenue AS v FROM sales a \
+         CROSS JOIN (SELECT revenue FROM sales LIMIT 1000) b",
+        json!({"sales": sales}),
+    )
+    .await;
+    let table = f
+        .ctx
+        .store
+        .open_table(&f.ctx.principal, &DataRef::parse(&big).unwrap())
+        .unwrap();
+    assert_eq!(table.meta.rows, 2_000_000);
+    assert!(table.batches.len() > 4, "{} batches", table.batches.len());
+    let mut config = Config::builtin_sample(f.home.path().to_owned(), 2_000);
+    config.limits = f.ctx.limits.clone();
+    config.sql.memory_bytes = 8 << 20;
+    f.registry = dataref_tools::builtin_registry_with(&config, None).unwrap();
+    let v = sql_ok(
+        &f,
+        json!({
+            "sql": "SELECT r, v FROM big WHERE v IS NOT NULL ORDER BY v DESC, r LIMIT 100",
+            "inputs": {"big": big},
+            "store_as": "value",
+        }),
+    )
+    .await;
+    assert_eq!(v["rows"], 100, "{v}");
+    let top: Vec<f64> = v["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row[1].as_f64().unwrap())
+        .collect();
+    assert!(top.windows(2).all(|w| w[0] >= w[1]), "{top:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_query_stops_at_the_sql_timeout_and_leaves_nothing() {
     let f = fixture_sql(false, |sql| sql.timeout = Duration::from_secs(1));
