@@ -75,10 +75,20 @@ impl ServeHttp {
 
     /// Everything it wrote on stderr so far.
     pub fn log(&self) -> String {
+        self.log_lines().join("\n")
+    }
+
+    /// The process, to signal or wait for.
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Its stderr so far, line by line.
+    pub fn log_lines(&self) -> Vec<String> {
         self.log
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .join("\n")
+            .clone()
     }
 
     /// `kill -9`, and waits for it to be gone.

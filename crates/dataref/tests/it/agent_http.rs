@@ -3,12 +3,11 @@
 //! sessions routes, principal isolation, approvals answered over HTTP, the client going
 //! away, and the `/v1/chat/completions` facade, streamed and not.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dataref_test_support::ServeHttp;
 use dataref_test_support::model_server::{Call, Reply, ScriptedModel};
 use serde_json::{Value, json};
 
@@ -19,26 +18,15 @@ const US: &str = "agent-http-us-token-0123456789abcdef0123456789";
 const ROWS: &str = "2000";
 
 /// A running `dataref serve --http 127.0.0.1:0`.
-struct Server {
-    child: Child,
-    base: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+struct Server(ServeHttp);
 
 impl Server {
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+        format!("{}{path}", self.0.base())
     }
 
     fn log(&self) -> String {
-        self.log.lock().expect("log lock").join("\n")
+        self.0.log()
     }
 }
 
@@ -57,44 +45,8 @@ fn serve(home: &Path, config: &Path, model: &ScriptedModel) -> Server {
         .env("DATAREF_PRINCIPAL", "alice")
         .env("DATAREF_LLM_URL", model.url())
         .env("DATAREF_LLM_MODEL", "test-model")
-        .env("DATAREF_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn dataref serve --http");
-    let stderr = child.stderr.take().expect("stderr");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let lines = log.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if !sent && let Some(at) = line.find("http://") {
-                let addr = line[at + "http://".len()..]
-                    .split(['/', ' '])
-                    .next()
-                    .unwrap_or("")
-                    .to_owned();
-                let _ = tx.send(addr);
-                sent = true;
-            }
-            lines.lock().expect("log lock").push(line);
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(120))
-        .unwrap_or_else(|_| {
-            let _ = child.kill();
-            panic!(
-                "the server did not start:\n{}",
-                log.lock().expect("log lock").join("\n")
-            )
-        });
-    Server {
-        child,
-        base: format!("http://{addr}"),
-        log,
-    }
+        .env("DATAREF_LOG", "info");
+    Server(ServeHttp::start(&mut cmd, Duration::from_secs(120)).expect("dataref serve --http"))
 }
 
 fn client() -> reqwest::Client {
@@ -529,7 +481,7 @@ async fn agent_http_message_streams_and_sessions_are_listed_read_and_deleted() {
         "{body}"
     );
     // A body over 1 MiB is refused from its `Content-Length`, before it is read.
-    let addr = server.base.trim_start_matches("http://").to_owned();
+    let addr = server.0.addr().to_owned();
     let mut s = tokio::net::TcpStream::connect(&addr)
         .await
         .expect("connect");

@@ -1,11 +1,11 @@
 //! The real binary over Streamable HTTP: `dataref token new`, `serve --http` (the URL line,
 //! load from 50 concurrent clients, memory, SIGTERM), and its refusals at start.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dataref_test_support::ServeHttp;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -38,42 +38,20 @@ fn new_token(name: &str) -> (String, String) {
     (token, config)
 }
 
-/// Starts `dataref serve --http 127.0.0.1:0` and returns it with the MCP URL it printed.
-fn start(home: &Path, config: &Path) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .arg("serve")
+/// Starts `dataref serve --http 127.0.0.1:0` and returns it with its MCP URL.
+fn start(home: &Path, config: &Path) -> (ServeHttp, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
         .arg("--config")
         .arg(config)
         .arg("--home")
         .arg(home)
         .args(["--http", "127.0.0.1:0"])
         .env_remove("DATAREF_CONFIG")
-        .env_remove("DATAREF_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dataref serve --http");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if !sent && let Some(at) = line.find("http://") {
-                let url = line[at..]
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or("")
-                    .to_owned();
-                let _ = tx.send(url);
-                sent = true;
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the server printed its URL");
-    (child, url)
+        .env_remove("DATAREF_HOME");
+    let server = ServeHttp::start(&mut cmd, Duration::from_secs(60)).expect("dataref serve --http");
+    let url = format!("{}/mcp", server.base());
+    (server, url)
 }
 
 fn vm_hwm_kib(pid: u32) -> u64 {
@@ -118,7 +96,7 @@ async fn http_load_50_clients_by_100_calls() {
         ),
     )
     .expect("write config");
-    let (mut child, url) = start(&home, &config);
+    let (mut server, url) = start(&home, &config);
     assert!(url.ends_with("/mcp"), "{url}");
 
     const CLIENTS: usize = 50;
@@ -163,14 +141,14 @@ async fn http_load_50_clients_by_100_calls() {
         }
     }
     let elapsed = started.elapsed();
-    let hwm = vm_hwm_kib(child.id());
+    let hwm = vm_hwm_kib(server.child().id());
     println!(
         "http load: {CLIENTS} clients x {CALLS} calls in {:.2} s ({:.0} calls/s), server VmHWM {} MiB",
         elapsed.as_secs_f64(),
         (CLIENTS * CALLS) as f64 / elapsed.as_secs_f64(),
         hwm / 1024
     );
-    let status = terminate(&mut child);
+    let status = terminate(server.child());
     assert!(
         failures.is_empty(),
         "{} clients failed: {failures:?}",
@@ -254,7 +232,7 @@ async fn http_two_tokens_get_their_own_postgres_rows() {
         ),
     )
     .expect("write config");
-    let (mut child, url) = start(&dir.path().join("home"), &config);
+    let (mut server, url) = start(&dir.path().join("home"), &config);
     let connect = |token: String| {
         let config = StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header(token);
         ().serve(StreamableHttpClientTransport::from_config(config))
@@ -311,5 +289,5 @@ async fn http_two_tokens_get_their_own_postgres_rows() {
 
     let _ = eu.cancel().await;
     let _ = us.cancel().await;
-    assert!(terminate(&mut child).success());
+    assert!(terminate(server.child()).success());
 }

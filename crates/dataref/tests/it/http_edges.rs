@@ -4,12 +4,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use dataref_test_support::ServeHttp;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -28,15 +28,14 @@ fn principal_lines() -> String {
 
 /// A running `dataref serve --http 127.0.0.1:0`, its stderr collected.
 struct Server {
-    child: Child,
+    serve: ServeHttp,
     /// `127.0.0.1:PORT`
     addr: String,
-    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
     fn base(&self) -> String {
-        format!("http://{}", self.addr)
+        self.serve.base()
     }
 
     fn mcp(&self) -> String {
@@ -44,7 +43,11 @@ impl Server {
     }
 
     fn log(&self) -> Vec<String> {
-        self.log.lock().expect("log lock").clone()
+        self.serve.log_lines()
+    }
+
+    fn pid(&mut self) -> u32 {
+        self.serve.child().id()
     }
 
     /// Whether a line matching `pred` reaches the log (read by another thread) within 10 s.
@@ -62,11 +65,11 @@ impl Server {
     }
 
     fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid");
+        let pid = rustix::process::Pid::from_raw(self.pid() as i32).expect("pid");
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
+            if let Some(status) = self.serve.child().try_wait().expect("wait") {
                 return status;
             }
             assert!(Instant::now() < deadline, "no exit within 30 s of SIGTERM");
@@ -75,16 +78,8 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// `dataref serve` with `config`; `wrap` runs it under another command (e.g. `prlimit`).
+/// An error is what it wrote before it stopped.
 fn spawn(home: &Path, config: &str, wrap: &[&str]) -> Result<Server, String> {
     let config_path = home.with_extension("toml");
     std::fs::write(&config_path, config).expect("write config");
@@ -104,38 +99,11 @@ fn spawn(home: &Path, config: &str, wrap: &[&str]) -> Result<Server, String> {
         .args(["--http", "127.0.0.1:0"])
         .env_remove("DATAREF_CONFIG")
         .env_remove("DATAREF_HOME")
-        .env("DATAREF_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn dataref serve --http");
-    let stderr = child.stderr.take().expect("stderr");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let lines = log.clone();
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if !sent && let Some(at) = line.find("http://") {
-                let addr = line[at + "http://".len()..]
-                    .split(['/', ' '])
-                    .next()
-                    .unwrap_or("")
-                    .to_owned();
-                let _ = tx.send(addr);
-                sent = true;
-            }
-            lines.lock().expect("log lock").push(line);
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(addr) => Ok(Server { child, addr, log }),
-        Err(_) => {
-            let _ = child.wait();
-            std::thread::sleep(Duration::from_millis(100));
-            Err(log.lock().expect("log lock").join("\n"))
-        }
-    }
+        .env("DATAREF_LOG", "info");
+    let serve =
+        ServeHttp::start(&mut cmd, Duration::from_secs(60)).map_err(|e| format!("{e:#}"))?;
+    let addr = serve.addr().to_owned();
+    Ok(Server { serve, addr })
 }
 
 fn start(home: &Path, config: &str) -> Server {
@@ -418,7 +386,7 @@ async fn http_many_principals_do_not_exhaust_descriptors() {
         failures.len(),
         failures[0]
     );
-    let fds = std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
         .map(|d| d.count())
         .unwrap_or(0);
     assert!(fds < 512, "the server holds {fds} descriptors");
