@@ -4,7 +4,7 @@
 //! away, and the `/v1/chat/completions` facade, streamed and not.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dataref_test_support::ServeHttp;
@@ -62,34 +62,12 @@ fn digest(token: &str) -> String {
         .collect()
 }
 
-/// The built-in sample's database, made by a start of `dataref serve` (stdio, stdin closed)
-/// without a config.
-fn make_sample(home: &Path) -> std::path::PathBuf {
-    let out = Command::new(BIN)
-        .arg("serve")
-        .arg("--home")
-        .arg(home)
-        .args(["--rows", ROWS])
-        .env_remove("DATAREF_CONFIG")
-        .env_remove("DATAREF_HOME")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run dataref serve");
-    let db = home.join(format!("sample/sales-{ROWS}.sqlite"));
-    assert!(
-        db.exists(),
-        "the sample database was made: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    db
-}
-
 /// `serve --http` on the built-in sample's data (its source and `fetch_sales`, as a config
 /// file: `--http` needs one for `[http]`): with `auth`, two principals with tokens, else
 /// auth off (loopback, every caller `alice`). The agent `default` and the agent `careful`,
 /// which asks before `fetch_sales`.
 fn configured(home: &Path, model: &ScriptedModel, auth: bool) -> Server {
-    let db = make_sample(home);
+    let db = super::make_sample(home, ROWS);
     let http = if auth {
         "rate_per_minute = 100000"
     } else {

@@ -37,6 +37,28 @@ const BIN: &str = env!("CARGO_BIN_EXE_dataref");
 
 type Client = rmcp::service::RunningService<rmcp::RoleClient, ()>;
 
+/// The built-in sample's database of `rows` rows under `home`, made by a start of
+/// `dataref serve` (stdio, stdin closed) without a config.
+fn make_sample(home: &Path, rows: &str) -> PathBuf {
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg("--home")
+        .arg(home)
+        .args(["--rows", rows])
+        .env_remove("DATAREF_CONFIG")
+        .env_remove("DATAREF_HOME")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run dataref serve");
+    let db = home.join(format!("sample/sales-{rows}.sqlite"));
+    assert!(
+        db.exists(),
+        "the sample database was made: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    db
+}
+
 async fn connect(home: &Path, principal: &str, extra: &[&str]) -> Client {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.arg("serve")

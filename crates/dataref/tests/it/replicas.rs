@@ -4,7 +4,7 @@
 //! next, so a test only passes when the state it needs is shared.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,26 +56,6 @@ pub(crate) struct Extra {
     pub(crate) rate_per_minute: Option<u32>,
 }
 
-fn make_sample(home: &Path) -> PathBuf {
-    let out = Command::new(BIN)
-        .arg("serve")
-        .arg("--home")
-        .arg(home)
-        .args(["--rows", ROWS])
-        .env_remove("DATAREF_CONFIG")
-        .env_remove("DATAREF_HOME")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run dataref serve");
-    let db = home.join(format!("sample/sales-{ROWS}.sqlite"));
-    assert!(
-        db.exists(),
-        "the sample database was made: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    db
-}
-
 impl Cluster {
     pub(crate) fn start(n: usize, extra: Extra) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -90,7 +70,7 @@ impl Cluster {
             std::os::unix::fs::PermissionsExt::from_mode(0o711),
         )
         .expect("chmod");
-        let db = make_sample(&dir.path().join("sample-home"));
+        let db = super::make_sample(&dir.path().join("sample-home"), ROWS);
         let python = if extra.python {
             "enabled = true\npool_size = 1"
         } else {
