@@ -6,8 +6,10 @@ use std::io;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions, make_array};
 use arrow_buffer::Buffer;
+use arrow_buffer::{BooleanBuffer, NullBuffer};
+use arrow_data::ArrayData;
 use arrow_ipc::reader::{FileDecoder, read_footer_length};
 use arrow_ipc::{Block, convert::fb_to_schema, root_as_footer};
 use arrow_schema::{ArrowError, SchemaRef};
@@ -153,8 +155,9 @@ impl Mapping {
 /// Decodes the record batches of the IPC file in `buffer`, only the columns of `projection`
 /// (in its order) when there is one: the others are neither read nor validated. With
 /// `head`, decoding stops at the first batch that brings the rows to at least that many,
-/// and later batches are not read either. The batches' buffers are slices of `buffer`
-/// (64-byte aligned by our writer, so arrow does not realign by copying).
+/// and later batches are not read either. The batches' buffers point into `buffer`
+/// (64-byte aligned by our writer, so arrow does not realign by copying), each one its
+/// own allocation (see [`own_allocations`]).
 pub(crate) fn decode(
     buffer: &Buffer,
     projection: Option<&[usize]>,
@@ -228,24 +231,14 @@ fn decode_parts(
         .map_err(|_| corrupt("a record batch does not match the schema"))?;
         if let Some(batch) = read? {
             rows = rows.saturating_add(batch.num_rows());
-            batches.push(batch);
+            batches.push(own_allocations(&batch)?);
         }
     }
     Ok((schema, batches))
 }
 
-/// The bytes of one block, checked to lie inside the file (`Buffer::slice_with_length`
-/// panics on a range outside it, and a damaged file must give an error, not a panic), as a
-/// buffer of its own over the mapping.
-///
-/// Of its own, because engines count a batch's memory by its buffers' capacity, once per
-/// allocation: a plain slice would report the whole mapping (hundreds of megabytes for a
-/// 10M-row table) for every batch an operator keeps, and a sort's top 100 rows of a large
-/// table would "need" gigabytes. Over the same bytes: nothing is copied.
-#[expect(
-    unsafe_code,
-    reason = "a block's bytes lent to arrow as their own allocation has no safe API"
-)]
+/// The bytes of one block, checked to lie inside the file: `Buffer::slice_with_length`
+/// panics on a range outside it, and a damaged file must give an error, not a panic.
 fn block_data(buffer: &Buffer, block: &Block) -> Result<Buffer, ArrowError> {
     let out_of_range =
         || ArrowError::ParseError("corrupt artifact file: block out of range".into());
@@ -254,17 +247,65 @@ fn block_data(buffer: &Buffer, block: &Block) -> Result<Buffer, ArrowError> {
     let body_len = usize::try_from(block.bodyLength()).map_err(|_| out_of_range())?;
     let block_len = meta_len.checked_add(body_len).ok_or_else(out_of_range)?;
     let end = offset.checked_add(block_len).ok_or_else(out_of_range)?;
-    // Arrow reads the message prefix (continuation marker + length) without checking.
     if end > buffer.len() || meta_len < 8 {
         return Err(out_of_range());
     }
-    let slice = buffer.slice_with_length(offset, block_len);
-    let ptr = NonNull::new(slice.as_ptr().cast_mut()).ok_or_else(out_of_range)?;
-    // SAFETY: `ptr` points to `block_len` readable bytes inside the mapping (checked above),
-    // and the owner handed to arrow is `slice`, which holds the mapping alive for as long
-    // as any buffer made from this one exists. Nothing writes to a mapped artifact file
-    // (see `map_file`), and arrow never writes through an immutable `Buffer`.
-    Ok(unsafe { Buffer::from_custom_allocation(ptr, block_len, Arc::new(slice)) })
+    Ok(buffer.slice_with_length(offset, block_len))
+}
+
+/// `batch` with each buffer of each column an allocation of its own over the same bytes.
+///
+/// Engines count a batch's memory by its buffers' capacity, buffer by buffer: as decoded,
+/// every buffer is a slice of the mapping and reports all of it, so each batch an operator
+/// keeps would weigh the whole file (a sort's top rows of a 10M-row table "needed"
+/// gigabytes). Nothing is copied.
+fn own_allocations(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| make_array(own_data(c.to_data())))
+        .collect();
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(batch.schema(), columns, &options)
+}
+
+#[expect(
+    unsafe_code,
+    reason = "the same validated array over re-wrapped buffers has no safe constructor"
+)]
+fn own_data(data: ArrayData) -> ArrayData {
+    let buffers: Vec<Buffer> = data.buffers().iter().map(own_buffer).collect();
+    let children: Vec<ArrayData> = data.child_data().iter().cloned().map(own_data).collect();
+    let nulls = data.nulls().map(|n| {
+        NullBuffer::new(BooleanBuffer::new(
+            own_buffer(n.buffer()),
+            n.offset(),
+            n.len(),
+        ))
+    });
+    let builder = data
+        .into_builder()
+        .buffers(buffers)
+        .child_data(children)
+        .nulls(nulls);
+    // SAFETY: the same bytes, lengths and offsets as the array the decoder built and
+    // validated; only the owner each buffer reports changed.
+    unsafe { builder.build_unchecked() }
+}
+
+#[expect(
+    unsafe_code,
+    reason = "bytes lent to arrow as their own allocation have no safe API"
+)]
+fn own_buffer(buffer: &Buffer) -> Buffer {
+    let Some(ptr) = NonNull::new(buffer.as_ptr().cast_mut()) else {
+        return buffer.clone();
+    };
+    // SAFETY: `ptr` points to `buffer.len()` readable bytes, and the owner handed to arrow
+    // is a clone of `buffer`, which holds them (the mapping) alive for as long as any
+    // buffer made from this one exists. Nothing writes to a mapped artifact file (see
+    // `map_file`), and arrow never writes through an immutable `Buffer`.
+    unsafe { Buffer::from_custom_allocation(ptr, buffer.len(), Arc::new(buffer.clone())) }
 }
 
 #[cfg(test)]
@@ -344,7 +385,10 @@ mod tests {
         let path = dir.path().join("many.arrow");
         let batch = |b: i64| {
             let ints: ArrayRef = Arc::new(Int64Array::from_iter_values(b * 1000..b * 1000 + 1000));
-            RecordBatch::try_from_iter([("n", ints)]).unwrap()
+            let long: ArrayRef = Arc::new(StringArray::from_iter_values(
+                (0..1000).map(|i| format!("{i:0>100}")),
+            ));
+            RecordBatch::try_from_iter([("n", ints), ("long", long)]).unwrap()
         };
         let mut w = FileWriter::try_new(File::create(&path).unwrap(), &batch(0).schema()).unwrap();
         for b in 0..40 {
@@ -361,6 +405,9 @@ mod tests {
                 size * 10 < file_len,
                 "one batch of 40 weighs {size} of the file's {file_len} bytes"
             );
+            // Nor does a narrow column weigh its batch's wide one.
+            let ints = batch.column(0).get_array_memory_size();
+            assert!(ints < 8_000 + 1_000, "1,000 integers weigh {ints} bytes");
         }
     }
 

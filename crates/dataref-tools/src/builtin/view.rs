@@ -361,6 +361,29 @@ impl Columns for Numbered {
     }
 }
 
+/// The rows numbered `rows` (in stored order, from 0), in that order, one batch each.
+fn rows_at(
+    table: &MappedTable,
+    rows: &[u64],
+) -> Result<Vec<RecordBatch>, dataref_store::StoreError> {
+    let batches = table.batches(None)?;
+    let mut starts = Vec::with_capacity(batches.len());
+    let mut start = 0u64;
+    for b in &batches {
+        starts.push(start);
+        start += b.num_rows() as u64;
+    }
+    Ok(rows
+        .iter()
+        .filter_map(|&row| {
+            let at = starts.partition_point(|&s| s <= row).checked_sub(1)?;
+            let local = usize::try_from(row - starts[at]).ok()?;
+            let b = &batches[at];
+            (local < b.num_rows()).then(|| b.slice(local, 1))
+        })
+        .collect())
+}
+
 fn unknown_column(column: &str, schema: &Schema) -> ToolError {
     let available: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     ToolError::respond(
@@ -493,10 +516,12 @@ impl TypedTool for ViewRowsTool {
                 })
                 .collect();
             order.push(ident(&row));
-            let select: Vec<String> = schema.fields().iter().map(|f| ident(f.name())).collect();
+            // The engine finds the page's row numbers, sorting only the keys and the row
+            // number; the rows themselves are then read from the mapping. Sorting every
+            // column would hold the whole table in working memory for a page deep into it.
             let sql = format!(
                 "SELECT {} FROM {TABLE}{where_sql} ORDER BY {} LIMIT {limit} OFFSET {}",
-                select.join(", "),
+                ident(&row),
                 order.join(", "),
                 a.offset
             );
@@ -540,6 +565,13 @@ impl TypedTool for ViewRowsTool {
                 }
             };
             matched = counted;
+            let rows: Vec<u64> = batches
+                .iter()
+                .filter_map(|b| b.column(0).as_any().downcast_ref::<UInt64Array>())
+                .flat_map(|c| c.values().iter().copied())
+                .collect();
+            let table = source.table.clone();
+            let batches = blocking("view_rows", move || Ok(rows_at(&table, &rows)?)).await?;
             cells(&batches, width, &mut page);
         }
         let text = format!(

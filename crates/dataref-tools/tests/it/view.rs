@@ -10,7 +10,7 @@ use dataref_tool::{OutcomeKind, ToolCall, execute_tool_call};
 use serde_json::{Value, json};
 
 use super::python::{RANDOM_REF, as_bob, fetch};
-use super::{Fixture, error_text, fixture, run};
+use super::{Fixture, error_text, fixture, fixture_with, run};
 
 async fn rows(f: &Fixture, args: Value) -> Value {
     let o = run(f, ToolCall::new("view_rows", args)).await;
@@ -333,4 +333,70 @@ async fn the_views_file_list_is_never_spilled() {
     // The model's own listing of the same is spilled to the workspace, as before.
     let theirs = run(&f, ToolCall::new("list_files", args)).await;
     assert_eq!(theirs.kind, OutcomeKind::Spilled, "{}", theirs.text);
+}
+
+/// A sorted page deep into a table many times the engine's memory limit: only the sort keys
+/// and row numbers are sorted, the page's rows are read from the mapping (sorting every
+/// column held the whole table in working memory, and a 10M-row table's middle page failed).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sorted_page_deep_into_a_table_larger_than_the_memory_limit() {
+    let mut f = fixture_with(|limits| limits.tool_timeout = std::time::Duration::from_secs(120));
+    let sales = fetch(&f).await;
+    // 2,000 × 250 rows with a long text column: about 100 MB of cells.
+    let o = run(
+        &f,
+        ToolCall::new(
+            "run_sql",
+            json!({
+                "sql": "SELECT a.revenue * b.units AS v, repeat(a.line || a.region, 12) AS pad, \
+                        a.region FROM sales a CROSS JOIN (SELECT units FROM sales LIMIT 250) b",
+                "inputs": {"sales": sales},
+            }),
+        ),
+    )
+    .await;
+    assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.text);
+    let big = o.structured.unwrap()["dataRef"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut config = dataref_config::Config::builtin_sample(f.home.path().to_owned(), 2_000);
+    config.limits = f.ctx.limits.clone();
+    config.sql.memory_bytes = 48 << 20;
+    f.registry = dataref_tools::builtin_registry_with(&config, None).unwrap();
+    let offset = 250_000;
+    let v = rows(
+        &f,
+        json!({"dataRef": big, "sort": [{"column": "v", "descending": true}],
+               "offset": offset, "limit": 100}),
+    )
+    .await;
+    assert_eq!(v["rows"], 500_000);
+    let p = page(&v);
+    assert_eq!(p.len(), 100);
+    let values: Vec<f64> = p
+        .iter()
+        .map(|r| r[0].as_f64().unwrap_or(f64::MIN))
+        .collect();
+    assert!(values.windows(2).all(|w| w[0] >= w[1]), "{values:?}");
+    assert!(
+        p.iter().all(|r| r[1].as_str().unwrap().len() > 20),
+        "whole rows"
+    );
+    // The same rank through the engine alone.
+    let o = run(
+        &f,
+        ToolCall::new(
+            "run_sql",
+            json!({
+                "sql": format!("SELECT v FROM big ORDER BY v DESC NULLS LAST LIMIT 1 OFFSET {offset}"),
+                "inputs": {"big": big},
+                "store_as": "value",
+            }),
+        ),
+    )
+    .await;
+    assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.text);
+    let at = o.structured.unwrap()["values"][0][0].as_f64().unwrap();
+    assert_eq!(values[0], at);
 }
