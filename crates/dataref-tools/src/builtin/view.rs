@@ -35,6 +35,8 @@ use crate::support::{blocking, output, spec_for};
 /// Rows in one page, at most (and by default).
 pub const MAX_PAGE_ROWS: u32 = 500;
 const DEFAULT_PAGE_ROWS: u32 = 100;
+/// From this offset on, a sorted page is taken from the engine's full sort, not its top-k.
+const DEEP_PAGE: u64 = 100_000;
 /// A page stops short of its row count rather than pass this many characters of JSON.
 const MAX_PAGE_CHARS: usize = 2 << 20;
 /// A cell's text is cut here (the grid shows the start; an export has the whole).
@@ -431,6 +433,36 @@ async fn collect(sql: &str, input: Input, limits: &Limits) -> Result<Vec<RecordB
     Ok(out)
 }
 
+/// The `take` rows after the first `skip` of what `sql` answers; the query is dropped (and
+/// stops) once they are read.
+async fn collect_range(
+    sql: &str,
+    input: Input,
+    limits: &Limits,
+    mut skip: u64,
+    mut take: usize,
+) -> Result<Vec<RecordBatch>, ToolError> {
+    let mut q = Query::start(sql, vec![input], limits)
+        .await
+        .map_err(sql_error)?;
+    let mut out = Vec::new();
+    while take > 0
+        && let Some(b) = q.next_batch().await.map_err(sql_error)?
+    {
+        let n = b.num_rows() as u64;
+        if skip >= n {
+            skip -= n;
+            continue;
+        }
+        let start = skip as usize;
+        let len = take.min(b.num_rows() - start);
+        out.push(b.slice(start, len));
+        skip = 0;
+        take -= len;
+    }
+    Ok(out)
+}
+
 #[async_trait]
 impl TypedTool for ViewRowsTool {
     type Args = RowsArgs;
@@ -519,18 +551,28 @@ impl TypedTool for ViewRowsTool {
             // The engine finds the page's row numbers, sorting only the keys and the row
             // number; the rows themselves are then read from the mapping. Sorting every
             // column would hold the whole table in working memory for a page deep into it.
+            // A page near the top is the engine's top-k; deeper, a top-k would keep every
+            // row before the page in a heap (millions of entries in the middle of a large
+            // table), so the engine sorts all of them, which it does in far less memory,
+            // and the rows before the page are skipped as they stream past.
+            let deep = a.offset >= DEEP_PAGE;
+            let page_sql = if deep {
+                String::new()
+            } else {
+                format!(" LIMIT {limit} OFFSET {}", a.offset)
+            };
             let sql = format!(
-                "SELECT {} FROM {TABLE}{where_sql} ORDER BY {} LIMIT {limit} OFFSET {}",
+                "SELECT {} FROM {TABLE}{where_sql} ORDER BY {}{page_sql}",
                 ident(&row),
                 order.join(", "),
-                a.offset
             );
+            let (skip, take) = if deep { (a.offset, limit) } else { (0, limit) };
             let limits = Limits {
                 memory_bytes: usize::try_from(self.config.memory_bytes).unwrap_or(usize::MAX),
                 ..Limits::default()
             };
             let work = async {
-                let batches = collect(&sql, input(), &limits).await?;
+                let batches = collect_range(&sql, input(), &limits, skip, take).await?;
                 let matched = if filters.is_empty() {
                     total
                 } else {
