@@ -17,6 +17,8 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions, UInt64Array};
+use arrow_ord::sort::{SortColumn, lexsort_to_indices};
+use arrow_schema::SortOptions;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use dataref_chart::{Body, Plot, XScale};
@@ -35,7 +37,7 @@ use crate::support::{blocking, output, spec_for};
 /// Rows in one page, at most (and by default).
 pub const MAX_PAGE_ROWS: u32 = 500;
 const DEFAULT_PAGE_ROWS: u32 = 100;
-/// From this offset on, a sorted page is taken from the engine's full sort, not its top-k.
+/// From this offset on, a sorted page is not the engine's top-k (see `deep_page`).
 const DEEP_PAGE: u64 = 100_000;
 /// A page stops short of its row count rather than pass this many characters of JSON.
 const MAX_PAGE_CHARS: usize = 2 << 20;
@@ -433,34 +435,45 @@ async fn collect(sql: &str, input: Input, limits: &Limits) -> Result<Vec<RecordB
     Ok(out)
 }
 
-/// The `take` rows after the first `skip` of what `sql` answers; the query is dropped (and
-/// stops) once they are read.
-async fn collect_range(
-    sql: &str,
-    input: Input,
-    limits: &Limits,
-    mut skip: u64,
-    mut take: usize,
-) -> Result<Vec<RecordBatch>, ToolError> {
-    let mut q = Query::start(sql, vec![input], limits)
-        .await
-        .map_err(sql_error)?;
-    let mut out = Vec::new();
-    while take > 0
-        && let Some(b) = q.next_batch().await.map_err(sql_error)?
-    {
-        let n = b.num_rows() as u64;
-        if skip >= n {
-            skip -= n;
-            continue;
-        }
-        let start = skip as usize;
-        let len = take.min(b.num_rows() - start);
-        out.push(b.slice(start, len));
-        skip = 0;
-        take -= len;
+/// Rows `offset..offset + limit` of `batches` (the sort keys `k0…`, then the row number)
+/// in the page's order: each key as `descending` says, NULLs last, then the row number;
+/// their row numbers.
+fn deep_page(
+    batches: &[RecordBatch],
+    descending: &[bool],
+    offset: u64,
+    limit: usize,
+) -> Result<Vec<u64>, ArrowError> {
+    let total: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+    if offset >= total {
+        return Ok(Vec::new());
     }
-    Ok(out)
+    let mut keys = Vec::with_capacity(descending.len() + 1);
+    for i in 0..=descending.len() {
+        let arrays: Vec<&dyn arrow_array::Array> =
+            batches.iter().map(|b| b.column(i).as_ref()).collect();
+        keys.push(SortColumn {
+            values: arrow_select::concat::concat(&arrays)?,
+            options: Some(SortOptions {
+                descending: descending.get(i).copied().unwrap_or(false),
+                nulls_first: false,
+            }),
+        });
+    }
+    let end = offset.saturating_add(limit as u64).min(total);
+    let fetch = usize::try_from(end).unwrap_or(usize::MAX);
+    let order = lexsort_to_indices(&keys, Some(fetch))?;
+    let rows = keys
+        .last()
+        .and_then(|k| k.values.as_any().downcast_ref::<UInt64Array>())
+        .ok_or_else(|| ArrowError::SchemaError("no row numbers".into()))?;
+    let from = usize::try_from(offset).unwrap_or(usize::MAX);
+    Ok(order
+        .values()
+        .iter()
+        .skip(from)
+        .map(|&i| rows.value(i as usize))
+        .collect())
 }
 
 #[async_trait]
@@ -548,31 +561,53 @@ impl TypedTool for ViewRowsTool {
                 })
                 .collect();
             order.push(ident(&row));
-            // The engine finds the page's row numbers, sorting only the keys and the row
-            // number; the rows themselves are then read from the mapping. Sorting every
-            // column would hold the whole table in working memory for a page deep into it.
-            // A page near the top is the engine's top-k; deeper, a top-k would keep every
-            // row before the page in a heap (millions of entries in the middle of a large
-            // table), so the engine sorts all of them, which it does in far less memory,
-            // and the rows before the page are skipped as they stream past.
+            // The page's row numbers first; the rows themselves are then read from the
+            // mapping. Near the top, the engine's top-k over the keys and the row number.
+            // Deeper, a top-k would keep every row before the page in its heap (millions
+            // of entries in the middle of a large table, over any sane memory limit): the
+            // engine only filters, and the keys and row numbers it streams back are sorted
+            // here, up to the page's end.
             let deep = a.offset >= DEEP_PAGE;
-            let page_sql = if deep {
-                String::new()
+            let sql = if deep {
+                let mut select: Vec<String> = a
+                    .sort
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| format!("{} AS k{i}", ident(&s.column)))
+                    .collect();
+                select.push(ident(&row));
+                format!("SELECT {} FROM {TABLE}{where_sql}", select.join(", "))
             } else {
-                format!(" LIMIT {limit} OFFSET {}", a.offset)
+                format!(
+                    "SELECT {} FROM {TABLE}{where_sql} ORDER BY {} LIMIT {limit} OFFSET {}",
+                    ident(&row),
+                    order.join(", "),
+                    a.offset
+                )
             };
-            let sql = format!(
-                "SELECT {} FROM {TABLE}{where_sql} ORDER BY {}{page_sql}",
-                ident(&row),
-                order.join(", "),
-            );
-            let (skip, take) = if deep { (a.offset, limit) } else { (0, limit) };
+            let descending: Vec<bool> = a.sort.iter().map(|s| s.descending).collect();
+            let offset = a.offset;
             let limits = Limits {
                 memory_bytes: usize::try_from(self.config.memory_bytes).unwrap_or(usize::MAX),
                 ..Limits::default()
             };
             let work = async {
-                let batches = collect_range(&sql, input(), &limits, skip, take).await?;
+                if deep {
+                    let batches = collect(&sql, input(), &limits).await?;
+                    let matched = batches.iter().map(|b| b.num_rows() as u64).sum();
+                    let rows = blocking("view_rows", move || {
+                        deep_page(&batches, &descending, offset, limit)
+                            .map_err(|e| ToolError::Fatal(e.to_string()))
+                    })
+                    .await?;
+                    return Ok::<_, ToolError>((rows, matched));
+                }
+                let batches = collect(&sql, input(), &limits).await?;
+                let rows: Vec<u64> = batches
+                    .iter()
+                    .filter_map(|b| b.column(0).as_any().downcast_ref::<UInt64Array>())
+                    .flat_map(|c| c.values().iter().copied())
+                    .collect();
                 let matched = if filters.is_empty() {
                     total
                 } else {
@@ -593,9 +628,9 @@ impl TypedTool for ViewRowsTool {
                         })
                         .map_or(0, |n| u64::try_from(n).unwrap_or(0))
                 };
-                Ok::<_, ToolError>((batches, matched))
+                Ok::<_, ToolError>((rows, matched))
             };
-            let (batches, counted) = tokio::select! {
+            let (rows, counted) = tokio::select! {
                 r = tokio::time::timeout(self.config.timeout, work) => r.map_err(|_| {
                     ToolError::respond(
                         "sorting or filtering this table took too long",
@@ -607,11 +642,6 @@ impl TypedTool for ViewRowsTool {
                 }
             };
             matched = counted;
-            let rows: Vec<u64> = batches
-                .iter()
-                .filter_map(|b| b.column(0).as_any().downcast_ref::<UInt64Array>())
-                .flat_map(|c| c.values().iter().copied())
-                .collect();
             let table = source.table.clone();
             let batches = blocking("view_rows", move || Ok(rows_at(&table, &rows)?)).await?;
             cells(&batches, width, &mut page);
