@@ -354,15 +354,7 @@ fn spawn(
     pg: &TestPostgres,
 ) -> Result<ServeHttp> {
     ServeHttp::start(
-        Command::new(bin)
-            .arg("serve")
-            .arg("--home")
-            .arg(home)
-            .arg("--config")
-            .arg(config)
-            .args(["--http", "127.0.0.1:0"])
-            .env_remove("DATAREF_CONFIG")
-            .env_remove("DATAREF_HOME")
+        ServeHttp::command(bin, home, config)
             .env("DATAREF_INDEX_URL", pg.url("postgres"))
             .env("AWS_ACCESS_KEY_ID", s3.access_key())
             .env("AWS_SECRET_ACCESS_KEY", s3.secret_key())

@@ -2,6 +2,7 @@
 //! the address it prints on stderr, its log kept, killed when dropped.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -17,6 +18,22 @@ pub struct ServeHttp {
 }
 
 impl ServeHttp {
+    /// `bin serve --home HOME --config CONFIG --http 127.0.0.1:0`, with no `DATAREF_CONFIG`
+    /// or `DATAREF_HOME` from the caller's environment: what [`ServeHttp::start`] takes,
+    /// for the caller to add its environment to.
+    pub fn command(bin: impl AsRef<std::ffi::OsStr>, home: &Path, config: &Path) -> Command {
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .arg("--home")
+            .arg(home)
+            .arg("--config")
+            .arg(config)
+            .args(["--http", "127.0.0.1:0"])
+            .env_remove("DATAREF_CONFIG")
+            .env_remove("DATAREF_HOME");
+        cmd
+    }
+
     /// Spawns `cmd` (a `dataref serve … --http 127.0.0.1:0`; its stdin and stdout are
     /// closed and its stderr read here) and waits up to `timeout` for the line naming the
     /// address it serves on.

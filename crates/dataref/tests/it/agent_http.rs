@@ -4,7 +4,6 @@
 //! away, and the `/v1/chat/completions` facade, streamed and not.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dataref_test_support::ServeHttp;
@@ -32,16 +31,8 @@ impl Server {
 
 /// `dataref serve --http` on `home` with `config`, its model at `model`.
 fn serve(home: &Path, config: &Path, model: &ScriptedModel) -> Server {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("serve")
-        .arg("--home")
-        .arg(home)
-        .arg("--config")
-        .arg(config)
-        .args(["--http", "127.0.0.1:0"])
-        .env_remove("DATAREF_CONFIG")
-        .env_remove("DATAREF_HOME")
-        .env_remove("DATAREF_LLM_API_KEY")
+    let mut cmd = ServeHttp::command(BIN, home, config);
+    cmd.env_remove("DATAREF_LLM_API_KEY")
         .env("DATAREF_PRINCIPAL", "alice")
         .env("DATAREF_LLM_URL", model.url())
         .env("DATAREF_LLM_MODEL", "test-model")

@@ -4,7 +4,6 @@
 //! next, so a test only passes when the state it needs is shared.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -296,15 +295,7 @@ fn spawn_replica(
     model: &ScriptedModel,
 ) -> Replica {
     ServeHttp::start(
-        Command::new(BIN)
-            .arg("serve")
-            .arg("--home")
-            .arg(home)
-            .arg("--config")
-            .arg(config)
-            .args(["--http", "127.0.0.1:0"])
-            .env_remove("DATAREF_CONFIG")
-            .env_remove("DATAREF_HOME")
+        ServeHttp::command(BIN, home, config)
             .env_remove("DATAREF_LLM_API_KEY")
             .env("DATAREF_INDEX_URL", pg.url("postgres"))
             .env("AWS_ACCESS_KEY_ID", s3.access_key())
