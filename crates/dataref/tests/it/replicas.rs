@@ -200,6 +200,7 @@ token_sha256 = ["{us}"]
             .iter()
             .enumerate()
             .map(|(i, r)| format!("--- replica {i}\n{}", r.log()))
+            .chain([format!("--- the object store\n{}", self.s3.log_tail())])
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -249,7 +250,12 @@ token_sha256 = ["{us}"]
     /// A call that must succeed: its structured content.
     pub(crate) async fn ok(&self, base: &str, token: &str, tool: &str, args: Value) -> Value {
         let result = self.call(base, token, tool, args).await;
-        assert_ne!(result["isError"], json!(true), "`{tool}`: {result}");
+        assert_ne!(
+            result["isError"],
+            json!(true),
+            "`{tool}`: {result}\n{}",
+            self.logs()
+        );
         result["structuredContent"].clone()
     }
 
@@ -881,8 +887,8 @@ async fn an_approval_asked_on_one_replica_is_answered_through_the_other() {
             .data["outcome"]
             .clone()
     };
-    assert_eq!(outcome("call_1"), "ok");
-    assert_eq!(outcome("call_2"), "denied");
+    assert_eq!(outcome("call_1"), "ok", "{rest:?}\n{}", c.logs());
+    assert_eq!(outcome("call_2"), "denied", "{rest:?}");
     assert_eq!(
         rest.last().expect("done").data["answer"],
         "Approved on B, fetched on A."
