@@ -6,7 +6,8 @@
 //!   shared one (replica A: the upload and the index row included); then the table read
 //!   back whole (`open_table`: owner check, the file, every column decoded) by a fresh
 //!   store each time — locally; on replica B the first time (B downloads it into its
-//!   cache); and on B again (from its cache).
+//!   cache); and on B again (from its cache). Beside them, the same object as the store
+//!   itself serves it (its filer, no client of ours): the floor of any first read.
 //! - **Load.** 50 clients × 100 stateless MCP calls (`describe_data` of one column of the
 //!   fetched table, and `list_artifacts`, alternately) through HAProxy to 1 replica, then
 //!   to 2, with the latency of every call.
@@ -143,6 +144,10 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
     };
     let (mut fetch_local, mut fetch_shared) = (Vec::new(), Vec::new());
     let (mut read_local, mut read_first, mut read_cached) = (Vec::new(), Vec::new(), Vec::new());
+    let mut raw_get = Vec::new();
+    let raw = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let mut bytes = 0;
     dataref_app::progress_line(&format!(
         "fetching {} rows into each store, {} runs…",
@@ -166,6 +171,21 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         read_all(b.as_ref(), &owner, &s.data_ref)?;
         read_first.push(t.elapsed().as_secs_f64());
         drop(b);
+        // The same object as the store itself serves it, counted and dropped: the floor of
+        // any first read through it.
+        let url = format!(
+            "{}/buckets/{}/{}/artifacts/{}.arrow",
+            s3.filer_url(),
+            shared.bucket,
+            shared.prefix,
+            s.data_ref
+        );
+        // (Made after the shared store has installed rustls's provider, which reqwest needs.)
+        let raw_http = reqwest_client()?;
+        let t = Instant::now();
+        let got = raw.block_on(get_counted(&raw_http, &url))?;
+        raw_get.push(t.elapsed().as_secs_f64());
+        anyhow::ensure!(got == s.bytes, "{url}: {got} of {} bytes", s.bytes);
         // A fresh store on the same replica home: the file is in its cache.
         let b = replica(&home_b.join(format!("run-{run}")))?;
         let t = Instant::now();
@@ -174,10 +194,11 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
     }
     let mut out = std::io::stdout().lock();
     let (fl, fs) = (median(&mut fetch_local), median(&mut fetch_shared));
-    let (rl, rf, rc) = (
+    let (rl, rf, rc, rg) = (
         median(&mut read_local),
         median(&mut read_first),
         median(&mut read_cached),
+        median(&mut raw_get),
     );
     writeln!(
         out,
@@ -211,6 +232,12 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         ms(rl),
         ms(rc),
         rc / rl
+    )?;
+    writeln!(
+        out,
+        "| the object store's own GET of the file (no client of ours) | | {} | {:.2}× | |",
+        ms(rg),
+        rg / rl
     )?;
 
     // The load test, through HAProxy, one replica then two.
@@ -424,6 +451,18 @@ fn load(base: &str, token: &str, clients: usize, calls: usize) -> Result<(f64, f
         let p95 = all[(all.len() * 95 / 100).min(all.len() - 1)];
         Ok((median(&mut all), p95, total, errors))
     })
+}
+
+/// The bytes of `url`'s body, read as they come and dropped.
+async fn get_counted(http: &reqwest::Client, url: &str) -> Result<u64> {
+    use futures_util::StreamExt;
+    let response = http.get(url).send().await?.error_for_status()?;
+    let mut body = response.bytes_stream();
+    let mut n = 0u64;
+    while let Some(part) = body.next().await {
+        n += part?.len() as u64;
+    }
+    Ok(n)
 }
 
 fn reqwest_client() -> Result<reqwest::Client> {
