@@ -121,6 +121,8 @@ pub struct Replicated {
     /// The download-link key every replica signs with when `[http] signing_key` is not
     /// set (a configured key wins).
     pub signing_key: Option<SigningKey>,
+    /// What `GET /ready` checks.
+    pub readiness: Option<Arc<dyn Readiness>>,
 }
 
 impl std::fmt::Debug for Replicated {
@@ -128,8 +130,21 @@ impl std::fmt::Debug for Replicated {
         f.debug_struct("Replicated")
             .field("limiter", &self.limiter.as_ref().map(|_| "shared"))
             .field("signing_key", &self.signing_key)
+            .field("readiness", &self.readiness.as_ref().map(|_| "shared"))
             .finish()
     }
+}
+
+/// Where a load balancer asks whether this replica can serve now.
+pub const READY_PATH: &str = "/ready";
+
+/// Whether this replica reaches what it shares with the others now: `GET /ready` asks it
+/// and answers 200, or 503 with what is out of reach, so a balancer sends requests only
+/// to replicas that can serve them. Without one, `/ready` answers 200 while the server runs.
+#[async_trait::async_trait]
+pub trait Readiness: Send + Sync {
+    /// `Err` says what this replica cannot reach.
+    async fn check(&self) -> Result<(), String>;
 }
 
 /// Why the HTTP server cannot start. Each says what to change.

@@ -9,6 +9,8 @@
 //!   ([`crate::agent_api`], [`crate::openai_facade`]); a request that starts a run takes an
 //!   in-flight slot like a tool call, the others do not (an approval must get through
 //!   while its run holds the slot);
+//! - `/ready`: GET and HEAD, no token: 200 while this replica reaches what it shares
+//!   ([`crate::Readiness`]), else 503;
 //! - `/`: GET and HEAD, the page ([`crate::page`]): static, so no token; what it shows
 //!   it asks `/mcp` and `/agent/…` for with the person's token;
 //! - anything else: 404 naming the MCP endpoint.
@@ -28,7 +30,7 @@ use tower_service::Service;
 use crate::body::{Body, Deadline};
 use crate::pipeline::{BoxFuture, NotAwaited, PipelineService, answer};
 use crate::server::State;
-use crate::{MCP_PATH, METADATA_PATH, json_response};
+use crate::{MCP_PATH, METADATA_PATH, READY_PATH, json_response};
 
 /// The workspace path of `GET /files/{path}`, percent-decoded, in the request's
 /// extensions for the download stack.
@@ -143,6 +145,12 @@ impl<S: PipelineService<Incoming>> Service<Request<Incoming>> for WellKnown<S> {
 
     fn call(&mut self, request: Request<Incoming>) -> BoxFuture {
         let path = request.uri().path();
+        if path == READY_PATH {
+            return match *request.method() {
+                Method::GET | Method::HEAD => ready(self.state.clone()),
+                _ => answer(method_not_allowed("GET")),
+            };
+        }
         if path == METADATA_PATH || path == format!("{METADATA_PATH}{MCP_PATH}") {
             return answer(match *request.method() {
                 Method::GET | Method::HEAD => metadata(&self.state, path),
@@ -170,6 +178,36 @@ pub(crate) fn mcp(state: Arc<State>, request: Request<Deadline>) -> BoxFuture {
             response.extensions_mut().insert(NotAwaited);
         }
         Ok(response)
+    })
+}
+
+/// `GET /ready`: 200 while this replica reaches what it shares, else 503 saying what it
+/// cannot reach (no token: a balancer's health check has none).
+fn ready(state: Arc<State>) -> BoxFuture {
+    Box::pin(async move {
+        let checked = match &state.readiness {
+            None => Ok(()),
+            Some(readiness) => readiness.check().await,
+        };
+        Ok(match checked {
+            Ok(()) => json_response(StatusCode::OK, json!({"ready": true})),
+            Err(reason) => {
+                tracing::warn!(%reason, "not ready");
+                let mut r = json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({
+                        "ready": false,
+                        "error": "not_ready",
+                        "message": reason,
+                        "hint": "this replica cannot reach the shared store now; a balancer \
+                                 should send requests to another until it can",
+                    }),
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from(5));
+                r
+            }
+        })
     })
 }
 

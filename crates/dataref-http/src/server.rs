@@ -47,6 +47,8 @@ pub(crate) struct State {
     pub(crate) auth: auth::Authenticator,
     pub(crate) guard: guard::Guard,
     pub(crate) limits: Arc<dyn limits::Limiter>,
+    /// What `GET /ready` checks; `None`: ready while serving.
+    pub(crate) readiness: Option<Arc<dyn crate::Readiness>>,
     pub(crate) signer: Arc<files::Signer>,
     pub(crate) download_ttl: Duration,
     pub(crate) body_timeout: Duration,
@@ -112,6 +114,7 @@ impl HttpServer {
             limits: replicated
                 .limiter
                 .unwrap_or_else(|| Arc::new(limits::Limits::with(limits::LimitConfig::of(&http)))),
+            readiness: replicated.readiness,
             signer,
             download_ttl: http.download_ttl,
             body_timeout: http.body_timeout,

@@ -73,6 +73,55 @@ pub(crate) struct Backend {
     _home_lock: Option<std::fs::File>,
 }
 
+/// What `GET /ready` checks on a replica: the index answers a statement and the bucket a
+/// request, each within `[shared] timeout` (at most [`READY_BOUND`]).
+struct Ready(Arc<Backend>);
+
+/// The longest `/ready` waits for either answer: a balancer's check gives up soon too.
+pub const READY_BOUND: Duration = Duration::from_secs(5);
+
+#[async_trait::async_trait]
+impl dataref_http::Readiness for Ready {
+    async fn check(&self) -> Result<(), String> {
+        let b = &self.0;
+        let bound = b.io.timeout().min(READY_BOUND);
+        let index = {
+            let pg = b.pg.clone();
+            b.io.run("asking the index", async move {
+                pg.get().await?.simple_query("SELECT 1").await?;
+                Ok(())
+            })
+        };
+        let objects = {
+            let objects = b.objects.clone();
+            b.io.run("asking the object store", async move {
+                objects.reachable().await
+            })
+        };
+        let bounded = |what: &'static str, r: Result<Result<(), SharedError>, _>| match r {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("{what} did not answer within {bound:?}")),
+        };
+        let (index, objects) = tokio::join!(
+            tokio::time::timeout(bound, index),
+            tokio::time::timeout(bound, objects)
+        );
+        let problems: Vec<String> = [
+            bounded("the shared index (PostgreSQL)", index),
+            bounded("the object store", objects),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
 /// A connection to the shared backend, made once per server.
 #[derive(Debug, Clone)]
 pub struct Shared {
@@ -225,6 +274,7 @@ impl Shared {
                 self.config.timeout,
             ))),
             signing_key,
+            readiness: Some(Arc::new(Ready(self.backend.clone()))),
         })
     }
 

@@ -201,6 +201,15 @@ impl Objects {
         Ok(true)
     }
 
+    /// Whether the bucket answers with these credentials: a HEAD of a key nothing is
+    /// written under (not there is the answer expected; refused or no answer is not).
+    pub(crate) async fn reachable(&self) -> Result<(), SharedError> {
+        match self.store.head(&self.key(".ready")).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Removes the object under `key`; one that is not there is fine.
     pub(crate) async fn delete(&self, key: &Path) -> Result<(), SharedError> {
         match self.store.delete(key).await {

@@ -166,10 +166,7 @@ async fn replica(env: &Env, store: Arc<dyn ApprovalStore>, model: Arc<Scripted>)
         principals: principals(),
         anonymous: Principal::new("local").unwrap(),
     };
-    let replicated = Replicated {
-        limiter: None,
-        signing_key: None,
-    };
+    let replicated = Replicated::default();
     let server = DatarefServer::per_request(env.registry.clone(), context.clone());
     let http = HttpServer::bind_replicated(server, options, replicated)
         .await

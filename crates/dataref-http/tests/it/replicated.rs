@@ -74,8 +74,8 @@ async fn serve(env: &Env, configured: Option<&str>, shared: Option<SigningKey>) 
         anonymous: Principal::new("local").unwrap(),
     };
     let replicated = Replicated {
-        limiter: None,
         signing_key: shared,
+        ..Replicated::default()
     };
     let http = HttpServer::bind_replicated(server, options, replicated)
         .await

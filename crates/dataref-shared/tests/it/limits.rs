@@ -237,11 +237,30 @@ async fn with_the_index_out_of_reach_requests_are_refused_with_503() {
     let home = tempfile::tempdir().unwrap();
     let a = s.replica(home.path(), &s.config());
     let l = limiter(&a, &http(600, 8, 8)).await;
+    let ready = a
+        .http(&http(600, 8, 8))
+        .await
+        .unwrap()
+        .readiness
+        .expect("a replica's /ready checks the shared store");
+    ready.check().await.expect("ready while both answer");
     let eu = principal("eu_analyst");
     l.admit(&eu).await.unwrap();
     let held = l.slot(&eu, SlotKind::ToolCall).await.unwrap();
     let Services { s3, pg, .. } = s;
     drop(pg);
+    // `/ready` names the index, and answers within its bound.
+    let asked = Instant::now();
+    let why = ready.check().await.expect_err("the index is gone");
+    assert!(
+        why.contains("index") && !why.contains("object store"),
+        "{why}"
+    );
+    assert!(
+        asked.elapsed() < dataref_shared::READY_BOUND + Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
     let started = Instant::now();
     assert_eq!(
         l.admit(&eu).await.err(),

@@ -280,6 +280,18 @@ token_sha256 = ["{us}"]
             .as_u16()
     }
 
+    /// `GET /ready` of `base`, without a token (as a balancer asks): status and body.
+    pub(crate) async fn ready(&self, base: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{base}/ready"))
+            .send()
+            .await
+            .expect("a response");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON body"))
+    }
+
     pub(crate) fn http(&self) -> &reqwest::Client {
         &self.http
     }
@@ -689,8 +701,23 @@ async fn the_object_store_down_for_ten_seconds_gives_clear_errors_then_recovers(
         .as_str()
         .expect("ref")
         .to_owned();
+    for base in [&a, &b] {
+        let (status, body) = c.ready(base).await;
+        assert_eq!(status, 200, "{body}");
+    }
     c.s3.stop().expect("stop SeaweedFS");
     let down = Instant::now();
+    // Each replica tells a balancer's health check it cannot serve, and why.
+    for base in [&a, &b] {
+        let (status, body) = c.ready(base).await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["ready"], json!(false), "{body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("object store") && !message.contains("index"),
+            "{body}"
+        );
+    }
     // B has never read the table: it needs the bucket.
     let read = c.call(&b, EU, "describe_data", json!({"dataRef": r})).await;
     assert_eq!(read["isError"], json!(true), "{read}");
@@ -725,6 +752,10 @@ async fn the_object_store_down_for_ten_seconds_gives_clear_errors_then_recovers(
         }
         assert!(Instant::now() < deadline, "no recovery: {again}");
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for base in [&a, &b] {
+        let (status, body) = c.ready(base).await;
+        assert_eq!(status, 200, "ready again: {body}");
     }
     let fresh = c
         .ok(&a, EU, "fetch_sales", json!({"since": "2025-06-01"}))
