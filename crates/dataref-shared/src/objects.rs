@@ -233,6 +233,10 @@ const WRITE_QUEUE: usize = 64;
 
 /// Creates `path` and writes into it every part `rx` gives, each batch that waits in one
 /// vectored write; the bytes written.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a download goes to the cache's own `.tmp/`, outside every workspace"
+)]
 fn write_parts(
     path: &FsPath,
     mut rx: tokio::sync::mpsc::Receiver<Bytes>,
@@ -290,6 +294,10 @@ pub(crate) fn map_for_upload(file: &std::fs::File, path: &FsPath) -> Result<Byte
 }
 
 #[cfg(test)]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the tests' files are in a temp dir of their own"
+)]
 mod tests {
     use super::*;
 
