@@ -6,8 +6,8 @@
 //!   shared one (replica A: the upload and the index row included); then the table read
 //!   back whole (`open_table`: owner check, the file, every column decoded) by a fresh
 //!   store each time — locally; on replica B the first time (B downloads it into its
-//!   cache); and on B again (from its cache). Beside them, the same object as the store
-//!   itself serves it (its filer, no client of ours): the floor of any first read.
+//!   cache); and on B again (from its cache). Beside them, the same object's GET alone
+//!   (the same S3 client, its bytes counted and dropped): the floor of any first read.
 //! - **Load.** 50 clients × 100 stateless MCP calls (`describe_data` of one column of the
 //!   fetched table, and `list_artifacts`, alternately) through HAProxy to 1 replica, then
 //!   to 2, with the latency of every call.
@@ -171,21 +171,13 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         read_all(b.as_ref(), &owner, &s.data_ref)?;
         read_first.push(t.elapsed().as_secs_f64());
         drop(b);
-        // The same object as the store itself serves it, counted and dropped: the floor of
-        // any first read through it.
-        let url = format!(
-            "{}/buckets/{}/{}/artifacts/{}.arrow",
-            s3.filer_url(),
-            shared.bucket,
-            shared.prefix,
-            s.data_ref
-        );
-        // (Made after the shared store has installed rustls's provider, which reqwest needs.)
-        let raw_http = reqwest_client()?;
+        // The same object through the same S3 client, counted and dropped (nothing written,
+        // nothing decoded): the floor of any first read through this store.
+        let key = format!("{}/artifacts/{}.arrow", shared.prefix, s.data_ref);
         let t = Instant::now();
-        let got = raw.block_on(get_counted(&raw_http, &url))?;
+        let got = raw.block_on(get_counted(&s3, &key))?;
         raw_get.push(t.elapsed().as_secs_f64());
-        anyhow::ensure!(got == s.bytes, "{url}: {got} of {} bytes", s.bytes);
+        anyhow::ensure!(got == s.bytes, "{key}: {got} of {} bytes", s.bytes);
         // A fresh store on the same replica home: the file is in its cache.
         let b = replica(&home_b.join(format!("run-{run}")))?;
         let t = Instant::now();
@@ -235,7 +227,7 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
     )?;
     writeln!(
         out,
-        "| the object store's own GET of the file (no client of ours) | | {} | {:.2}× | |",
+        "| the same file's GET alone (S3 client, bytes dropped) | | {} | {:.2}× | |",
         ms(rg),
         rg / rl
     )?;
@@ -453,11 +445,22 @@ fn load(base: &str, token: &str, clients: usize, calls: usize) -> Result<(f64, f
     })
 }
 
-/// The bytes of `url`'s body, read as they come and dropped.
-async fn get_counted(http: &reqwest::Client, url: &str) -> Result<u64> {
+/// The bytes of the object under `key` in `s3`'s bucket, read as they come and dropped.
+async fn get_counted(s3: &TestS3, key: &str) -> Result<u64> {
     use futures_util::StreamExt;
-    let response = http.get(url).send().await?.error_for_status()?;
-    let mut body = response.bytes_stream();
+    use object_store::{ClientOptions, ObjectStoreExt, aws::AmazonS3Builder};
+    let store = AmazonS3Builder::new()
+        .with_bucket_name(s3.bucket())
+        .with_region(s3.region())
+        .with_endpoint(s3.endpoint())
+        .with_access_key_id(s3.access_key())
+        .with_secret_access_key(s3.secret_key())
+        .with_client_options(ClientOptions::new().with_allow_http(true))
+        .build()?;
+    let mut body = store
+        .get(&object_store::path::Path::from(key))
+        .await?
+        .into_stream();
     let mut n = 0u64;
     while let Some(part) = body.next().await {
         n += part?.len() as u64;

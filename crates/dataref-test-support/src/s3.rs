@@ -246,13 +246,6 @@ impl TestS3 {
         format!("http://{}", self.addr())
     }
 
-    /// The filer's base URL: unauthenticated, on loopback. `GET {filer}/buckets/{bucket}/{key}`
-    /// reads an object as the store serves it, without S3's signing (for measuring the
-    /// store's own speed, not for tests of access).
-    pub fn filer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.ports.filer)
-    }
-
     /// The S3 gateway's socket address.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.ports.s3))
