@@ -143,7 +143,8 @@ pub const READY_PATH: &str = "/ready";
 /// to replicas that can serve them. Without one, `/ready` answers 200 while the server runs.
 #[async_trait::async_trait]
 pub trait Readiness: Send + Sync {
-    /// `Err` says what this replica cannot reach.
+    /// `Err` says what this replica cannot reach, for anyone who asks: name it ("the
+    /// object store"), and log how it failed (addresses, errors) instead.
     async fn check(&self) -> Result<(), String>;
 }
 

@@ -181,18 +181,33 @@ pub(crate) fn mcp(state: Arc<State>, request: Request<Deadline>) -> BoxFuture {
     })
 }
 
+/// How long one answer of the readiness check serves every `/ready` after it.
+const READY_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `GET /ready`: 200 while this replica reaches what it shares, else 503 saying what it
-/// cannot reach (no token: a balancer's health check has none).
+/// cannot reach (no token: a balancer's health check has none). Anyone who reaches the
+/// port may ask, so the check runs at most once a second, whoever asks how often (those
+/// who ask meanwhile wait for it and share its answer), and the answer names what is out
+/// of reach, never how (the details are in the log).
 fn ready(state: Arc<State>) -> BoxFuture {
     Box::pin(async move {
         let checked = match &state.readiness {
             None => Ok(()),
-            Some(readiness) => readiness.check().await,
+            Some(readiness) => {
+                let mut last = state.last_ready.lock().await;
+                match &*last {
+                    Some((at, answer)) if at.elapsed() < READY_FOR => answer.clone(),
+                    _ => {
+                        let answer = readiness.check().await;
+                        *last = Some((std::time::Instant::now(), answer.clone()));
+                        answer
+                    }
+                }
+            }
         };
         Ok(match checked {
             Ok(()) => json_response(StatusCode::OK, json!({"ready": true})),
             Err(reason) => {
-                tracing::warn!(%reason, "not ready");
                 let mut r = json_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     json!({

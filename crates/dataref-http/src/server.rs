@@ -49,6 +49,8 @@ pub(crate) struct State {
     pub(crate) limits: Arc<dyn limits::Limiter>,
     /// What `GET /ready` checks; `None`: ready while serving.
     pub(crate) readiness: Option<Arc<dyn crate::Readiness>>,
+    /// The last answer of `readiness` and when it came (see [`crate::routes`]'s `ready`).
+    pub(crate) last_ready: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
     pub(crate) signer: Arc<files::Signer>,
     pub(crate) download_ttl: Duration,
     pub(crate) body_timeout: Duration,
@@ -115,6 +117,7 @@ impl HttpServer {
                 .limiter
                 .unwrap_or_else(|| Arc::new(limits::Limits::with(limits::LimitConfig::of(&http)))),
             readiness: replicated.readiness,
+            last_ready: tokio::sync::Mutex::new(None),
             signer,
             download_ttl: http.download_ttl,
             body_timeout: http.body_timeout,

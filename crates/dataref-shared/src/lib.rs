@@ -98,10 +98,17 @@ impl dataref_http::Readiness for Ready {
                 objects.reachable().await
             })
         };
+        // The answer names what is out of reach; how (addresses, the error) goes to the log.
         let bounded = |what: &'static str, r: Result<Result<(), SharedError>, _>| match r {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(_) => Some(format!("{what} did not answer within {bound:?}")),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "not ready: {what} is out of reach");
+                Some(format!("{what} is out of reach"))
+            }
+            Err(_) => {
+                tracing::warn!("not ready: {what} did not answer within {bound:?}");
+                Some(format!("{what} did not answer within {bound:?}"))
+            }
         };
         let (index, objects) = tokio::join!(
             tokio::time::timeout(bound, index),

@@ -1,16 +1,19 @@
 //! Servers made with [`HttpServer::bind_replicated`], as replicas of one deployment: a
 //! download link signed by one verifies on another that was given the same shared key, and
-//! `[http] signing_key` wins over the shared key.
+//! `[http] signing_key` wins over the shared key; `/ready` answers what a `Readiness` says,
+//! without a token, asking it at most once a second.
 #![expect(
     clippy::unwrap_used,
     reason = "test helpers fail the test on setup errors"
 )]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dataref_config::{HttpConfig, PrincipalConfig};
-use dataref_http::{HttpError, HttpOptions, HttpServer, Replicated, SigningKey};
+use dataref_http::{HttpError, HttpOptions, HttpServer, Readiness, Replicated, SigningKey};
 use dataref_mcp::DatarefServer;
 use dataref_protocol::Principal;
 use dataref_tool::SharedContext;
@@ -55,6 +58,18 @@ fn key(byte: u8) -> SigningKey {
 /// A server on the one `env` (so every server sees the same workspace files, as replicas
 /// on a shared store do).
 async fn serve(env: &Env, configured: Option<&str>, shared: Option<SigningKey>) -> Served {
+    serve_with(
+        env,
+        configured,
+        Replicated {
+            signing_key: shared,
+            ..Replicated::default()
+        },
+    )
+    .await
+}
+
+async fn serve_with(env: &Env, configured: Option<&str>, replicated: Replicated) -> Served {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let context = SharedContext {
         home: env.home.path().to_path_buf(),
@@ -72,10 +87,6 @@ async fn serve(env: &Env, configured: Option<&str>, shared: Option<SigningKey>) 
         },
         principals: principals(),
         anonymous: Principal::new("local").unwrap(),
-    };
-    let replicated = Replicated {
-        signing_key: shared,
-        ..Replicated::default()
     };
     let http = HttpServer::bind_replicated(server, options, replicated)
         .await
@@ -153,4 +164,78 @@ async fn a_link_signed_on_one_replica_verifies_on_another() {
     for s in [a, b, alone, a2, b2, with_shared_2] {
         s.stop().await;
     }
+}
+
+/// Counts its checks; each takes 100 ms and finds the object store out of reach.
+struct Unreachable(AtomicUsize);
+
+#[async_trait::async_trait]
+impl Readiness for Unreachable {
+    async fn check(&self) -> Result<(), String> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Err("the object store is out of reach".into())
+    }
+}
+
+/// `/ready` is open to anyone who reaches the port: many at once, or one asking fast, make
+/// one check a second of the shared store, never one each.
+#[tokio::test(flavor = "multi_thread")]
+async fn ready_answers_without_a_token_and_asks_the_store_once_a_second() {
+    let env = Env::new(100).unwrap();
+    let alone = serve(&env, None, None).await;
+    let c = reqwest::Client::new();
+    let r = c.get(format!("{}/ready", alone.base)).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "a server of its own is ready while it serves"
+    );
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"ready": true}));
+    alone.stop().await;
+
+    let readiness = Arc::new(Unreachable(AtomicUsize::new(0)));
+    let replica = serve_with(
+        &env,
+        None,
+        Replicated {
+            readiness: Some(readiness.clone()),
+            ..Replicated::default()
+        },
+    )
+    .await;
+    let url = format!("{}/ready", replica.base);
+    let asked: Vec<_> = (0..20)
+        .map(|_| {
+            let (c, url) = (c.clone(), url.clone());
+            tokio::spawn(async move { c.get(url).send().await.unwrap() })
+        })
+        .collect();
+    for answer in asked {
+        let r = answer.await.unwrap();
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()["retry-after"], "5");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["ready"], json!(false), "{body}");
+        assert_eq!(
+            body["message"], "the object store is out of reach",
+            "{body}"
+        );
+    }
+    assert_eq!(
+        readiness.0.load(Ordering::SeqCst),
+        1,
+        "20 at once, one check"
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = c.head(&url).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(
+        readiness.0.load(Ordering::SeqCst),
+        2,
+        "a second later, asked again"
+    );
+    let r = c.post(&url).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    replica.stop().await;
 }
