@@ -400,3 +400,54 @@ async fn a_sorted_page_deep_into_a_table_larger_than_the_memory_limit() {
     let at = o.structured.unwrap()["values"][0][0].as_f64().unwrap();
     assert_eq!(values[0], at);
 }
+
+/// Pages on both sides of the depth where a sorted page stops coming from the engine's
+/// top-k (offset 100,000) tile the table over ties exactly as one page across it does:
+/// both ways break ties by the row number, so no row is shown twice or skipped there.
+#[tokio::test(flavor = "multi_thread")]
+async fn pages_either_side_of_the_deep_page_depth_agree_over_ties() {
+    let f = fixture_with(|limits| limits.tool_timeout = std::time::Duration::from_secs(120));
+    let sales = fetch(&f).await;
+    // 2,000 × 60 rows, sorted by a column of a few values: ties everywhere.
+    let o = run(
+        &f,
+        ToolCall::new(
+            "run_sql",
+            json!({
+                "sql": "SELECT a.region, row_number() OVER () AS uid \
+                        FROM sales a CROSS JOIN (SELECT units FROM sales LIMIT 60) b",
+                "inputs": {"sales": sales},
+            }),
+        ),
+    )
+    .await;
+    assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.text);
+    let big = o.structured.unwrap()["dataRef"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let uids = |v: &Value| -> Vec<i64> {
+        let at = column(v, "uid");
+        page(v).iter().map(|r| r[at].as_i64().unwrap()).collect()
+    };
+    let sort = json!([{"column": "region", "descending": true}]);
+    let across = rows(
+        &f,
+        json!({"dataRef": big, "sort": sort, "offset": 99_900, "limit": 200}),
+    )
+    .await;
+    let before = rows(
+        &f,
+        json!({"dataRef": big, "sort": sort, "offset": 99_900, "limit": 100}),
+    )
+    .await;
+    let after = rows(
+        &f,
+        json!({"dataRef": big, "sort": sort, "offset": 100_000, "limit": 100}),
+    )
+    .await;
+    let tiled: Vec<i64> = uids(&before).into_iter().chain(uids(&after)).collect();
+    assert_eq!(tiled, uids(&across));
+    let distinct: std::collections::BTreeSet<i64> = tiled.iter().copied().collect();
+    assert_eq!(distinct.len(), 200, "no row twice");
+}
