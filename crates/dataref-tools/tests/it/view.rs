@@ -335,24 +335,13 @@ async fn the_views_file_list_is_never_spilled() {
     assert_eq!(theirs.kind, OutcomeKind::Spilled, "{}", theirs.text);
 }
 
-/// A sorted page deep into a table many times the engine's memory limit: only the sort keys
-/// and row numbers are sorted, the page's rows are read from the mapping (sorting every
-/// column held the whole table in working memory, and a 10M-row table's middle page failed).
-#[tokio::test(flavor = "multi_thread")]
-async fn a_sorted_page_deep_into_a_table_larger_than_the_memory_limit() {
-    let mut f = fixture_with(|limits| limits.tool_timeout = std::time::Duration::from_secs(120));
+/// A fixture with a long tool timeout, and the table `sql` makes from its `sales`.
+async fn big_table(sql: &str) -> (Fixture, String) {
+    let f = fixture_with(|limits| limits.tool_timeout = std::time::Duration::from_secs(120));
     let sales = fetch(&f).await;
-    // 2,000 × 250 rows with a long text column: about 100 MB of cells.
     let o = run(
         &f,
-        ToolCall::new(
-            "run_sql",
-            json!({
-                "sql": "SELECT a.revenue * b.units AS v, repeat(a.line || a.region, 12) AS pad, \
-                        a.region FROM sales a CROSS JOIN (SELECT units FROM sales LIMIT 250) b",
-                "inputs": {"sales": sales},
-            }),
-        ),
+        ToolCall::new("run_sql", json!({"sql": sql, "inputs": {"sales": sales}})),
     )
     .await;
     assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.text);
@@ -360,6 +349,20 @@ async fn a_sorted_page_deep_into_a_table_larger_than_the_memory_limit() {
         .as_str()
         .unwrap()
         .to_owned();
+    (f, big)
+}
+
+/// A sorted page deep into a table many times the engine's memory limit: only the sort keys
+/// and row numbers are sorted, the page's rows are read from the mapping (sorting every
+/// column held the whole table in working memory, and a 10M-row table's middle page failed).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sorted_page_deep_into_a_table_larger_than_the_memory_limit() {
+    // 2,000 × 250 rows with a long text column: about 100 MB of cells.
+    let (mut f, big) = big_table(
+        "SELECT a.revenue * b.units AS v, repeat(a.line || a.region, 12) AS pad, \
+         a.region FROM sales a CROSS JOIN (SELECT units FROM sales LIMIT 250) b",
+    )
+    .await;
     let mut config = dataref_config::Config::builtin_sample(f.home.path().to_owned(), 2_000);
     config.limits = f.ctx.limits.clone();
     config.sql.memory_bytes = 48 << 20;
@@ -406,26 +409,12 @@ async fn a_sorted_page_deep_into_a_table_larger_than_the_memory_limit() {
 /// both ways break ties by the row number, so no row is shown twice or skipped there.
 #[tokio::test(flavor = "multi_thread")]
 async fn pages_either_side_of_the_deep_page_depth_agree_over_ties() {
-    let f = fixture_with(|limits| limits.tool_timeout = std::time::Duration::from_secs(120));
-    let sales = fetch(&f).await;
     // 2,000 × 60 rows, sorted by a column of a few values: ties everywhere.
-    let o = run(
-        &f,
-        ToolCall::new(
-            "run_sql",
-            json!({
-                "sql": "SELECT a.region, row_number() OVER () AS uid \
-                        FROM sales a CROSS JOIN (SELECT units FROM sales LIMIT 60) b",
-                "inputs": {"sales": sales},
-            }),
-        ),
+    let (f, big) = big_table(
+        "SELECT a.region, row_number() OVER () AS uid \
+         FROM sales a CROSS JOIN (SELECT units FROM sales LIMIT 60) b",
     )
     .await;
-    assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.text);
-    let big = o.structured.unwrap()["dataRef"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let uids = |v: &Value| -> Vec<i64> {
         let at = column(v, "uid");
         page(v).iter().map(|r| r[at].as_i64().unwrap()).collect()
