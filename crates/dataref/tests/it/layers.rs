@@ -57,7 +57,8 @@ const OWNERS: &[(&str, &[&str])] = &[
             "dataref-bench",
         ],
     ),
-    ("object_store", &["dataref-shared"]),
+    // The bench's baseline: the same object's GET alone, through the same client.
+    ("object_store", &["dataref-shared", "dataref-bench"]),
     ("seccompiler", &["dataref-sandbox"]),
     ("datafusion", &["dataref-sql"]),
     ("minijinja", &["dataref-agent"]),

@@ -292,6 +292,19 @@ token_sha256 = ["{us}"]
         (status, response.json().await.expect("a JSON body"))
     }
 
+    /// [`Cluster::ready`] until it answers `status`, for up to 10 s (a replica keeps its
+    /// answer for a second, and a check takes up to 5 s): the last answer.
+    pub(crate) async fn ready_turns(&self, base: &str, status: u16) -> (u16, Value) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = self.ready(base).await;
+            if answer.0 == status || Instant::now() > deadline {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     pub(crate) fn http(&self) -> &reqwest::Client {
         &self.http
     }
@@ -709,7 +722,7 @@ async fn the_object_store_down_for_ten_seconds_gives_clear_errors_then_recovers(
     let down = Instant::now();
     // Each replica tells a balancer's health check it cannot serve, and why.
     for base in [&a, &b] {
-        let (status, body) = c.ready(base).await;
+        let (status, body) = c.ready_turns(base, 503).await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["ready"], json!(false), "{body}");
         let message = body["message"].as_str().unwrap_or_default();
@@ -754,7 +767,7 @@ async fn the_object_store_down_for_ten_seconds_gives_clear_errors_then_recovers(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for base in [&a, &b] {
-        let (status, body) = c.ready(base).await;
+        let (status, body) = c.ready_turns(base, 200).await;
         assert_eq!(status, 200, "ready again: {body}");
     }
     let fresh = c
