@@ -27,10 +27,10 @@
 //!   `-s3.autoCreateBucket=false` makes a write to another bucket fail as on AWS;
 //! - volumes of 64 MiB, at most 64 of them (`-master.volumeSizeLimitMB=64`,
 //!   `-volume.max=64`): left to itself `mini` sizes a volume by the disk (1 GiB on a large
-//!   one) and counts its room for volumes from the free space, each existing volume claiming
-//!   a whole volume more, so on a fuller disk it has no room for any and every write fails
-//!   while every health check answers 200 (a CI run lost six tests to that). Volumes are not
-//!   preallocated, so the count reserves nothing.
+//!   one) and counts its room for volumes from the free space, so the store's shape would
+//!   change with whatever else is on the disk. Volumes are not preallocated, so the count
+//!   reserves nothing. (What fails on a full disk is weed's own 1%-free rule: see
+//!   `data_home`.)
 //!
 //! The start blocks (about 1.5 s; a restart sometimes 5 s) until the volume server has
 //! registered every volume in the data dir with the master (before that, stored objects
@@ -163,18 +163,15 @@ const SHM_ROOM: u64 = 2 << 30;
 /// gigabytes of build output and, here, with other tenants: a CI run lost six tests to
 /// that. A tmpfs of its own has room whatever the build left.
 fn data_home() -> Result<TempDir> {
-    let builder = || {
-        let mut b = tempfile::Builder::new();
-        b.prefix("dataref-s3-");
-        b
-    };
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("dataref-s3-");
     let shm = std::path::Path::new("/dev/shm");
     let roomy =
         rustix::fs::statvfs(shm).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) >= SHM_ROOM);
-    if roomy && let Ok(dir) = builder().tempdir_in(shm) {
-        return Ok(dir);
+    match roomy.then(|| builder.tempdir_in(shm)) {
+        Some(Ok(dir)) => Ok(dir),
+        _ => Ok(builder.tempdir()?),
     }
-    Ok(builder().tempdir()?)
 }
 
 /// A running throwaway SeaweedFS with an S3 gateway.
