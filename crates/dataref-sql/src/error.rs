@@ -1,8 +1,11 @@
 //! What a failed query says, and whose problem it is.
 
+use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 
 use crate::Input;
+use crate::shape::{Exceeded, MAX_DEPTH, MAX_SELECTS, MAX_TABLES};
+use crate::traps::Trap;
 
 /// A table of the query and its columns, for hints.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +45,18 @@ pub enum SqlError {
         at: Option<(u64, u64)>,
         tables: Vec<TableColumns>,
     },
+    /// The SQL text is longer than [`crate::MAX_SQL_BYTES`].
+    #[error("the query's text is {bytes} bytes; the limit is {limit}")]
+    TooLong { bytes: usize, limit: usize },
+    /// The query is deeper or larger than the engine plans.
+    #[error("{}", too_complex_text(*.0))]
+    TooComplex(Exceeded),
+    /// A shape of SQL the engine would answer wrongly.
+    #[error("{}", .0.what)]
+    Unreliable(Trap),
+    /// Two or more result columns have one name.
+    #[error("the result has more than one column named {}", quoted(.names))]
+    DuplicateColumns { names: Vec<String> },
     /// The query needed more working memory than it may have.
     #[error(
         "the query needed more than {} of working memory",
@@ -51,6 +66,26 @@ pub enum SqlError {
     /// Ours, not the caller's.
     #[error("the SQL engine failed: {0}")]
     Engine(String),
+}
+
+fn too_complex_text(e: Exceeded) -> String {
+    match e {
+        Exceeded::Depth => format!(
+            "the query nests more than {MAX_DEPTH} levels of expressions and subqueries; \
+             the limit is {MAX_DEPTH}"
+        ),
+        Exceeded::Tables => {
+            format!("the query reads more than {MAX_TABLES} tables; the limit is {MAX_TABLES}")
+        }
+        Exceeded::Selects => format!(
+            "the query has more than {MAX_SELECTS} SELECT blocks; the limit is {MAX_SELECTS}"
+        ),
+    }
+}
+
+fn quoted(names: &[String]) -> String {
+    let q: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    q.join(", ")
 }
 
 fn at_text(at: Option<(u64, u64)>) -> String {
@@ -80,6 +115,23 @@ impl SqlError {
                 let listed: Vec<String> = tables.iter().map(table_text).collect();
                 Some(format!("tables: {}", listed.join("; ")))
             }
+            Self::TooLong { .. } => Some(
+                "compute in steps: store each step with `run_sql` and read it by its dataRef"
+                    .into(),
+            ),
+            Self::TooComplex(Exceeded::Depth) => Some(
+                "write it flatter: nested subqueries as CTEs, nested CASEs as one CASE with \
+                 several WHENs, a long sum over several steps"
+                    .into(),
+            ),
+            Self::TooComplex(Exceeded::Tables | Exceeded::Selects) => Some(
+                "split it: store a step with `run_sql` and use its dataRef as an input of the next"
+                    .into(),
+            ),
+            Self::Unreliable(t) => Some(t.instead.to_owned()),
+            Self::DuplicateColumns { .. } => {
+                Some("give each column its own name with AS (e.g. `b.id AS b_id`)".into())
+            }
             Self::OutOfMemory { .. } => Some(
                 "filter or aggregate earlier, select fewer columns, or split the question".into(),
             ),
@@ -105,6 +157,16 @@ impl SqlError {
             at,
             tables: tables.to_vec(),
         };
+        // DataFusion leaves a CAST out of an expression's name, so `sum(x)` and
+        // `sum(CAST(x AS BIGINT))` are both `sum(x)` to it.
+        if let DataFusionError::SchemaError(s, _) = root
+            && let SchemaError::DuplicateUnqualifiedField { name } = s.as_ref()
+        {
+            return invalid(format!(
+                "two expressions of the query are both named `{name}` (the engine leaves a \
+                 CAST out of a name); compute one of them in a CTE or subquery"
+            ));
+        }
         match root {
             DataFusionError::SQL(p, _) => invalid(p.to_string()),
             DataFusionError::Plan(_)
@@ -113,6 +175,12 @@ impl SqlError {
             | DataFusionError::Execution(_)
             | DataFusionError::ArrowError(..)
             | DataFusionError::Configuration(_) => invalid(root.message().into_owned()),
+            // A regular expression in the query that does not compile.
+            DataFusionError::External(e)
+                if e.is::<regex::Error>() || e.is::<regex_syntax::Error>() =>
+            {
+                invalid(format!("invalid regular expression: {e}"))
+            }
             DataFusionError::ResourcesExhausted(_) => Self::OutOfMemory {
                 limit_bytes: memory_bytes,
             },

@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{ArrowError, SchemaRef};
+use arrow_schema::{ArrowError, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -55,9 +55,13 @@ impl Input {
         }
     }
 
+    /// The engine's table. The schema's metadata is left behind (pandas writes its own on
+    /// every table it makes): DataFusion merges the metadata of a join's or a union's
+    /// inputs one way when it plans and another when it runs, and two inputs with
+    /// different metadata failed as an engine fault (apache/datafusion#23434).
     pub(crate) fn into_table(self, partitions: usize) -> Arc<dyn TableProvider> {
         Arc::new(InputTable {
-            schema: self.schema,
+            schema: without_metadata(&self.schema),
             source: self.source,
             partitions: partitions.max(1),
         })
@@ -92,7 +96,7 @@ impl TableProvider for InputTable {
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let source = match &self.source {
             Source::Batches(batches) => MemorySourceConfig::try_new(
-                &spread(batches.clone(), self.partitions),
+                &spread(restamp(batches.clone(), &self.schema)?, self.partitions),
                 self.schema.clone(),
                 projection.cloned(),
             )?,
@@ -104,11 +108,35 @@ impl TableProvider for InputTable {
                     Some(p) => Arc::new(self.schema.project(p)?),
                     None => self.schema.clone(),
                 };
+                let batches = restamp(batches, &schema)?;
                 MemorySourceConfig::try_new(&spread(batches, self.partitions), schema, None)?
             }
         };
         Ok(DataSourceExec::from_data_source(source))
     }
+}
+
+fn without_metadata(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(Schema::new(schema.fields().clone()))
+}
+
+/// `batches` under `schema` (the same columns, the schema's metadata left behind).
+fn restamp(
+    batches: Vec<RecordBatch>,
+    schema: &SchemaRef,
+) -> datafusion::error::Result<Vec<RecordBatch>> {
+    batches
+        .into_iter()
+        .map(|b| {
+            let rows = b.num_rows();
+            RecordBatch::try_new_with_options(
+                schema.clone(),
+                b.columns().to_vec(),
+                &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows)),
+            )
+            .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
+        })
+        .collect()
 }
 
 /// Batches dealt round-robin over `n` partitions; at least one partition, maybe empty.

@@ -33,8 +33,15 @@
 //! # Ok(()) }
 //! ```
 
+mod dates;
+mod engine;
 mod error;
+mod exact;
 mod input;
+mod paced;
+mod shape;
+mod sized;
+mod traps;
 
 use std::sync::Arc;
 
@@ -56,6 +63,8 @@ use futures_util::StreamExt;
 
 pub use error::{SqlError, TableColumns};
 pub use input::{Columns, Input};
+pub use shape::{Exceeded, MAX_DEPTH, MAX_SELECTS, MAX_TABLES};
+pub use traps::Trap;
 
 /// What one query may use.
 #[derive(Debug, Clone)]
@@ -77,12 +86,19 @@ impl Default for Limits {
 }
 
 /// A running query. Dropping it stops the query.
+///
+/// The query runs on the engine's own runtime (see [`engine`]), never on the caller's:
+/// an operator that computes for a long time without yielding occupies the engine's
+/// threads, not the server's, so the caller's time limit still fires and its other requests
+/// are still answered.
 pub struct Query {
-    stream: SendableRecordBatchStream,
+    /// The result's batches, then `Ok(None)`: a queue that closes without it means the
+    /// task ended abnormally, never that the result ended.
+    batches: tokio::sync::mpsc::Receiver<Result<Option<RecordBatch>, SqlError>>,
+    ended: bool,
     schema: SchemaRef,
-    tables: Vec<TableColumns>,
-    sql: String,
-    memory_bytes: usize,
+    /// Stops the query's task when the query is dropped.
+    _task: engine::AbortOnDrop,
 }
 
 impl std::fmt::Debug for Query {
@@ -93,10 +109,95 @@ impl std::fmt::Debug for Query {
     }
 }
 
+/// Batches in flight between the engine's task and the caller.
+const QUEUE: usize = 2;
+
 impl Query {
-    /// Parses, checks and plans `sql` over `inputs`, and starts it. Must run inside a
-    /// tokio runtime (the engine spawns its partitions onto it).
+    /// Parses, checks and plans `sql` over `inputs`, and starts it on the engine's runtime.
     pub async fn start(sql: &str, inputs: Vec<Input>, limits: &Limits) -> Result<Self, SqlError> {
+        if sql.len() > MAX_SQL_BYTES {
+            return Err(SqlError::TooLong {
+                bytes: sql.len(),
+                limit: MAX_SQL_BYTES,
+            });
+        }
+        let sql = sql.to_owned();
+        let limits = limits.clone();
+        let (tx, batches) = tokio::sync::mpsc::channel(QUEUE);
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let task = engine::spawn(async move {
+            let running = match Running::start(&sql, inputs, &limits).await {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let Running {
+                mut stream,
+                tables,
+                memory_bytes,
+            } = running;
+            if ready_tx.send(Ok(stream.schema())).is_err() {
+                return;
+            }
+            while let Some(item) = stream.next().await {
+                let item = item
+                    .map(Some)
+                    .map_err(|e| SqlError::from_engine(e, &sql, &tables, memory_bytes));
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    return;
+                }
+            }
+            let _ = tx.send(Ok(None)).await;
+        })?;
+        let schema = ready
+            .await
+            .map_err(|_| SqlError::Engine("the query's task ended without an answer".into()))??;
+        Ok(Self {
+            batches,
+            ended: false,
+            schema,
+            _task: task,
+        })
+    }
+
+    /// The result's schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The next batch of the result, or `None` at its end.
+    pub async fn next_batch(&mut self) -> Result<Option<RecordBatch>, SqlError> {
+        if self.ended {
+            return Ok(None);
+        }
+        match self.batches.recv().await {
+            Some(Ok(Some(batch))) => Ok(Some(batch)),
+            Some(Ok(None)) => {
+                self.ended = true;
+                Ok(None)
+            }
+            Some(Err(e)) => Err(e),
+            // The task is gone without saying the result ended (a panic in the engine): a
+            // cut result must never pass for a whole one.
+            None => Err(SqlError::Engine(
+                "the query's task ended before its result did".into(),
+            )),
+        }
+    }
+}
+
+/// A query planned and started, on the engine's runtime.
+struct Running {
+    stream: SendableRecordBatchStream,
+    tables: Vec<TableColumns>,
+    memory_bytes: usize,
+}
+
+impl Running {
+    async fn start(sql: &str, inputs: Vec<Input>, limits: &Limits) -> Result<Self, SqlError> {
         let tables: Vec<TableColumns> = inputs.iter().map(TableColumns::of).collect();
         let memory = limits.memory_bytes;
         let fail = |e| SqlError::from_engine(e, sql, &tables, memory);
@@ -116,36 +217,38 @@ impl Query {
         check_statement(&statement)?;
         let plan = state.statement_to_plan(statement).await.map_err(fail)?;
         check_plan(&plan)?;
+        check_names(plan.schema().inner())?;
         let frame = ctx.execute_logical_plan(plan).await.map_err(fail)?;
-        let stream = frame.execute_stream().await.map_err(fail)?;
-        let schema = stream.schema();
+        let task = Arc::new(frame.task_ctx());
+        let physical = frame.create_physical_plan().await.map_err(fail)?;
+        let physical = paced::pace(physical).map_err(fail)?;
+        let stream = datafusion::physical_plan::execute_stream(physical, task).map_err(fail)?;
         Ok(Self {
             stream,
-            schema,
             tables,
-            sql: sql.to_owned(),
             memory_bytes: memory,
         })
     }
+}
 
-    /// The result's schema.
-    pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
+/// The longest SQL text: a query a model writes is a few hundred bytes; the depth and size
+/// limits of [`shape`] bound what the engine plans.
+pub const MAX_SQL_BYTES: usize = 100_000;
 
-    /// The next batch of the result, or `None` at its end.
-    pub async fn next_batch(&mut self) -> Result<Option<RecordBatch>, SqlError> {
-        match self.stream.next().await {
-            None => Ok(None),
-            Some(Ok(b)) => Ok(Some(b)),
-            Some(Err(e)) => Err(SqlError::from_engine(
-                e,
-                &self.sql,
-                &self.tables,
-                self.memory_bytes,
-            )),
+/// The result's columns are stored and described by name: two of one name would be one
+/// column in the description and two in the rows.
+fn check_names(schema: &arrow_schema::Schema) -> Result<(), SqlError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut twice: Vec<String> = Vec::new();
+    for f in schema.fields() {
+        if !seen.insert(f.name().as_str()) && !twice.contains(f.name()) {
+            twice.push(f.name().clone());
         }
     }
+    if twice.is_empty() {
+        return Ok(());
+    }
+    Err(SqlError::DuplicateColumns { names: twice })
 }
 
 /// A session that knows the inputs and nothing else.
@@ -172,9 +275,14 @@ fn context(inputs: Vec<Input>, limits: &Limits) -> datafusion::error::Result<Ses
         .with_config(config)
         .with_runtime_env(runtime)
         .with_expr_planners(SessionStateDefaults::default_expr_planners())
-        .with_scalar_functions(SessionStateDefaults::default_scalar_functions())
+        .with_scalar_functions(sized::bound(
+            SessionStateDefaults::default_scalar_functions(),
+            limits.memory_bytes,
+        ))
         .with_aggregate_functions(SessionStateDefaults::default_aggregate_functions())
         .with_window_functions(SessionStateDefaults::default_window_functions())
+        .with_analyzer_rule(Arc::new(exact::Exact))
+        .with_analyzer_rule(Arc::new(dates::DateTruncOnDays))
         .build();
     let ctx = SessionContext::new_with_state(state);
     for input in inputs {
@@ -206,9 +314,16 @@ fn parse(
 fn check_statement(statement: &DfStatement) -> Result<(), SqlError> {
     let kind = match statement {
         DfStatement::Statement(s) => match s.as_ref() {
-            // `SELECT … INTO t` is a query in the grammar but creates a table.
-            AstStatement::Query(q) if selects_into(&q.body) => "SELECT … INTO".to_owned(),
-            AstStatement::Query(_) => return Ok(()),
+            AstStatement::Query(q) => {
+                // Measured first: the walks below and every later stage recurse over it.
+                shape::check(s).map_err(SqlError::TooComplex)?;
+                traps::check(s).map_err(SqlError::Unreliable)?;
+                // `SELECT … INTO t` is a query in the grammar but creates a table.
+                if !selects_into(&q.body) {
+                    return Ok(());
+                }
+                "SELECT … INTO".to_owned()
+            }
             other => statement_kind(other),
         },
         DfStatement::CreateExternalTable(_) => "CREATE EXTERNAL TABLE".to_owned(),
