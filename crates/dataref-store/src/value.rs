@@ -2,7 +2,8 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Date64Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type,
+    Date32Type, Date64Type, Decimal128Type, DurationMicrosecondType, DurationMillisecondType,
+    DurationNanosecondType, DurationSecondType, Float32Type, Float64Type, Int8Type, Int16Type,
     Int32Type, Int64Type, IntervalDayTimeType, IntervalMonthDayNanoType, IntervalYearMonthType,
     Time32MillisecondType, Time32SecondType, Time64MicrosecondType, Time64NanosecondType,
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
@@ -30,6 +31,7 @@ pub fn type_name(dt: &DataType) -> String {
         DataType::Timestamp(_, Some(tz)) => format!("timestamp({tz})"),
         DataType::Time32(_) | DataType::Time64(_) => "time".into(),
         DataType::Interval(_) => "interval".into(),
+        DataType::Duration(_) => "duration".into(),
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
             format!("list<{}>", type_name(f.data_type()))
         }
@@ -160,6 +162,12 @@ pub fn format_interval(months: i64, days: i64, nanos: i64) -> String {
 /// A decimal as a JSON number when it has at most 15 significant digits (then the f64 is
 /// the nearest to the decimal and prints as exactly it), else as its exact text.
 fn decimal_json(v: i128, scale: i8) -> Value {
+    // A whole number (an exact integer sum) as an integer: `123`, not `123.0`.
+    if scale == 0
+        && let Ok(n) = i64::try_from(v)
+    {
+        return Value::from(n);
+    }
     if scale >= 0 && v.unsigned_abs() < 1_000_000_000_000_000 && scale <= 22 {
         let f = v as f64 / 10f64.powi(i32::from(scale));
         if let Some(n) = serde_json::Number::from_f64(f) {
@@ -282,8 +290,14 @@ pub fn cell_to_json(array: &ArrayRef, row: usize, max_chars: Option<usize>) -> (
             0,
             0,
         )),
-        DataType::List(_) => {
-            let items = array.as_list::<i32>().value(row);
+        DataType::Duration(unit) => {
+            Value::String(format_interval(0, 0, duration_nanos(array, row, *unit)))
+        }
+        DataType::List(_) | DataType::LargeList(_) => {
+            let items = match array.data_type() {
+                DataType::LargeList(_) => array.as_list::<i64>().value(row),
+                _ => array.as_list::<i32>().value(row),
+            };
             // Only a cut cell (a sample) shows the first elements; exports get them all.
             let shown = match max_chars {
                 Some(_) => items.len().min(LIST_SHOWN),
@@ -304,14 +318,47 @@ pub fn cell_to_json(array: &ArrayRef, row: usize, max_chars: Option<usize>) -> (
         }
         DataType::Utf8 => return cut(array.as_string::<i32>().value(row), max_chars),
         DataType::LargeUtf8 => return cut(array.as_string::<i64>().value(row), max_chars),
-        DataType::Binary => {
-            let bytes = array.as_binary::<i32>().value(row);
-            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            return cut(&hex, max_chars);
+        // What the SQL engine's casts and string functions give.
+        DataType::Utf8View => return cut(array.as_string_view().value(row), max_chars),
+        DataType::Binary => return cut(&hex(array.as_binary::<i32>().value(row)), max_chars),
+        DataType::LargeBinary => return cut(&hex(array.as_binary::<i64>().value(row)), max_chars),
+        DataType::BinaryView => return cut(&hex(array.as_binary_view().value(row)), max_chars),
+        // Everything else (structs, maps, unions…) as Arrow writes it: a value, never a
+        // placeholder in its place.
+        _ => {
+            let text = arrow_cast::display::ArrayFormatter::try_new(
+                array.as_ref(),
+                &arrow_cast::display::FormatOptions::default(),
+            )
+            .map(|f| f.value(row).to_string())
+            .unwrap_or_else(|_| format!("<{}>", type_name(array.data_type())));
+            return cut(&text, max_chars);
         }
-        _ => return cut(&format!("<{}>", type_name(array.data_type())), max_chars),
     };
     (v, false)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A duration cell in nanoseconds (saturating: ±292 years).
+fn duration_nanos(array: &ArrayRef, row: usize, unit: TimeUnit) -> i64 {
+    match unit {
+        TimeUnit::Second => array
+            .as_primitive::<DurationSecondType>()
+            .value(row)
+            .saturating_mul(1_000_000_000),
+        TimeUnit::Millisecond => array
+            .as_primitive::<DurationMillisecondType>()
+            .value(row)
+            .saturating_mul(1_000_000),
+        TimeUnit::Microsecond => array
+            .as_primitive::<DurationMicrosecondType>()
+            .value(row)
+            .saturating_mul(1_000),
+        TimeUnit::Nanosecond => array.as_primitive::<DurationNanosecondType>().value(row),
+    }
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
