@@ -600,8 +600,12 @@ impl Agent {
                     }
                 };
                 let whole_at = whole_at(&outcome);
-                let mut text =
-                    window::cap_result(&outcome.text, &self.counter, cap, whole_at.as_deref());
+                let mut text = window::cap_result(
+                    &outcome.model_text(),
+                    &self.counter,
+                    cap,
+                    whole_at.as_deref(),
+                );
                 if let Some(w) = warn {
                     text = format!("{text}\n{w}");
                 }

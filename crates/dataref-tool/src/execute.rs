@@ -143,6 +143,42 @@ impl CallOutcome {
         self.kind.is_error()
     }
 
+    /// What a model reads of the outcome when it reads only text (the agent's tool
+    /// message), never empty: the text, or — when the tool's content is all for the person
+    /// (a link to the file it wrote, an image) — the structured result (path, rows, bytes,
+    /// columns) and what each attachment is.
+    pub fn model_text(&self) -> String {
+        if !self.text.trim().is_empty() {
+            return self.text.clone();
+        }
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(s) = self.structured.as_ref().filter(|s| !s.is_null()) {
+            parts.push(s.to_string());
+        }
+        for a in &self.attachments {
+            parts.push(match a {
+                Attachment::ResourceLink { uri, name, .. } => {
+                    format!("made `{name}` for the person: {uri}")
+                }
+                Attachment::Image { mime_type, data } => format!(
+                    "an image ({mime_type}, {}) shown to the person",
+                    dataref_protocol::human_bytes(data.len() as u64)
+                ),
+                Attachment::Markdown { .. } => "a table shown to the person".to_owned(),
+                Attachment::Document { uri, mime_type, .. } => {
+                    format!("a document ({mime_type}) shown to the person: {uri}")
+                }
+            });
+        }
+        if parts.is_empty() {
+            return format!(
+                "done ({}); the tool returned nothing more",
+                self.kind.as_str()
+            );
+        }
+        parts.join("\n")
+    }
+
     /// A failed call's outcome; its call id is set by [`execute_tool_call`].
     pub(crate) fn error(kind: OutcomeKind, message: &str, hint: Option<&str>) -> Self {
         let text = match hint {
@@ -546,10 +582,11 @@ fn validate(
         .map(|e| {
             let path = e.instance_path().to_string();
             let field = path.trim_start_matches('/').replace('/', ".");
+            let message = short_echo(&e.to_string(), e.instance());
             if field.is_empty() {
-                e.to_string()
+                message
             } else {
-                format!("`{field}`: {e}")
+                format!("`{field}`: {message}")
             }
         })
         .collect();
@@ -574,6 +611,16 @@ fn validate(
         ),
         Some(&hint),
     ))
+}
+
+/// A validator's message with the value it echoes cut short: a 1 MB string is refused in
+/// a line that names the limit, not in a megabyte of its own text.
+fn short_echo(message: &str, instance: &Value) -> String {
+    let echoed = instance.to_string();
+    if echoed.chars().count() <= 100 {
+        return message.to_owned();
+    }
+    message.replacen(&echoed, &dataref_protocol::truncate_echo(&echoed), 1)
 }
 
 /// The exact fix for the obvious mistakes, first in the hint: a parameter under a near name

@@ -315,6 +315,130 @@ async fn the_canonical_analysis_runs_through_the_loop_and_no_row_reaches_the_mod
     assert!(bytes < 120_000, "{bytes}");
 }
 
+/// Every built-in tool, called through the loop: the model reads something from each,
+/// and for the tools whose content is only a link (a chart, an export) it reads the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_reads_a_result_from_every_builtin_tool() {
+    let script = vec![
+        Reply::tool_calls(vec![Call::new(
+            "f",
+            "fetch_sales",
+            r#"{"since":"2025-01-01"}"#,
+        )]),
+        Reply::dynamic(|req| {
+            let r = last_tool(req)["dataRef"].as_str().unwrap().to_owned();
+            let sql = json!({
+                "sql": "SELECT region, sum(units) AS units, sum(revenue) AS revenue FROM s GROUP BY region",
+                "inputs": {"s": r},
+            });
+            let py = json!({
+                "code": "import json\nopen('out/files/args.json', 'w').write(json.dumps({'limit': 1}))\nresult = len(s)",
+                "inputs": {"s": r},
+            });
+            Reply::tool_calls(vec![
+                Call::new("d", "describe_data", json!({"dataRef": r}).to_string()),
+                Call::new("q", "run_sql", sql.to_string()),
+                Call::new("p", "run_python", py.to_string()),
+                Call::new("l", "list_artifacts", "{}"),
+                Call::new(
+                    "t",
+                    "render_table",
+                    json!({"dataRef": r, "limit": 5}).to_string(),
+                ),
+                Call::new(
+                    "e",
+                    "export_data",
+                    json!({"source": r, "format": "csv", "filename": "all"}).to_string(),
+                ),
+            ])
+        }),
+        Reply::dynamic(|req| {
+            let by_region = tool_messages(req)
+                .iter()
+                .filter_map(|t| serde_json::from_str::<Value>(t).ok())
+                .find(|v| v["columns"].get("units").is_some() && v["rows"] == 5)
+                .and_then(|v| v["dataRef"].as_str().map(str::to_owned))
+                .unwrap();
+            let chart = json!({"dataRef": by_region, "x": "region", "y": "revenue", "kind": "bar"});
+            Reply::tool_calls(vec![
+                Call::new("c", "render_chart", chart.to_string()),
+                Call::new(
+                    "r",
+                    "read_file",
+                    r#"{"path": "exports/all.csv", "limit": 2}"#,
+                ),
+                Call::new(
+                    "cp",
+                    "copy_file",
+                    r#"{"src": "exports/all.csv", "dst": "kept/all.csv"}"#,
+                ),
+                Call::new("ls", "list_files", "{}"),
+                Call::new(
+                    "ct",
+                    "call_tool",
+                    r#"{"tool": "list_artifacts", "args_file": "args.json"}"#,
+                ),
+            ])
+        }),
+        Reply::text("done"),
+    ];
+    let f = fixture(script, true, |_| {});
+    let (sent, events) = f.send("ana", None, "everything", &NoOneToAsk).await;
+    assert_eq!(sent.run.stopped, None, "{}", sent.run.answer);
+    let outcomes: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolCallFinished { tool, outcome, .. } => {
+                Some((tool.clone(), outcome.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outcomes.len(), 12, "{outcomes:?}");
+    let last = f.model.requests().last().unwrap().clone();
+    let msgs = last["messages"].as_array().unwrap();
+    let calls: std::collections::HashMap<String, String> = msgs
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap().to_owned(),
+                c["function"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for m in msgs.iter().filter(|m| m["role"] == "tool") {
+        let tool = &calls[m["tool_call_id"].as_str().unwrap()];
+        let text = m["content"].as_str().unwrap_or("");
+        assert!(
+            !text.trim().is_empty(),
+            "`{tool}` reached the model as an empty message"
+        );
+        assert!(!text.starts_with("error"), "`{tool}`: {text}");
+        seen.insert(tool.clone());
+    }
+    assert_eq!(seen.len(), 12, "{seen:?}");
+    let text_of = |id: &str| {
+        msgs.iter()
+            .find(|m| m["tool_call_id"] == id)
+            .and_then(|m| m["content"].as_str())
+            .unwrap()
+            .to_owned()
+    };
+    let export = text_of("e");
+    assert!(
+        export.contains("exports/all.csv") && export.contains("\"rows\""),
+        "{export}"
+    );
+    let chart = text_of("c");
+    assert!(
+        chart.contains("charts/") && chart.contains(".png"),
+        "{chart}"
+    );
+}
+
 #[tokio::test]
 async fn failures_are_observations_and_the_run_goes_on() {
     let f = fixture(
