@@ -71,19 +71,60 @@ impl AtomicFile {
 
     /// Flushes the data to disk, moves the file into place and syncs the directory, so
     /// after `Ok` the file survives a crash with all its content.
-    pub fn commit(self) -> Result<WorkspacePath, WorkspacePathError> {
+    pub fn commit(mut self) -> Result<WorkspacePath, WorkspacePathError> {
         self.finish(true)
+    }
+
+    /// Commits like [`commit`](Self::commit); when the name was taken meanwhile under
+    /// [`Overwrite::Refuse`] (another writer chose the same free name in the same instant),
+    /// under the next name `next` gives, in the same directory, until it gives none. So
+    /// numbered files (`qoq.csv`, `qoq-2.csv`, …) all land, however many race for one name.
+    pub fn commit_renumbered(
+        mut self,
+        mut next: impl FnMut() -> Option<String>,
+    ) -> Result<WorkspacePath, WorkspacePathError> {
+        loop {
+            match self.finish(true) {
+                Err(WorkspacePathError::AlreadyExists { path })
+                    if self.overwrite == Overwrite::Refuse =>
+                {
+                    let Some(name) = next() else {
+                        return Err(WorkspacePathError::AlreadyExists { path });
+                    };
+                    self.rename_to(&name)?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Aims the commit at `name` in the same directory.
+    fn rename_to(&mut self, name: &str) -> Result<(), WorkspacePathError> {
+        let rel = match self.path.as_str().rsplit_once('/') {
+            Some((parent, _)) => format!("{parent}/{name}"),
+            None => name.to_owned(),
+        };
+        let rel = normalize(rel.as_bytes())?;
+        if split_last(&rel).1 != name {
+            return Err(WorkspacePathError::NotAFile {
+                path: shown(name.as_bytes()),
+                found: EntryKind::Directory,
+            });
+        }
+        self.name = name.to_owned();
+        self.path = WorkspacePath::from_normalized(rel);
+        Ok(())
     }
 
     /// Moves the file into place without waiting for the disk: readers still see the old
     /// file or the whole new one, but a crash may lose it. For files that are a cache of
     /// something else (spilled results), where a fsync would cost more than the file is
     /// worth.
-    pub fn commit_unsynced(self) -> Result<WorkspacePath, WorkspacePathError> {
+    pub fn commit_unsynced(mut self) -> Result<WorkspacePath, WorkspacePathError> {
         self.finish(false)
     }
 
-    fn finish(mut self, sync: bool) -> Result<WorkspacePath, WorkspacePathError> {
+    fn finish(&mut self, sync: bool) -> Result<WorkspacePath, WorkspacePathError> {
         let shown = self.path.as_str().to_owned();
         if sync {
             self.file
@@ -140,7 +181,7 @@ impl AtomicFile {
     /// into place here. A refused or failed publish changes nothing locally; the temporary
     /// file goes with `self`.
     fn publish_and_place(
-        mut self,
+        &mut self,
         mirror: &dyn Mirror,
         sync: bool,
         shown: &str,

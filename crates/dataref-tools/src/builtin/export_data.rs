@@ -170,7 +170,7 @@ impl TypedTool for ExportDataTool {
             } else {
                 read_table_file(&workspace, &source)?
             };
-            let mut file = create_free(&workspace, &stem, format)?;
+            let (mut file, mut n) = create_free(&workspace, &stem, format)?;
             let target = file.path().as_str().to_owned();
             let done =
                 dataref_export::export(format, &schema, &batches, &options, &mut file, &|| {
@@ -186,7 +186,11 @@ impl TypedTool for ExportDataTool {
                     .into(),
                     None => export_error(e),
                 })?;
-            let path = file.commit()?;
+            // Another export may have taken the free name while this one was written.
+            let path = file.commit_renumbered(|| {
+                n += 1;
+                (n <= NAME_TRIES).then(|| numbered(&stem, n, format))
+            })?;
             let bytes = workspace.metadata(&path)?.size;
             Ok(ExportResult {
                 path: path.as_str().to_owned(),
@@ -266,29 +270,36 @@ fn generated_stem(now_secs: i64) -> String {
     )
 }
 
-/// A new file `exports/<stem>.<ext>`, or `<stem>-2`, `<stem>-3`, … when that exists.
+/// A new file `exports/<stem>.<ext>`, or `<stem>-2`, `<stem>-3`, … when that exists, and
+/// the number it has (1 for none).
 fn create_free(
     workspace: &Workspace,
     stem: &str,
     format: Format,
-) -> Result<dataref_workspace::AtomicFile, ToolError> {
-    let ext = format.extension();
+) -> Result<(dataref_workspace::AtomicFile, u32), ToolError> {
     for n in 1..=NAME_TRIES {
-        let path = if n == 1 {
-            format!("{EXPORTS_DIR}/{stem}.{ext}")
-        } else {
-            format!("{EXPORTS_DIR}/{stem}-{n}.{ext}")
-        };
+        let path = format!("{EXPORTS_DIR}/{}", numbered(stem, n, format));
         match workspace.create_atomic(&path, Overwrite::Refuse) {
-            Ok(file) => return Ok(file),
+            Ok(file) => return Ok((file, n)),
             Err(WorkspacePathError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e.into()),
         }
     }
+    let ext = format.extension();
     Err(ToolError::respond(
         format!("`{EXPORTS_DIR}/{stem}.{ext}` and {NAME_TRIES} numbered variants exist already"),
         Some("pick another `filename`".into()),
     ))
+}
+
+/// `<stem>.<ext>` for 1, `<stem>-<n>.<ext>` after.
+fn numbered(stem: &str, n: u32, format: Format) -> String {
+    let ext = format.extension();
+    if n == 1 {
+        format!("{stem}.{ext}")
+    } else {
+        format!("{stem}-{n}.{ext}")
+    }
 }
 
 /// A JSON source is parsed whole, and parsed JSON takes several times its size in memory,

@@ -190,6 +190,33 @@ async fn csv_reads_back_as_the_artifact() {
     assert_eq!(again["path"], "exports/june-2.csv");
 }
 
+/// Six exports racing for one name all land, numbered: each picks the first free name
+/// while writing, and one whose name was taken meanwhile takes the next at its commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn same_name_exports_at_once_are_numbered() {
+    let f = fixture();
+    let (data_ref, _) = sales(&f).await;
+    let args = json!({"source": data_ref, "format": "csv", "filename": "race"});
+    let c = || call(&f, args.clone());
+    let (a, b, d, e, g, h) = tokio::join!(c(), c(), c(), c(), c(), c());
+    let mut paths: Vec<String> = [a, b, d, e, g, h]
+        .iter()
+        .map(|o| ok(o)["path"].as_str().unwrap().to_owned())
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "exports/race-2.csv",
+            "exports/race-3.csv",
+            "exports/race-4.csv",
+            "exports/race-5.csv",
+            "exports/race-6.csv",
+            "exports/race.csv",
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn xlsx_reads_back_with_typed_cells() {
     let f = fixture();
