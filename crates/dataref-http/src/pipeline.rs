@@ -170,7 +170,7 @@ where
     fn call(&mut self, mut request: Request<B>) -> BoxFuture {
         let carry = match self.stage.before(&mut request) {
             Ok(carry) => carry,
-            Err(refused) => return answer(refused),
+            Err(refused) => return answer(unread_body_closes(request.headers(), refused)),
         };
         let stage = self.stage.clone();
         let mut inner = self.inner.clone();
@@ -179,6 +179,25 @@ where
             Ok(stage.after(carry, response))
         })
     }
+}
+
+/// A refusal answered before the request's body was read: the connection cannot carry
+/// another request (the unread body is in the way) and is closed after the answer, so it
+/// says `Connection: close` rather than leaving a keep-alive client to find out by a
+/// broken pipe on its next request.
+fn unread_body_closes(request: &http::HeaderMap, mut refused: Response<Body>) -> Response<Body> {
+    let declares_body = request.contains_key(http::header::TRANSFER_ENCODING)
+        || request
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() != "0");
+    if declares_body {
+        refused.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    refused
 }
 
 /// What a [`Check`] answers, later.
@@ -236,7 +255,7 @@ where
         Box::pin(async move {
             let carry = match checked.await {
                 Ok(carry) => carry,
-                Err(refused) => return Ok(refused),
+                Err(refused) => return Ok(unread_body_closes(request.headers(), refused)),
             };
             let response = inner.call(request).await?;
             Ok(check.after(carry, response))

@@ -750,6 +750,9 @@ async fn over_the_rate_gets_429_with_retry_after() {
         .parse()
         .unwrap();
     assert!((1..=6).contains(&retry), "{retry}");
+    // Refused before its body was read: the connection is closed after the answer, and
+    // the answer says so.
+    assert_eq!(r.headers()["connection"], "close");
     let body: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
     assert_eq!(body["limit"], "rate_per_minute");
     // Another principal has its own bucket.
