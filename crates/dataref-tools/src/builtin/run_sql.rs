@@ -32,11 +32,11 @@ const VALUE_MAX_CHARS: usize = 8_000;
 /// Longest input name (a table name in the SQL).
 const MAX_NAME_CHARS: usize = 64;
 
-const DESCRIPTION: &str = "One SQL query over dataRefs, next to the data: filter, join, \
-group, pivot, window. `inputs` names the tables ({\"sales\": \"data_…\"} → FROM sales). \
-DataFusion SQL, like PostgreSQL. Returns a dataRef, schema and sample; `store_as: \"value\"` \
-returns a small result's rows. Use run_python for statistics, reshaping SQL cannot express, \
-documents, pictures.";
+const DESCRIPTION: &str = "One SQL query over dataRefs, beside the data: filter, join, group, \
+pivot, window. `inputs` names tables ({\"sales\": \"data_…\"} → FROM sales). DataFusion SQL, \
+like PostgreSQL; `^` is XOR. Returns a dataRef, schema, sample; `store_as: \"value\"` returns \
+small results' rows. Use run_python for statistics, reshaping SQL can't express, documents, \
+pictures.";
 
 /// How the result comes back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]

@@ -513,6 +513,60 @@ async fn what_the_model_reads_when_a_query_is_wrong() {
     assert!(text.contains("\nhint: use lowercase"), "{text}");
 }
 
+/// What the model reads when its query is too deep, too long or its own mistake: one short
+/// error naming the limit or the mistake, and the next query answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_and_mistakes_are_short_errors_and_the_next_query_runs() {
+    let f = fixture();
+    let sales = fetch(&f).await;
+    let inputs = json!({"sales": sales});
+    let deep = run(
+        &f,
+        call(
+            &format!("SELECT 1{} AS x FROM sales", "+1".repeat(30_000)),
+            inputs.clone(),
+        ),
+    )
+    .await;
+    insta::assert_snapshot!("sql_too_deep", error_text(&deep));
+    let unions = run(
+        &f,
+        call(
+            &format!("SELECT 1 AS x{}", " UNION ALL SELECT 1".repeat(700)),
+            inputs.clone(),
+        ),
+    )
+    .await;
+    assert!(
+        error_text(&unions).contains("SELECT blocks; the limit is"),
+        "{}",
+        unions.text
+    );
+    // A megabyte of SQL: refused by the schema, naming the limit, echoing 100 characters.
+    let long = run(
+        &f,
+        call(
+            &format!("SELECT '{}' AS x", "x".repeat(1 << 20)),
+            inputs.clone(),
+        ),
+    )
+    .await;
+    let text = error_text(&long);
+    assert!(text.len() < 1_000, "{} bytes: {}", text.len(), &text[..300]);
+    assert!(text.contains("100000"), "{text}");
+    // The model's own mistakes are reported as its own, with the engine's words.
+    for sql in [
+        "SELECT regexp_like(line, '(') AS m FROM sales",
+        "SELECT CAST(line AS INT) AS n FROM sales",
+        "SELECT units * 9223372036854775807 AS n FROM sales",
+    ] {
+        let o = run(&f, call(sql, inputs.clone())).await;
+        assert_eq!(o.kind, OutcomeKind::ToolFailed, "{sql}: {}", o.text);
+    }
+    let o = run(&f, call("SELECT count(*) AS n FROM sales", inputs)).await;
+    assert!(!o.is_error(), "{}", o.text);
+}
+
 /// Someone else's dataRef answers exactly like one nobody minted.
 #[tokio::test(flavor = "multi_thread")]
 async fn another_principals_ref_answers_like_an_unknown_one() {

@@ -542,3 +542,44 @@ async fn workspace_files_over_stdio() {
     assert_ne!(r.is_error, Some(true), "{}", text(&r));
     client.cancel().await.ok();
 }
+
+/// The query shapes that once ended the whole process with a stack overflow, sent to the
+/// real binary: each is an error result naming the limit, and the same server answers the
+/// next call.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_query_shape_ends_the_server() {
+    let home = tempfile::tempdir().unwrap();
+    let client = connect(home.path(), "alice", &["--rows", "1000"]).await;
+    let r = call(&client, "fetch_sales", json!({"since": "2025-01-01"})).await;
+    let sales = r.structured_content.expect("a dataRef")["dataRef"].clone();
+    let inputs = json!({"sales": sales});
+    let cte_chain = {
+        let mut sql = "WITH t0 AS (SELECT units FROM sales)".to_owned();
+        for i in 1..=1_500 {
+            sql.push_str(&format!(", t{i} AS (SELECT units FROM t{})", i - 1));
+        }
+        sql + " SELECT count(*) FROM t1500"
+    };
+    for sql in [
+        format!("SELECT 1{} AS x", "+1".repeat(1_800)),
+        format!("SELECT 'a'{} AS x", "||'a'".repeat(2_000)),
+        format!("SELECT 1 AS x{}", " UNION ALL SELECT 1".repeat(700)),
+        cte_chain,
+        format!("SELECT 1{} AS x", "+1".repeat(49_000)),
+    ] {
+        let r = call(&client, "run_sql", json!({"sql": sql, "inputs": inputs})).await;
+        assert_eq!(r.is_error, Some(true), "{}", text(&r));
+        assert!(text(&r).contains("the limit is"), "{}", text(&r));
+    }
+    let r = call(
+        &client,
+        "run_sql",
+        json!({"sql": "SELECT count(*) AS n FROM sales", "inputs": inputs, "store_as": "value"}),
+    )
+    .await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    assert_eq!(
+        r.structured_content.expect("values")["values"],
+        json!([[1000]])
+    );
+}
