@@ -27,6 +27,7 @@ mod server;
 mod shared;
 mod spill;
 mod sql;
+mod sql_limits;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -112,9 +113,14 @@ enum BenchSection {
     /// SDK's client: `dataref serve` against the seed article's pandas server, with
     /// dataref's anonymous memory.
     Server(server::ServerArgs),
-    /// The seed's question in SQL (`QOQ_SQL`) through `run_sql`, and the engine alone,
-    /// against DuckDB and pandas in-process on the same Arrow data, already loaded.
+    /// The seed's question in SQL, in two forms (the quarter bounds once, `date_trunc` per
+    /// row), through `run_sql` and the engine alone, against DuckDB and pandas in-process on
+    /// the same Arrow data, already loaded.
     Sql(sql::SqlArgs),
+    /// Whether `run_sql`'s limits hold on the real server: queries that would run for
+    /// minutes or build gigabytes, with the time to the answer, the server's CPU after it,
+    /// the next query's time and the memory the server grew by.
+    SqlLimits(sql_limits::SqlLimitsArgs),
     /// The page: a page of rows (`view_rows`, sorted and filtered) against DuckDB on the
     /// same Arrow data, and first paint in headless Chromium against a one-line page.
     Page(page::PageArgs),
@@ -444,6 +450,10 @@ fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         Some(BenchSection::Sql(a)) => {
             sql::run(a, &args.python, args.dir.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::SqlLimits(a)) => {
+            sql_limits::run(a)?;
             return Ok(ExitCode::SUCCESS);
         }
         Some(BenchSection::Page(a)) => {
