@@ -100,19 +100,7 @@ pub fn run(args: &ServerArgs, python: &str, dir: Option<&Path>) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating `{}`", dir.display()))?;
     let dir =
         std::path::absolute(&dir).with_context(|| format!("resolving `{}`", dir.display()))?;
-    let dataref = match &args.dataref {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .context("finding the dataref-bench executable")?
-            .with_file_name("dataref"),
-    };
-    if !dataref.is_file() {
-        bail!(
-            "`{}` is not there: the section serves the `dataref` executable\n\
-             hint: `cargo build --release -p dataref -p dataref-bench` builds both side by side, or pass `--dataref FILE`",
-            dataref.display()
-        );
-    }
+    let dataref = dataref_exe(args.dataref.as_deref())?;
     let (pandas, mcp, when) = check_python(python)?;
     if args.runs == 0 {
         bail!("`--runs` must be at least 1");
@@ -129,13 +117,7 @@ pub fn run(args: &ServerArgs, python: &str, dir: Option<&Path>) -> Result<()> {
 
     let mut results = Vec::new();
     for &n in &args.rows {
-        let config = Config::builtin_sample(dir.clone(), n);
-        dataref_app::ensure_sample(&config)?;
-        let db = config
-            .sample
-            .as_ref()
-            .map(|s| s.path.clone())
-            .context("the built-in sample has no path")?;
+        let (config, db) = sample_db(&dir, n)?;
 
         // `dataref serve` on a data dir of its own (a fresh store), the sample linked in.
         let home = scratch.0.join(format!("home-{n}"));
@@ -185,6 +167,36 @@ pub fn run(args: &ServerArgs, python: &str, dir: Option<&Path>) -> Result<()> {
     }
     let mut out = std::io::stdout().lock();
     report(&mut out, args, &results, &pandas, &mcp, &when)
+}
+
+/// The built-in sample of `rows` rows under `dir` (made on the first run), and its file.
+pub(crate) fn sample_db(dir: &Path, rows: u64) -> Result<(Config, PathBuf)> {
+    let config = Config::builtin_sample(dir.to_owned(), rows);
+    dataref_app::ensure_sample(&config)?;
+    let db = config
+        .sample
+        .as_ref()
+        .map(|s| s.path.clone())
+        .context("the built-in sample has no path")?;
+    Ok((config, db))
+}
+
+/// The `dataref` executable a section serves: `given`, or the one beside this executable.
+pub(crate) fn dataref_exe(given: Option<&Path>) -> Result<PathBuf> {
+    let dataref = match given {
+        Some(p) => p.to_owned(),
+        None => std::env::current_exe()
+            .context("finding the dataref-bench executable")?
+            .with_file_name("dataref"),
+    };
+    if !dataref.is_file() {
+        bail!(
+            "`{}` is not there: the section serves the `dataref` executable\n\
+             hint: `cargo build --release -p dataref -p dataref-bench` builds both side by side, or pass `--dataref FILE`",
+            dataref.display()
+        );
+    }
+    Ok(dataref)
 }
 
 /// `python client.py RUNS ROWS LOG --`, the server's command to follow.

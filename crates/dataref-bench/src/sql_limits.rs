@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use dataref_config::Config;
 use dataref_config::env::DATAREF_CONFIG;
 use serde_json::{Value, json};
 
@@ -87,24 +86,8 @@ pub fn run(args: &SqlLimitsArgs) -> Result<()> {
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating `{}`", dir.display()))?;
     let dir = std::path::absolute(&dir)?;
-    let dataref = match &args.dataref {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("dataref"),
-    };
-    if !dataref.is_file() {
-        bail!(
-            "`{}` is not there: the section serves the `dataref` executable\n\
-             hint: `cargo build --release -p dataref -p dataref-bench` builds both side by side, or pass `--dataref FILE`",
-            dataref.display()
-        );
-    }
-    let config = Config::builtin_sample(dir.clone(), args.rows);
-    dataref_app::ensure_sample(&config)?;
-    let db = config
-        .sample
-        .as_ref()
-        .map(|s| s.path.clone())
-        .context("the built-in sample has no path")?;
+    let dataref = crate::server::dataref_exe(args.dataref.as_deref())?;
+    let (_, db) = crate::server::sample_db(&dir, args.rows)?;
     let scratch = dir.join(format!("sql-limits-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let toml = scratch.join("dataref.toml");

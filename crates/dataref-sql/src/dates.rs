@@ -13,13 +13,12 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, Date32Array};
 use datafusion::arrow::datatypes::{DataType, Date32Type, Field, FieldRef, TimeUnit};
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::config::ConfigOptions;
 use datafusion::error::DataFusionError;
 use datafusion::functions::datetime::date_trunc::DateTruncFunc;
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ReturnFieldArgs, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -36,19 +35,8 @@ impl AnalyzerRule for DateTruncOnDays {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|p| {
-            let mut schema = DFSchema::empty();
-            for input in p.inputs() {
-                schema.merge(input.schema());
-            }
-            let names = NamePreserver::new(&p);
-            p.map_expressions(|e| {
-                let saved = names.save(&e);
-                let t = e.transform_up(|e| on_days(e, &schema))?;
-                Ok(t.update_data(|e| saved.restore(e)))
-            })
-        })
-        .map(|t| t.data)
+        plan.transform_up_with_subqueries(|p| crate::exact::rewrite_expressions(p, on_days))
+            .map(|t| t.data)
     }
 }
 

@@ -63,6 +63,15 @@ const WIDE: DataType = DataType::Decimal128(38, 0);
 // Checked integer arithmetic
 
 fn checked_arithmetic(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    rewrite_expressions(plan, checked)
+}
+
+/// `plan`'s expressions rewritten bottom-up by `f`, which gets the schema of the node's
+/// inputs (every operand's type is known there), each expression keeping its name.
+pub(crate) fn rewrite_expressions(
+    plan: LogicalPlan,
+    f: fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<Transformed<LogicalPlan>> {
     let mut schema = DFSchema::empty();
     for input in plan.inputs() {
         schema.merge(input.schema());
@@ -70,7 +79,7 @@ fn checked_arithmetic(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     let names = NamePreserver::new(&plan);
     let t = plan.map_expressions(|e| {
         let saved = names.save(&e);
-        let t = e.transform_up(|e| checked(e, &schema))?;
+        let t = e.transform_up(|e| f(e, &schema))?;
         Ok(t.update_data(|e| saved.restore(e)))
     })?;
     if t.transformed {
