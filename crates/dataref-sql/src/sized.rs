@@ -37,7 +37,9 @@ pub(crate) fn bound(functions: Vec<Arc<ScalarUDF>>, memory_bytes: usize) -> Vec<
                 Grows::Repeat
             } else if inner.is::<LPadFunc>() || inner.is::<RPadFunc>() {
                 Grows::Pad
-            } else if inner.is::<ReplaceFunc>() || inner.is::<RegexpReplaceFunc>() {
+            } else if inner.is::<ReplaceFunc>() {
+                Grows::Replace
+            } else if inner.is::<RegexpReplaceFunc>() {
                 Grows::Insert
             } else {
                 return f;
@@ -58,8 +60,11 @@ enum Grows {
     Repeat,
     /// `lpad(text, n [, fill])`: n characters of at most 4 bytes.
     Pad,
-    /// `replace(text, from, to)`, `regexp_replace(text, pattern, to [, flags])`: `to` (and,
-    /// through `$1`-style references, the text itself) between every two characters at worst.
+    /// `replace(text, from, to)`: `to` for every `from` in the text, or between every two
+    /// characters when `from` is empty.
+    Replace,
+    /// `regexp_replace(text, pattern, to [, flags])`: a pattern may match between every two
+    /// characters, and `$1`-style references in `to` bring the text again.
     Insert,
 }
 
@@ -87,12 +92,31 @@ impl Bounded {
                     total += 4 * u128::from(n.at(i));
                 }
             }
+            (Grows::Replace, [text, from, to, ..]) => {
+                let (text, from, to) = (
+                    Column::lengths(text)?,
+                    Column::lengths(from)?,
+                    Column::lengths(to)?,
+                );
+                for i in 0..rows {
+                    let (t, f, r) = (
+                        u128::from(text.at(i)),
+                        u128::from(from.at(i)),
+                        u128::from(to.at(i)),
+                    );
+                    let matches = t.checked_div(f).unwrap_or(t + 1);
+                    total += t + matches * r;
+                }
+            }
             (Grows::Insert, [text, _, to, ..]) => {
+                let refers = Column::mentions_group(to);
                 let (text, to) = (Column::lengths(text)?, Column::lengths(to)?);
                 for i in 0..rows {
                     let (t, r) = (u128::from(text.at(i)), u128::from(to.at(i)));
-                    // `to` at every gap, and each gap's `$0`s bringing the text again.
-                    total += t + (t + 1) * r + t * r;
+                    // `to` at every gap, and, when it names a group, the text again per
+                    // reference (at most `r` of them).
+                    let again = if refers { t * r } else { 0 };
+                    total += t + (t + 1) * r + again;
                 }
             }
             _ => {}
@@ -167,6 +191,18 @@ impl Column {
                 let lengths = cast(&length(a)?, &DataType::Int64)?;
                 Ok(Self::of_array(lengths.as_ref()))
             }
+        }
+    }
+
+    /// Whether a replacement may name a group (`$1`, `${name}`, `\\1`): a scalar without
+    /// `$` or `\\` cannot; a column might.
+    fn mentions_group(v: &ColumnarValue) -> bool {
+        match v {
+            ColumnarValue::Scalar(s) => s
+                .try_as_str()
+                .flatten()
+                .is_some_and(|t| t.contains('$') || t.contains('\\')),
+            ColumnarValue::Array(_) => true,
         }
     }
 

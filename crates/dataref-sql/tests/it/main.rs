@@ -706,3 +706,31 @@ async fn date_trunc_of_a_date_agrees_with_the_timestamp_path() {
         &DataType::Timestamp(arrow_schema::TimeUnit::Nanosecond, None)
     );
 }
+
+/// Functions that could build more than a quarter of the memory limit in one call are
+/// refused before they build it; the same functions on ordinary text run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_functions_are_bounded_by_what_they_could_build() {
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        threads: 2,
+    };
+    for sql in [
+        "SELECT length(repeat('x', 100000000)) AS n",
+        "SELECT max(length(lpad(line, 10000000))) AS n FROM sales",
+        "SELECT max(length(replace(line, '', repeat('y', 10000)))) AS n FROM sales",
+        "SELECT max(length(regexp_replace(line, '', repeat('y', 10000), 'g'))) AS n FROM sales",
+    ] {
+        match run_with(sql, &limits).await {
+            Err(SqlError::OutOfMemory { limit_bytes }) => assert_eq!(limit_bytes, 64 << 20),
+            other => panic!("{sql}: expected out of memory, got {other:?}"),
+        }
+    }
+    // A long text replaced piece by piece: about twice its size, not refused.
+    let sql = "SELECT CAST(max(length(replace(t, 'x', 'yy'))) AS BIGINT) AS n \
+               FROM (SELECT repeat('x', 1000000) AS t FROM sales LIMIT 4)";
+    assert_eq!(int(&run_with(sql, &limits).await.unwrap(), 0, 0), 2_000_000);
+    let sql = "SELECT CAST(max(length(regexp_replace(line, 'line', 'row', 'g'))) AS BIGINT) AS n \
+               FROM sales";
+    assert_eq!(int(&run_with(sql, &limits).await.unwrap(), 0, 0), 5);
+}
