@@ -38,6 +38,7 @@ mod engine;
 mod error;
 mod exact;
 mod input;
+mod once;
 mod paced;
 mod shape;
 mod sized;
@@ -283,6 +284,7 @@ fn context(inputs: Vec<Input>, limits: &Limits) -> datafusion::error::Result<Ses
         .with_window_functions(SessionStateDefaults::default_window_functions())
         .with_analyzer_rule(Arc::new(exact::Exact))
         .with_analyzer_rule(Arc::new(dates::DateTruncOnDays))
+        .with_analyzer_rule(Arc::new(once::ComputeOnce))
         .build();
     let ctx = SessionContext::new_with_state(state);
     for input in inputs {

@@ -734,3 +734,45 @@ async fn growing_functions_are_bounded_by_what_they_could_build() {
                FROM sales";
     assert_eq!(int(&run_with(sql, &limits).await.unwrap(), 0, 0), 5);
 }
+
+/// What a one-row side computes once gives the answer the literal gives; and what the
+/// query only evaluates under a condition is not evaluated otherwise (its overflow stays
+/// unreached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn computed_once_agrees_with_the_value_written_out() {
+    let once = run("SELECT count(*) FILTER (WHERE id >= m - 1000) AS recent, \
+                sum(id) FILTER (WHERE id < m - 1000) AS older \
+         FROM sales CROSS JOIN (SELECT max(id) AS m FROM sales) b")
+    .await
+    .unwrap();
+    let literal = run("SELECT count(*) FILTER (WHERE id >= 2999) AS recent, \
+                sum(id) FILTER (WHERE id < 2999) AS older FROM sales")
+    .await
+    .unwrap();
+    assert_eq!(
+        (int(&once, 0, 0), int(&once, 1, 0)),
+        (1001, 2999 * 2998 / 2)
+    );
+    assert_eq!(
+        (int(&once, 0, 0), int(&once, 1, 0)),
+        (int(&literal, 0, 0), int(&literal, 1, 0))
+    );
+    let guarded = run(
+        "SELECT sum(CASE WHEN id < 0 THEN m * 9223372036854775807 ELSE 1 END) AS n \
+         FROM sales CROSS JOIN (SELECT max(id) AS m FROM sales) b",
+    )
+    .await
+    .unwrap();
+    assert_eq!(int(&guarded, 0, 0), 4000);
+    match run(
+        "SELECT sum(id) FILTER (WHERE id < m * 9223372036854775807) AS n \
+         FROM sales CROSS JOIN (SELECT max(id) AS m FROM sales) b",
+    )
+    .await
+    {
+        Err(SqlError::Invalid { message, .. }) => {
+            assert!(message.to_lowercase().contains("overflow"), "{message}")
+        }
+        other => panic!("expected an overflow, got {other:?}"),
+    }
+}
