@@ -158,7 +158,8 @@ impl SqlError {
             tables: tables.to_vec(),
         };
         // DataFusion leaves a CAST out of an expression's name, so `sum(x)` and
-        // `sum(CAST(x AS BIGINT))` are both `sum(x)` to it.
+        // `sum(CAST(x AS BIGINT))` are both `sum(x)` to it (tried again with the CAST named;
+        // this is what is left).
         if let DataFusionError::SchemaError(s, _) = root
             && let SchemaError::DuplicateUnqualifiedField { name } = s.as_ref()
         {
@@ -203,4 +204,13 @@ fn table_text(t: &TableColumns) -> String {
         String::new()
     };
     format!("`{}` ({}{more})", t.name, shown.join(", "))
+}
+
+/// `e` is two expressions of one name, as DataFusion names them.
+pub(crate) fn duplicate_name(e: &DataFusionError) -> bool {
+    matches!(
+        e.find_root(),
+        DataFusionError::SchemaError(s, _)
+            if matches!(s.as_ref(), SchemaError::DuplicateUnqualifiedField { .. })
+    )
 }

@@ -216,7 +216,18 @@ impl Running {
             )));
         };
         check_statement(&statement)?;
-        let plan = state.statement_to_plan(statement).await.map_err(fail)?;
+        // Kept for a second try when two expressions come out with one name.
+        let again = statement.clone();
+        let plan = match state.statement_to_plan(statement).await {
+            Ok(plan) => plan,
+            Err(e) => match casts_named(again) {
+                Some(renamed) if error::duplicate_name(&e) => state
+                    .statement_to_plan(renamed)
+                    .await
+                    .map_err(|_| fail(e))?,
+                _ => return Err(fail(e)),
+            },
+        };
         check_plan(&plan)?;
         check_names(plan.schema().inner())?;
         let frame = ctx.execute_logical_plan(plan).await.map_err(fail)?;
@@ -230,6 +241,62 @@ impl Running {
             memory_bytes: memory,
         })
     }
+}
+
+/// `statement` with each CAST given to a function wrapped in `coalesce(…)`, if it has one:
+/// the same value and type, under a name of its own. DataFusion leaves a CAST out of an
+/// expression's name, so in `SELECT sum(x) AS a, sum(CAST(x AS BIGINT)) AS b` both sums
+/// are `sum(x)` to it and the valid query is refused as naming one column twice.
+fn casts_named(mut statement: DfStatement) -> Option<DfStatement> {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, ObjectName, visit_expressions_mut,
+    };
+    let DfStatement::Statement(s) = &mut statement else {
+        return None;
+    };
+    let mut changed = false;
+    let _ = visit_expressions_mut(s.as_mut(), |e| {
+        if let Expr::Function(f) = e
+            && let FunctionArguments::List(list) = &mut f.args
+        {
+            for arg in &mut list.args {
+                if let FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) = arg
+                    && matches!(x, Expr::Cast { .. })
+                {
+                    let cast = std::mem::replace(
+                        x,
+                        Expr::value(datafusion::sql::sqlparser::ast::Value::Null),
+                    );
+                    let mut call = f_coalesce();
+                    if let FunctionArguments::List(l) = &mut call.args {
+                        l.args = vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(cast))];
+                    }
+                    *x = Expr::Function(call);
+                    changed = true;
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    fn f_coalesce() -> datafusion::sql::sqlparser::ast::Function {
+        datafusion::sql::sqlparser::ast::Function {
+            name: ObjectName::from(vec![datafusion::sql::sqlparser::ast::Ident::new(
+                "coalesce",
+            )]),
+            uses_odbc_syntax: false,
+            parameters: FunctionArguments::None,
+            args: FunctionArguments::List(datafusion::sql::sqlparser::ast::FunctionArgumentList {
+                duplicate_treatment: None,
+                args: Vec::new(),
+                clauses: Vec::new(),
+            }),
+            filter: None,
+            null_treatment: None,
+            over: None,
+            within_group: Vec::new(),
+        }
+    }
+    changed.then_some(statement)
 }
 
 /// The longest SQL text: a query a model writes is a few hundred bytes; the depth and size
