@@ -285,6 +285,12 @@ fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
         "peak_rss_bytes": peak_rss_bytes(),
     });
     if describe {
+        // The first read of a table in a process hashes its file against the checksum
+        // written with it; measured on its own, so the describes below are what they were.
+        let t = Instant::now();
+        let report = store.verify(false, &mut |_, _| {})?;
+        anyhow::ensure!(report.intact == 1, "the fetched table did not verify");
+        out["verify_secs"] = json!(t.elapsed().as_secs_f64());
         let t = Instant::now();
         let opts = SampleOptions::default();
         let table = store.map_table(owner, &meta.data_ref)?.head(opts.rows)?;
@@ -630,11 +636,19 @@ fn fetch_section(
                     p / f(ours, "describe_data_secs")
                 )),
             )?;
+            writeln!(
+                out,
+                "| checksum of the file (first read in a process) | {n} | {:.3} s ({:.0}% of describe_data) | {:.1} GB/s | | | | |",
+                f(ours, "verify_secs"),
+                100.0 * f(ours, "verify_secs") / f(ours, "describe_data_secs"),
+                f(ours, "bytes") / f(ours, "verify_secs") / 1e9,
+            )?;
         }
     }
     writeln!(
         out,
-        "\ngoals: fetch ≥ 3× pandas; peak RSS of a 10M-row fetch < 200 MB; describe_data at 1M rows < 0.5 s"
+        "\ngoals: fetch ≥ 3× pandas; peak RSS of a 10M-row fetch < 200 MB; describe_data at 1M rows < 0.5 s; \
+         the checksum of a 1M-row table ≤ 10% of its describe_data (issue #29)"
     )?;
     Ok(())
 }

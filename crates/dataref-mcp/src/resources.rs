@@ -297,6 +297,14 @@ fn not_found(uri: &str, data_ref: String) -> McpError {
 }
 
 pub(crate) fn store_fault(e: StoreError) -> McpError {
+    if e.is_damage() {
+        // Logged where it was found; the reader must know which of their tables and why.
+        let message = match e.hint() {
+            Some(hint) => format!("{e}; {hint}"),
+            None => e.to_string(),
+        };
+        return McpError::internal_error(message, None);
+    }
     tracing::error!(error = %e, "artifact store failed while serving a resource");
     McpError::internal_error(
         "the artifact store failed; the details are in the server log",

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dataref_protocol::{DataRef, Principal, Timestamp};
-use dataref_store::{ArtifactBytes, ArtifactIndex, ArtifactMeta, IndexRow, StoreError, to_u64};
+use dataref_store::{
+    ArtifactBytes, ArtifactIndex, ArtifactMeta, Checksum, IndexRow, Opened, StoreError, to_u64,
+};
 use tokio_postgres::Row;
 
 use crate::Backend;
@@ -22,7 +24,7 @@ use crate::error::SharedError;
 use crate::objects::{Put, map_for_upload};
 
 const COLUMNS: &str = "ref, owner, rows, bytes, schema, null_counts, created_at, expires_at, \
-                       lineage_tool, lineage_args";
+                       lineage_tool, lineage_args, checksum";
 
 /// Seeds the per-owner advisory lock of quota checks (PostgreSQL's `hashtextextended`).
 const QUOTA_LOCK_SEED: i64 = 0x71_756f_7461;
@@ -59,6 +61,9 @@ fn read_row(row: &Row) -> Result<IndexRow, SharedError> {
         expires_at: num(7)?,
         lineage_tool: get(8)?,
         lineage_args: get(9)?,
+        checksum: row
+            .try_get::<_, Option<String>>(10)
+            .map_err(|e| SharedError::Index(e.to_string()))?,
     })
 }
 
@@ -164,7 +169,7 @@ impl ArtifactIndex for PgIndex {
             tx.execute(
                 &format!(
                     "INSERT INTO dataref_artifacts ({COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
                 ),
                 &[
                     &row.data_ref,
@@ -177,6 +182,7 @@ impl ArtifactIndex for PgIndex {
                     &row.expires_at,
                     &row.lineage_tool,
                     &row.lineage_args,
+                    &row.checksum,
                 ],
             )
             .await?;
@@ -225,6 +231,62 @@ impl ArtifactIndex for PgIndex {
         rows.into_iter()
             .map(|(r, bytes)| Ok((r, to_u64(bytes, "bytes")?)))
             .collect()
+    }
+
+    fn adopt_checksum(&self, data_ref: &DataRef, checksum: &Checksum) -> Result<(), StoreError> {
+        let pg = self.backend.pg.clone();
+        let (data_ref, checksum) = (data_ref.as_str().to_owned(), checksum.to_string());
+        self.backend.io.block("recording a checksum", async move {
+            pg.get()
+                .await?
+                .execute(
+                    "UPDATE dataref_artifacts SET checksum = $2 \
+                     WHERE ref = $1 AND checksum IS NULL",
+                    &[&data_ref, &checksum],
+                )
+                .await?;
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    fn every(&self, now: Timestamp) -> Result<Vec<ArtifactMeta>, StoreError> {
+        let pg = self.backend.pg.clone();
+        let rows = self.backend.io.block_for(
+            "listing every artifact",
+            std::time::Duration::from_secs(3600),
+            async move {
+                let rows = pg
+                    .get()
+                    .await?
+                    .query(
+                        &format!(
+                            "SELECT {COLUMNS} FROM dataref_artifacts WHERE expires_at > $1 \
+                             ORDER BY seq"
+                        ),
+                        &[&now.0],
+                    )
+                    .await?;
+                rows.iter().map(read_row).collect::<Result<Vec<_>, _>>()
+            },
+        )?;
+        rows.into_iter().map(IndexRow::into_meta).collect()
+    }
+
+    fn drop_row(&self, data_ref: &DataRef) -> Result<bool, StoreError> {
+        let pg = self.backend.pg.clone();
+        let data_ref = data_ref.as_str().to_owned();
+        let n = self
+            .backend
+            .io
+            .block("removing an artifact's row", async move {
+                Ok(pg
+                    .get()
+                    .await?
+                    .execute("DELETE FROM dataref_artifacts WHERE ref = $1", &[&data_ref])
+                    .await?)
+            })?;
+        Ok(n > 0)
     }
 }
 
@@ -283,10 +345,18 @@ impl ArtifactBytes for ObjectBytes {
         Ok(())
     }
 
-    fn open(&self, data_ref: &DataRef) -> Result<Option<File>, StoreError> {
+    fn open(
+        &self,
+        data_ref: &DataRef,
+        expected: Option<&Checksum>,
+    ) -> Result<Option<Opened>, StoreError> {
         let name = artifact_name(data_ref.as_str());
         if let Some(file) = self.backend.cache.open_file(&name)? {
-            return Ok(Some(file));
+            // Checked by the store the first time this process maps it.
+            return Ok(Some(Opened {
+                file,
+                verified: false,
+            }));
         }
         let tmp = self.backend.cache.tmp_path(&name);
         let key = self.backend.objects.key(&format!("{ARTIFACTS}/{name}"));
@@ -301,9 +371,9 @@ impl ArtifactBytes for ObjectBytes {
                 .block_for("downloading an artifact", DOWNLOAD_CEILING, async move {
                     objects.get_into(&key, &dest, pause).await
                 });
-        match found {
-            Ok(true) => {}
-            Ok(false) => {
+        let found = match found {
+            Ok(Some(found)) => found,
+            Ok(None) => {
                 crate::cache::remove(&tmp);
                 return Ok(None);
             }
@@ -311,9 +381,33 @@ impl ArtifactBytes for ObjectBytes {
                 crate::cache::remove(&tmp);
                 return Err(e.into());
             }
+        };
+        // Hashed as it arrived: what does not match never enters the cache, so a repaired
+        // object is fetched afresh by the next read.
+        if let Some(expected) = expected
+            && found != *expected
+        {
+            crate::cache::remove(&tmp);
+            return Err(StoreError::Damaged {
+                data_ref: data_ref.as_str().to_owned(),
+                detail: format!(
+                    "the object store's copy hashes to {} where {} was written",
+                    found.short(),
+                    expected.short()
+                ),
+            });
         }
         // Two readers fetching the same object both rename: the same bytes either way.
-        Ok(Some(self.backend.cache.admit(&name, &tmp)?))
+        let file = self.backend.cache.admit(&name, &tmp)?;
+        Ok(Some(Opened {
+            file,
+            verified: expected.is_some(),
+        }))
+    }
+
+    fn forget_copy(&self, data_ref: &DataRef) -> bool {
+        self.backend.cache.forget(&artifact_name(data_ref.as_str()));
+        true
     }
 
     fn local_path(&self, data_ref: &DataRef) -> PathBuf {

@@ -20,6 +20,7 @@ use object_store::{
 };
 
 use crate::error::SharedError;
+use dataref_store::{Checksum, Hashing};
 
 /// What a create-only write found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +61,9 @@ impl Objects {
             .with_access_key_id(key_id)
             .with_secret_access_key(secret)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
+            // Every upload carries its SHA-256 (`x-amz-checksum-sha256`): the store refuses a
+            // body damaged on the way. (The index keeps the BLAKE3 that reads check.)
+            .with_checksum_algorithm(object_store::aws::Checksum::SHA256)
             .with_retry(RetryConfig {
                 backoff: BackoffConfig {
                     init_backoff: Duration::from_millis(100),
@@ -150,7 +154,8 @@ impl Objects {
     }
 
     /// The object under `key` written into the new file `dest` (which the caller renames
-    /// into place); `Ok(false)` when there is no such object. The answer must start within
+    /// into place), and its content hash, computed as it was written; `Ok(None)` when
+    /// there is no such object. The answer must start within
     /// `pause`, and each part of the body must follow the one before within `pause`.
     ///
     /// A thread of its own writes the body, the parts that arrived meanwhile in one
@@ -161,12 +166,12 @@ impl Objects {
         key: &Path,
         dest: &FsPath,
         pause: Duration,
-    ) -> Result<bool, SharedError> {
+    ) -> Result<Option<Checksum>, SharedError> {
         let stalled = |what| SharedError::TimedOut { what, after: pause };
         let got = match tokio::time::timeout(pause, self.store.get(key)).await {
             Err(_) => return Err(stalled("an object store answer")),
             Ok(Ok(got)) => got,
-            Ok(Err(object_store::Error::NotFound { .. })) => return Ok(false),
+            Ok(Err(object_store::Error::NotFound { .. })) => return Ok(None),
             Ok(Err(e)) => return Err(e.into()),
         };
         let expected = got.meta.size;
@@ -189,7 +194,7 @@ impl Objects {
         }
         .await;
         drop(tx);
-        let written = writer
+        let (written, checksum) = writer
             .await
             .map_err(|e| SharedError::Runtime(format!("writing a download: {e}")))??;
         received?;
@@ -198,7 +203,7 @@ impl Objects {
                 "`{key}` ended after {written} of {expected} bytes"
             )));
         }
-        Ok(true)
+        Ok(Some(checksum))
     }
 
     /// Whether the bucket answers with these credentials: a HEAD of a key nothing is
@@ -232,7 +237,7 @@ impl Objects {
 const WRITE_QUEUE: usize = 64;
 
 /// Creates `path` and writes into it every part `rx` gives, each batch that waits in one
-/// vectored write; the bytes written.
+/// vectored write; the bytes written and their hash.
 #[expect(
     clippy::disallowed_methods,
     reason = "a download goes to the cache's own `.tmp/`, outside every workspace"
@@ -240,12 +245,13 @@ const WRITE_QUEUE: usize = 64;
 fn write_parts(
     path: &FsPath,
     mut rx: tokio::sync::mpsc::Receiver<Bytes>,
-) -> Result<u64, SharedError> {
+) -> Result<(u64, Checksum), SharedError> {
     use std::io::{IoSlice, Write};
     let cannot_write = |e| SharedError::local("cannot write", path, e);
     let mut file = std::fs::File::create_new(path)
         .map_err(|e| SharedError::local("cannot create", path, e))?;
     let mut written = 0u64;
+    let mut hash = Hashing::new();
     let mut batch: Vec<Bytes> = Vec::with_capacity(WRITE_QUEUE);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -266,9 +272,12 @@ fn write_parts(
                 IoSlice::advance_slices(&mut rest, n);
             }
         }
+        for part in &batch {
+            hash.update(part);
+        }
         batch.clear();
     }
-    Ok(written)
+    Ok((written, hash.finish()))
 }
 
 /// The whole of `file`, without reading it into memory: a read-only mapping that the
@@ -319,8 +328,9 @@ mod tests {
                 .expect("the writer is there");
         }
         drop(tx);
-        let written = writer.join().expect("no panic").expect("written");
+        let (written, checksum) = writer.join().expect("no panic").expect("written");
         assert_eq!(written, expected.len() as u64);
+        assert_eq!(checksum, Checksum::of(&expected));
         assert_eq!(std::fs::read(&path).expect("read"), expected);
     }
 

@@ -16,9 +16,6 @@ use tokio_postgres::Client;
 use crate::error::SharedError;
 use crate::tls::{MakeRustls, default_ssl_mode, explicit_ssl_mode};
 
-/// How long making one connection may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// A pool of connections to the shared index.
 pub(crate) struct Pg {
     config: tokio_postgres::Config,
@@ -113,7 +110,8 @@ impl Pg {
         config
             .ssl_mode(mode)
             .options(options)
-            .connect_timeout(CONNECT_TIMEOUT)
+            // `[shared] timeout` bounds a connection as it bounds every statement.
+            .connect_timeout(timeout)
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10))
             .keepalives_interval(Duration::from_secs(5))

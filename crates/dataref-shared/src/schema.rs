@@ -126,6 +126,14 @@ const MIGRATIONS: &[(&str, &str)] = &[
     CREATE INDEX dataref_approvals_expires ON dataref_approvals (expires_at);
     ",
     ),
+    (
+        "0005_artifact_checksums",
+        "
+    -- The content hash of each artifact (`blake3:<hex>`), checked before its bytes are
+    -- served. Empty for rows written before it; a replica adopts one on their first read.
+    ALTER TABLE dataref_artifacts ADD COLUMN checksum TEXT;
+    ",
+    ),
 ];
 
 /// Migrations an older build cannot run beside (it would misread what they changed). An

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use arrow_schema::Schema;
 use dataref_protocol::{DataRef, Principal, Timestamp};
 
-use crate::{ArtifactMeta, Lineage, StoreError};
+use crate::{ArtifactMeta, Checksum, Lineage, StoreError};
 
 /// The index of stored tables: whose each ref is, until when, and what it holds.
 ///
@@ -61,6 +61,26 @@ pub trait ArtifactIndex: Send + Sync + std::fmt::Debug {
     /// row is returned to exactly one caller, however many sweep at once: the caller then
     /// removes the bytes.
     fn take_expired(&self, now: Timestamp) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// Records the checksum of a row written before checksums were kept (only while it
+    /// has none: a row's checksum, once there, never changes).
+    fn adopt_checksum(&self, data_ref: &DataRef, checksum: &Checksum) -> Result<(), StoreError>;
+
+    /// Every live row of every owner, oldest first: what `dataref store verify` checks.
+    fn every(&self, now: Timestamp) -> Result<Vec<ArtifactMeta>, StoreError>;
+
+    /// Deletes `data_ref`'s row whoever owns it (`dataref store verify --drop`, for a table
+    /// beyond repair); true when there was one.
+    fn drop_row(&self, data_ref: &DataRef) -> Result<bool, StoreError>;
+}
+
+/// A local file with a table's bytes, from [`ArtifactBytes::open`].
+#[derive(Debug)]
+pub struct Opened {
+    pub file: File,
+    /// The bytes were hashed as they arrived (a download) and matched the checksum asked
+    /// for: the reader need not hash them again.
+    pub verified: bool,
 }
 
 /// Where a table's bytes are kept, and a local file to read them from.
@@ -76,8 +96,20 @@ pub trait ArtifactBytes: Send + Sync + std::fmt::Debug {
     fn publish(&self, data_ref: &DataRef, staged: &Path) -> Result<(), StoreError>;
 
     /// A read-only local file with `data_ref`'s bytes (fetched into a local cache first
-    /// when they live elsewhere); `None` when there are none (removed meanwhile).
-    fn open(&self, data_ref: &DataRef) -> Result<Option<File>, StoreError>;
+    /// when they live elsewhere); `None` when there are none (removed meanwhile). Bytes
+    /// fetched from elsewhere are hashed as they arrive and, when `expected` is given,
+    /// kept only if they match it: a mismatch is [`StoreError::Damaged`] and nothing is
+    /// cached.
+    fn open(
+        &self,
+        data_ref: &DataRef,
+        expected: Option<&Checksum>,
+    ) -> Result<Option<Opened>, StoreError>;
+
+    /// Forgets this machine's copy of `data_ref`'s bytes when it is a copy of bytes kept
+    /// elsewhere, so the next [`ArtifactBytes::open`] fetches them afresh; false when the
+    /// local file is the bytes themselves (nothing to fetch again).
+    fn forget_copy(&self, data_ref: &DataRef) -> bool;
 
     /// Where [`ArtifactBytes::open`] reads `data_ref` from on this machine (the file may
     /// not be there yet).
@@ -123,10 +155,17 @@ impl ArtifactBytes for LocalFiles {
         Ok(())
     }
 
-    fn open(&self, data_ref: &DataRef) -> Result<Option<File>, StoreError> {
+    fn open(
+        &self,
+        data_ref: &DataRef,
+        _expected: Option<&Checksum>,
+    ) -> Result<Option<Opened>, StoreError> {
         let path = self.local_path(data_ref);
         match File::open(&path) {
-            Ok(file) => Ok(Some(file)),
+            Ok(file) => Ok(Some(Opened {
+                file,
+                verified: false,
+            })),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err("cannot open artifact", &path, e)),
         }
@@ -135,6 +174,10 @@ impl ArtifactBytes for LocalFiles {
     fn local_path(&self, data_ref: &DataRef) -> PathBuf {
         self.dir
             .join(format!("{}.{}", data_ref.as_str(), Self::EXTENSION))
+    }
+
+    fn forget_copy(&self, _data_ref: &DataRef) -> bool {
+        false
     }
 
     fn remove(&self, data_ref: &DataRef) {
@@ -159,6 +202,8 @@ pub struct IndexRow {
     pub lineage_tool: String,
     /// The lineage arguments as JSON.
     pub lineage_args: String,
+    /// [`Checksum`]'s text form; `None` for a row written before checksums.
+    pub checksum: Option<String>,
 }
 
 impl IndexRow {
@@ -179,6 +224,7 @@ impl IndexRow {
                 "lineage arguments",
                 serde_json::to_string(&meta.lineage.args),
             )?,
+            checksum: meta.checksum.map(|c| c.to_string()),
         })
     }
 
@@ -192,6 +238,15 @@ impl IndexRow {
         })?;
         let schema: Schema =
             serde_json::from_str(&self.schema).map_err(|e| json_err("schema", e))?;
+        let checksum = match &self.checksum {
+            None => None,
+            Some(text) => Some(Checksum::parse(text).ok_or_else(|| {
+                StoreError::Index(format!(
+                    "bad checksum `{text}` for `{}` in the index",
+                    self.data_ref
+                ))
+            })?),
+        };
         Ok(ArtifactMeta {
             data_ref,
             owner,
@@ -207,6 +262,7 @@ impl IndexRow {
                 args: serde_json::from_str(&self.lineage_args)
                     .map_err(|e| json_err("lineage arguments", e))?,
             },
+            checksum,
         })
     }
 }

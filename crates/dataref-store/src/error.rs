@@ -33,6 +33,10 @@ pub enum StoreError {
     Unavailable { detail: String },
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
+    /// The stored bytes are not the bytes that were written (a flipped bit, a truncated or
+    /// swapped file, an object deleted under its row): nothing of them is served.
+    #[error("the table `{data_ref}` is damaged: {detail}; none of it is served")]
+    Damaged { data_ref: String, detail: String },
 }
 
 impl StoreError {
@@ -58,6 +62,11 @@ impl StoreError {
                  the operator should check the object store and the PostgreSQL index)"
                     .into(),
             ),
+            Self::Damaged { .. } => Some(
+                "its stored bytes changed after it was written; fetch the data again from its \
+                 source (the operator can check every table with `dataref store verify`)"
+                    .into(),
+            ),
             Self::SchemaMismatch | Self::Io { .. } | Self::Index(_) | Self::Arrow(_) => None,
         }
     }
@@ -66,6 +75,12 @@ impl StoreError {
     /// telling them (it passes, and nothing was lost).
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable { .. })
+    }
+
+    /// True when stored bytes failed their check: not the caller's doing, but they must be
+    /// told which table and why (it is logged as an error too).
+    pub fn is_damage(&self) -> bool {
+        matches!(self, Self::Damaged { .. })
     }
 
     /// True for errors the caller caused and can fix (as opposed to faults of the server).
@@ -79,6 +94,7 @@ impl StoreError {
             | Self::Io { .. }
             | Self::Index(_)
             | Self::Unavailable { .. }
+            | Self::Damaged { .. }
             | Self::Arrow(_) => false,
         }
     }

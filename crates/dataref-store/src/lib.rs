@@ -34,6 +34,7 @@
 //! principals, not who asked over what.
 
 mod backend;
+mod checksum;
 mod clock;
 mod error;
 mod local;
@@ -41,10 +42,11 @@ mod stats;
 mod untrusted;
 mod value;
 
-pub use backend::{ArtifactBytes, ArtifactIndex, IndexRow, to_u64};
+pub use backend::{ArtifactBytes, ArtifactIndex, IndexRow, Opened, to_u64};
+pub use checksum::{Checksum, Hashing};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
-pub use local::{LocalStore, SqliteIndex, StoreLimits, SweepReport};
+pub use local::{DamagedTable, LocalStore, SqliteIndex, StoreLimits, SweepReport, VerifyReport};
 pub use stats::{ColumnSource, SampleOptions, describe, describe_data};
 pub use untrusted::{MalformedIpc, UntrustedBatches, UntrustedIpc};
 pub use value::{
@@ -89,6 +91,10 @@ pub struct ArtifactMeta {
     pub created_at: Timestamp,
     pub expires_at: Timestamp,
     pub lineage: Lineage,
+    /// The stored file's content hash, computed as it was written; checked before its
+    /// bytes are served. `None` only for a table indexed before dataref kept checksums,
+    /// until its first read adopts one.
+    pub checksum: Option<Checksum>,
 }
 
 /// A stored table opened for reading: its batches are memory-mapped, not copied.

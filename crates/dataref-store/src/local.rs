@@ -38,9 +38,11 @@
 
 mod index;
 mod mapped;
+mod verify;
 mod writer;
 
 pub use index::SqliteIndex;
+pub use verify::{DamagedTable, VerifyReport};
 
 pub(crate) use mapped::{Mapping, decode};
 
@@ -114,6 +116,8 @@ struct Inner {
     /// The most recently read artifacts' mappings, newest last. Keyed by ref alone: the
     /// owner is checked against the index on every read, before this is looked at.
     mappings: Mutex<VecDeque<Kept>>,
+    /// The files this process has checked against their checksums.
+    verified: verify::Verified,
     /// Holds the shared flock on `index.sqlite` while this store is open (see the module
     /// docs); released when the last writer and the store are gone. Other backends
     /// reconcile their own leftovers. Held, never read.
@@ -171,6 +175,12 @@ impl Inner {
     /// store on the same home (another server) may have swept them.
     fn forget_expired(&self, now: Timestamp) {
         self.mappings().retain(|k| k.expires_at > now);
+    }
+
+    /// Drops the kept mapping of a table that is gone.
+    fn forget_mapping(&self, data_ref: &DataRef) {
+        self.mappings().retain(|k| k.data_ref != *data_ref);
+        self.verified.forget(data_ref);
     }
 
     fn expiry(&self, now: Timestamp) -> Timestamp {
@@ -296,6 +306,7 @@ impl LocalStore {
                 limits,
                 clock,
                 mappings: Mutex::default(),
+                verified: verify::Verified::default(),
                 _lock: lock,
             }),
         }
@@ -430,14 +441,7 @@ impl ArtifactStore for LocalStore {
         let mapping = match self.inner.kept_mapping(data_ref) {
             Some(mapping) => mapping,
             None => {
-                // Swept (or removed by hand) between the index read and here: not found.
-                let file = self
-                    .inner
-                    .bytes
-                    .open(data_ref)?
-                    .ok_or_else(|| not_found(data_ref))?;
-                let buffer =
-                    mapped::map_file(&file).map_err(|e| io_err("cannot map artifact", &path, e))?;
+                let (_, buffer) = self.inner.open_verified(&meta, verify::Check::Once)?;
                 self.inner.keep_mapping(&meta, Mapping::new(buffer))
             }
         };
@@ -449,11 +453,9 @@ impl ArtifactStore for LocalStore {
     }
 
     fn open_file(&self, owner: &Principal, data_ref: &DataRef) -> Result<File, StoreError> {
-        self.meta(owner, data_ref)?;
-        self.inner
-            .bytes
-            .open(data_ref)?
-            .ok_or_else(|| not_found(data_ref))
+        let meta = self.meta(owner, data_ref)?;
+        let (file, _) = self.inner.open_verified(&meta, verify::Check::Once)?;
+        Ok(file)
     }
 
     fn meta(&self, owner: &Principal, data_ref: &DataRef) -> Result<ArtifactMeta, StoreError> {

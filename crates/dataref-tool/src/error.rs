@@ -31,6 +31,9 @@ impl From<StoreError> for ToolError {
         if e.is_transient() {
             tracing::warn!("{e}: {e:?}");
             Self::respond(e.to_string(), e.hint())
+        } else if e.is_damage() {
+            // Logged where it was found, with the owner; the caller must know which table.
+            Self::respond(e.to_string(), e.hint())
         } else if e.is_caller_error() {
             Self::respond(e.to_string(), e.hint())
         } else {

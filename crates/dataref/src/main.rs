@@ -24,6 +24,7 @@ mod log;
 mod serve;
 mod sessions;
 mod settings;
+mod store;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -136,6 +137,14 @@ enum Command {
         #[command(subcommand)]
         command: Option<SessionsCommand>,
     },
+    /// The artifact store itself: `verify` hashes every stored table against the checksum
+    /// written with it and names what is damaged.
+    Store {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// Check the data dir, config, sources and runtimes; say what is missing and how to fix it.
     Doctor {
         #[command(flatten)]
@@ -159,6 +168,18 @@ enum Command {
             value_name = "ARGS"
         )]
         args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum StoreCommand {
+    /// Hash every live table (local, or every replica's shared bucket and index) against
+    /// its checksum; list the damaged ones with their owners. Exits 1 when any is damaged
+    /// and not dropped.
+    Verify {
+        /// Remove the tables that fail (their rows, then what is left of their bytes).
+        #[arg(long)]
+        drop: bool,
     },
 }
 
@@ -307,6 +328,10 @@ fn main() -> ExitCode {
             };
             sessions::run(&common, principal.as_deref(), action)
         }
+        Command::Store {
+            common,
+            command: StoreCommand::Verify { drop },
+        } => store::verify(&common, drop),
         Command::Doctor { common, http } => doctor::run(&common, http.as_deref()),
         Command::Bench { args } => forward::bench(&args),
     };

@@ -394,3 +394,210 @@ fn a_missing_credential_or_an_unreachable_index_is_said_at_connect() {
     assert!(e.is_unavailable(), "{e:?}");
     assert!(e.to_string().contains("PostgreSQL"), "{e}");
 }
+
+/// The bucket as someone outside dataref sees it: the test's own S3 client.
+struct Bucket {
+    store: object_store::aws::AmazonS3,
+    rt: tokio::runtime::Runtime,
+    prefix: String,
+}
+
+impl Bucket {
+    fn new(s: &Services) -> Self {
+        let store = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(s.s3.bucket())
+            .with_region(s.s3.region())
+            .with_endpoint(s.s3.endpoint())
+            .with_allow_http(true)
+            .with_access_key_id(s.s3.access_key())
+            .with_secret_access_key(s.s3.secret_key())
+            .build()
+            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        Self {
+            store,
+            rt,
+            prefix: s.prefix.clone(),
+        }
+    }
+
+    fn key(&self, r: &DataRef) -> object_store::path::Path {
+        object_store::path::Path::from(format!("{}/artifacts/{}.arrow", self.prefix, r.as_str()))
+    }
+
+    fn get(&self, r: &DataRef) -> Vec<u8> {
+        use object_store::ObjectStoreExt;
+        self.rt.block_on(async {
+            let got = self.store.get(&self.key(r)).await.unwrap();
+            got.bytes().await.unwrap().to_vec()
+        })
+    }
+
+    fn put(&self, r: &DataRef, bytes: Vec<u8>) {
+        use object_store::ObjectStoreExt;
+        self.rt
+            .block_on(self.store.put(&self.key(r), bytes.into()))
+            .unwrap();
+    }
+
+    fn delete(&self, r: &DataRef) {
+        use object_store::ObjectStoreExt;
+        self.rt.block_on(self.store.delete(&self.key(r))).unwrap();
+    }
+}
+
+/// The outside test's damage, done to an artifact's object: one bit, every 1009th byte of
+/// the middle, another valid table of the same shape, a truncation, a deletion. A replica
+/// with a cold cache refuses each as damaged (naming the table, listed all the while) and
+/// caches nothing; once the object is restored, every replica reads the right values.
+#[test]
+fn damaged_objects_are_refused_on_every_replica_and_restored_ones_read() {
+    let s = Services::start();
+    let config = s.config();
+    let writer_home = tempfile::tempdir().unwrap();
+    let a = store(
+        &s.replica(writer_home.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
+    // After a replica: it installs the process's TLS provider.
+    let bucket = Bucket::new(&s);
+    let alice = principal("alice");
+    let r = write(a.as_ref(), &alice, 20_000);
+    // Another valid table: the same shape and rows, other values.
+    let other = {
+        let mut w = a
+            .create_table(
+                &alice,
+                schema(),
+                Lineage::new("test", serde_json::json!({})),
+            )
+            .unwrap();
+        w.write(&batch(1, 10_000)).unwrap();
+        w.write(&batch(10_001, 10_000)).unwrap();
+        w.finish().unwrap().data_ref
+    };
+    let good = bucket.get(&r);
+    let other_bytes = bucket.get(&other);
+    assert_ne!(good, other_bytes);
+
+    type Damage = fn(&mut Vec<u8>, &[u8]);
+    let cases: [(&str, Option<Damage>); 5] = [
+        (
+            "one bit",
+            Some(|b, _| {
+                let mid = b.len() / 2;
+                b[mid] ^= 0x20;
+            }),
+        ),
+        (
+            "many bytes",
+            Some(|b, _| {
+                for i in (b.len() / 4..b.len() * 3 / 4).step_by(1009) {
+                    b[i] = !b[i];
+                }
+            }),
+        ),
+        (
+            "another table",
+            Some(|b, o| {
+                b.clear();
+                b.extend_from_slice(o);
+            }),
+        ),
+        ("truncated", Some(|b, _| b.truncate(b.len() / 2))),
+        ("deleted", None),
+    ];
+    for (what, damage) in cases {
+        match damage {
+            Some(damage) => {
+                let mut bad = good.clone();
+                damage(&mut bad, &other_bytes);
+                bucket.put(&r, bad.clone());
+                assert_eq!(bucket.get(&r), bad, "{what}: the bucket holds the damage");
+            }
+            None => bucket.delete(&r),
+        }
+        let cold = tempfile::tempdir().unwrap();
+        let b = store(
+            &s.replica(cold.path(), &config),
+            limits(),
+            Arc::new(SystemClock),
+        );
+        for _ in 0..2 {
+            let e = match b.open_table(&alice, &r) {
+                Err(e) => e,
+                Ok(t) => panic!("{what}: served {:?}", t.meta.checksum),
+            };
+            assert!(e.is_damage(), "{what}: {e:?}");
+            assert!(e.to_string().contains(r.as_str()), "{what}: {e}");
+            let e = b.open_file(&alice, &r).unwrap_err();
+            assert!(e.is_damage(), "{what}: {e:?}");
+        }
+        let cached = crate::files_in_tree(cold.path());
+        assert!(
+            !cached.iter().any(|n| n.contains(r.as_str())),
+            "{what}: nothing of it cached: {cached:?}"
+        );
+        let (listed, _) = b.list(&alice, 10).unwrap();
+        assert!(
+            listed.iter().any(|m| m.data_ref == r),
+            "{what}: still listed"
+        );
+
+        bucket.put(&r, good.clone());
+        // The replica that refused it, and the writer, read the right values.
+        for replica in [&b, &a] {
+            let t = replica.open_table(&alice, &r).unwrap();
+            assert_eq!(t.meta.rows, 20_000, "{what}");
+            let ids = t.batches[0]
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            assert_eq!(ids.value(1), 1, "{what}");
+        }
+    }
+}
+
+/// A replica's own cached copy damaged on its disk: the next process to map it finds the
+/// mismatch, drops the copy and fetches the object again, once, and serves the right bytes.
+#[test]
+fn a_damaged_cached_copy_is_fetched_again() {
+    let s = Services::start();
+    let config = s.config();
+    let home = tempfile::tempdir().unwrap();
+    let alice = principal("alice");
+    let r = {
+        let a = store(
+            &s.replica(home.path(), &config),
+            limits(),
+            Arc::new(SystemClock),
+        );
+        write(a.as_ref(), &alice, 5_000)
+    };
+    let copy = crate::files_in_tree(home.path())
+        .into_iter()
+        .find(|p| p.contains(r.as_str()) && !p.contains("/.tmp/"))
+        .expect("the writer keeps a copy");
+    #[expect(clippy::disallowed_methods, reason = "damaging the cache on purpose")]
+    {
+        let mut bytes = std::fs::read(&copy).unwrap();
+        bytes[300] ^= 1;
+        std::fs::write(&copy, bytes).unwrap();
+    }
+    let a = store(
+        &s.replica(home.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
+    let t = a.open_table(&alice, &r).unwrap();
+    assert_eq!(t.meta.rows, 5_000);
+    assert_eq!(
+        t.meta.checksum,
+        Some(dataref_store::Checksum::of(&Bucket::new(&s).get(&r)))
+    );
+}

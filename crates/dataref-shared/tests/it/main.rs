@@ -126,3 +126,24 @@ fn the_index_is_reached_over_tls_and_its_certificate_is_checked() {
     assert!(e.is_unavailable(), "{e:?}");
     assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 }
+
+/// Every file under `dir`, as paths, however deep.
+#[expect(clippy::disallowed_methods, reason = "the test's own temp dir")]
+pub(crate) fn files_in_tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p.display().to_string());
+            }
+        }
+    }
+    out
+}

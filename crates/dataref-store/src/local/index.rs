@@ -12,10 +12,12 @@ use dataref_protocol::{DataRef, Principal, Timestamp};
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use crate::backend::{ArtifactIndex, IndexRow, to_u64};
-use crate::{ArtifactMeta, StoreError};
+use crate::{ArtifactMeta, Checksum, StoreError};
 
 /// Bumped when the table layout changes; an index written by a newer dataref is refused.
-const SCHEMA_VERSION: i64 = 1;
+///
+/// 2: `checksum` (added to a version-1 index in place; its rows adopt one on first read).
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA_SQL: &str = "
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -28,14 +30,15 @@ CREATE TABLE IF NOT EXISTS artifacts (
     created_at   INTEGER NOT NULL,
     expires_at   INTEGER NOT NULL,
     lineage_tool TEXT    NOT NULL,
-    lineage_args TEXT    NOT NULL
+    lineage_args TEXT    NOT NULL,
+    checksum     TEXT
 );
 CREATE INDEX IF NOT EXISTS artifacts_owner_created ON artifacts (owner, created_at DESC);
 CREATE INDEX IF NOT EXISTS artifacts_expires ON artifacts (expires_at);
 ";
 
 const COLUMNS: &str = "ref, owner, rows, bytes, schema, null_counts, created_at, expires_at, \
-                       lineage_tool, lineage_args";
+                       lineage_tool, lineage_args, checksum";
 
 /// Another connection (another process on the same home) may hold the write lock for a
 /// moment; waiting beats failing a producer.
@@ -68,6 +71,15 @@ impl SqliteIndex {
             )));
         }
         conn.execute_batch(SCHEMA_SQL)?;
+        // A version-1 index (no checksums yet): the column is added, empty.
+        let has_checksum: bool = conn.query_row(
+            "SELECT COUNT(*) > 0 FROM pragma_table_info('artifacts') WHERE name = 'checksum'",
+            [],
+            |row| row.get(0),
+        )?;
+        if !has_checksum {
+            conn.execute_batch("ALTER TABLE artifacts ADD COLUMN checksum TEXT")?;
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(Self {
             conn: Mutex::new(conn),
@@ -118,6 +130,7 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<IndexRow> {
         expires_at: row.get(7)?,
         lineage_tool: row.get(8)?,
         lineage_args: row.get(9)?,
+        checksum: row.get(10)?,
     })
 }
 
@@ -195,7 +208,8 @@ impl ArtifactIndex for SqliteIndex {
         }
         tx.execute(
             &format!(
-                "INSERT INTO artifacts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                "INSERT INTO artifacts ({COLUMNS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
             ),
             params![
                 row.data_ref,
@@ -208,6 +222,7 @@ impl ArtifactIndex for SqliteIndex {
                 row.expires_at,
                 row.lineage_tool,
                 row.lineage_args,
+                row.checksum,
             ],
         )?;
         tx.commit()?;
@@ -226,5 +241,33 @@ impl ArtifactIndex for SqliteIndex {
         rows.into_iter()
             .map(|(r, bytes)| Ok((r, to_u64(bytes, "bytes")?)))
             .collect()
+    }
+
+    fn adopt_checksum(&self, data_ref: &DataRef, checksum: &Checksum) -> Result<(), StoreError> {
+        self.lock().execute(
+            "UPDATE artifacts SET checksum = ?2 WHERE ref = ?1 AND checksum IS NULL",
+            params![data_ref.as_str(), checksum.to_string()],
+        )?;
+        Ok(())
+    }
+
+    fn every(&self, now: Timestamp) -> Result<Vec<ArtifactMeta>, StoreError> {
+        let raws = {
+            let conn = self.lock();
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {COLUMNS} FROM artifacts WHERE expires_at > ?1 ORDER BY rowid"
+            ))?;
+            stmt.query_map(params![now.0], read_row)?
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        raws.into_iter().map(IndexRow::into_meta).collect()
+    }
+
+    fn drop_row(&self, data_ref: &DataRef) -> Result<bool, StoreError> {
+        let n = self.lock().execute(
+            "DELETE FROM artifacts WHERE ref = ?1",
+            params![data_ref.as_str()],
+        )?;
+        Ok(n > 0)
     }
 }

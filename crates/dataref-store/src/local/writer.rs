@@ -14,7 +14,7 @@ use dataref_protocol::{DataRef, Principal};
 
 use super::Inner;
 use crate::backend::{io_err, remove_if_present};
-use crate::{ArtifactMeta, Lineage, StoreError, TableWriter};
+use crate::{ArtifactMeta, Checksum, Hashing, Lineage, StoreError, TableWriter};
 
 /// Large enough that arrow's many small metadata writes become few syscalls; large
 /// buffers pass straight through `BufWriter` anyway.
@@ -44,12 +44,14 @@ impl Cap {
     }
 }
 
-/// Counts what passes through and refuses any write that would cross the cap, so an
-/// oversized result stops at the cap instead of filling the disk first.
+/// Counts and hashes what passes through and refuses any write that would cross the cap,
+/// so an oversized result stops at the cap instead of filling the disk first.
 #[derive(Debug)]
 struct CappedWriter {
     inner: BufWriter<File>,
     written: u64,
+    /// The content hash, computed here so the file is never read back for it.
+    hash: Hashing,
     cap: u64,
     /// Shared with the table writer: arrow consumes the sink when the header or the
     /// footer fails, and the error it returns does not say why.
@@ -64,6 +66,7 @@ impl Write for CappedWriter {
             return Err(io::Error::other("artifact byte cap reached"));
         }
         let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
         self.written += u64::try_from(n).unwrap_or(u64::MAX);
         Ok(n)
     }
@@ -129,6 +132,7 @@ impl LocalTableWriter {
         let sink = CappedWriter {
             inner: BufWriter::with_capacity(WRITE_BUFFER, file),
             written: 0,
+            hash: Hashing::new(),
             cap: cap.bytes,
             crossed: crossed.clone(),
         };
@@ -194,8 +198,11 @@ impl LocalTableWriter {
 
     /// The durable part of `finish`: footer, flush, fsync, then the bytes published (the
     /// local backend renames the file into place and syncs its directory; a shared one
-    /// uploads it). Returns the final size.
-    fn seal(&mut self, mut ipc: Box<FileWriter<CappedWriter>>) -> Result<u64, StoreError> {
+    /// uploads it). Returns the final size and content hash.
+    fn seal(
+        &mut self,
+        mut ipc: Box<FileWriter<CappedWriter>>,
+    ) -> Result<(u64, Checksum), StoreError> {
         // The footer goes through the cap too.
         if let Err(e) = ipc.finish() {
             return Err(self.failed(e));
@@ -205,6 +212,7 @@ impl LocalTableWriter {
             Err(e) => return Err(self.failed(e)),
         };
         let written = sink.written;
+        let checksum = sink.hash.finish();
         let file = sink
             .inner
             .into_inner()
@@ -213,7 +221,7 @@ impl LocalTableWriter {
             .map_err(|e| io_err("cannot sync", &self.tmp_path, e))?;
         drop(file);
         self.inner.bytes.publish(&self.data_ref, &self.tmp_path)?;
-        Ok(written)
+        Ok((written, checksum))
     }
 }
 
@@ -245,7 +253,7 @@ impl TableWriter for LocalTableWriter {
 
     fn finish(mut self: Box<Self>) -> Result<ArtifactMeta, StoreError> {
         let ipc = self.take_open()?;
-        let bytes = self.seal(ipc)?;
+        let (bytes, checksum) = self.seal(ipc)?;
 
         let now = self.inner.clock.now();
         let meta = ArtifactMeta {
@@ -258,6 +266,7 @@ impl TableWriter for LocalTableWriter {
             created_at: now,
             expires_at: self.inner.expiry(now),
             lineage: self.lineage.clone(),
+            checksum: Some(checksum),
         };
         let quota = self.inner.limits.owner_quota_bytes;
         if let Err(e) = self.inner.index.insert_within_quota(&meta, quota, now) {

@@ -59,6 +59,7 @@ pub(super) fn table_from_batches(schema: SchemaRef, batches: Vec<RecordBatch>) -
             created_at: Timestamp(1_700_000_000),
             expires_at: Timestamp(1_700_086_400),
             lineage: Lineage::new("test", json!({})),
+            checksum: None,
         },
         batches,
         path: PathBuf::from("unused.arrow"),

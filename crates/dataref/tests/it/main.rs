@@ -583,3 +583,82 @@ async fn no_query_shape_ends_the_server() {
         json!([[1000]])
     );
 }
+
+/// A stored table whose bytes were changed on disk, met by a model and by an operator: each
+/// tool that reads it says the table is damaged and which (never "unknown" nor a server
+/// fault), `dataref store verify` names it with its owner and exits 1, and `--drop` removes
+/// it, after which it is unknown like any other ref.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_table_is_named_to_the_model_and_to_the_operator() {
+    let home = tempfile::tempdir().unwrap();
+    let client = connect(home.path(), "alice", &["--rows", "3000"]).await;
+    let r = call(&client, "fetch_sales", json!({"since": "2025-01-01"})).await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    let data_ref = r.structured_content.unwrap()["dataRef"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    client.cancel().await.ok();
+
+    let file = home.path().join(format!("artifacts/{data_ref}.arrow"));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x08;
+    std::fs::write(&file, &bytes).unwrap();
+
+    let client = connect(home.path(), "alice", &["--rows", "3000"]).await;
+    for (tool, args) in [
+        ("describe_data", json!({"dataRef": data_ref})),
+        (
+            "run_sql",
+            json!({"sql": "SELECT sum(revenue) AS total FROM sales", "inputs": {"sales": data_ref}}),
+        ),
+    ] {
+        let r = call(&client, tool, args).await;
+        assert_eq!(r.is_error, Some(true), "{tool}: {}", text(&r));
+        let t = text(&r);
+        assert!(
+            t.contains("damaged") && t.contains(&data_ref),
+            "{tool}: {t}"
+        );
+        assert!(
+            !t.contains("unknown or expired") && !t.contains("internal"),
+            "{tool}: {t}"
+        );
+    }
+    client.cancel().await.ok();
+
+    let verify = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["store", "verify", "--home"])
+            .arg(home.path())
+            .args(["--rows", "3000"])
+            .args(extra)
+            .env_remove("DATAREF_CONFIG")
+            .env_remove("DATAREF_HOME")
+            .output()
+            .unwrap()
+    };
+    let out = verify(&[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("1 damaged") && stdout.contains(&data_ref) && stdout.contains("alice"),
+        "{stdout}"
+    );
+    let out = verify(&["--drop"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("dropped 1"), "{stdout}");
+    let out = verify(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let client = connect(home.path(), "alice", &["--rows", "3000"]).await;
+    let r = call(&client, "describe_data", json!({"dataRef": data_ref})).await;
+    assert!(text(&r).contains("unknown or expired"), "{}", text(&r));
+    client.cancel().await.ok();
+}
