@@ -231,6 +231,13 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         ms(rg),
         rg / rl
     )?;
+    writeln!(
+        out,
+        "\nThe first read on B (download, checksum, decode) against its floor, the GET alone: \
+         {:.2}× (goal ≤ 1.2×, issue #29: {}).",
+        rf / rg,
+        if rf / rg <= 1.2 { "met" } else { "NOT met" }
+    )?;
 
     // The load test, through HAProxy, one replica then two.
     let exe = std::env::current_exe()?;

@@ -18,8 +18,9 @@ pub fn bench(args: &[OsString]) -> Result<ExitCode> {
     if !exe.is_file() {
         anyhow::bail!(
             "`dataref bench` runs `{BENCH_EXE}`, which is not next to this executable (looked for `{}`)\n\
-             hint: build it with `cargo build --release -p dataref-bench` (it lands beside \
-             `target/release/dataref`), or run `scripts/bench`, which builds both",
+             hint: build it with `cargo build --release -p dataref -p dataref-bench` (it lands \
+             beside `target/release/dataref`), or run `scripts/bench`, which builds both with \
+             the `dist` profile",
             exe.display()
         );
     }

@@ -35,10 +35,15 @@ fn batch(from: i64, rows: i64) -> RecordBatch {
     .unwrap()
 }
 
-fn write(store: &dyn ArtifactStore, owner: &Principal, rows: i64) -> DataRef {
-    let mut w = store
+/// A table of `owner`'s being written.
+fn writer(store: &dyn ArtifactStore, owner: &Principal) -> Box<dyn dataref_store::TableWriter> {
+    store
         .create_table(owner, schema(), Lineage::new("test", serde_json::json!({})))
-        .unwrap();
+        .unwrap()
+}
+
+fn write(store: &dyn ArtifactStore, owner: &Principal, rows: i64) -> DataRef {
+    let mut w = writer(store, owner);
     let mut at = 0;
     while at < rows {
         let n = (rows - at).min(10_000);
@@ -329,13 +334,7 @@ fn a_stopped_object_store_is_a_clear_error_and_everything_works_again_after() {
         "the shared artifact store is unavailable right now"
     );
     assert!(read.hint().unwrap().contains("try the same call again"));
-    let mut w = a
-        .create_table(
-            &alice,
-            schema(),
-            Lineage::new("test", serde_json::json!({})),
-        )
-        .unwrap();
+    let mut w = writer(a.as_ref(), &alice);
     w.write(&batch(0, 100)).unwrap();
     let write_err = w.finish().unwrap_err();
     assert!(write_err.is_transient(), "{write_err:?}");
@@ -469,13 +468,7 @@ fn damaged_objects_are_refused_on_every_replica_and_restored_ones_read() {
     let r = write(a.as_ref(), &alice, 20_000);
     // Another valid table: the same shape and rows, other values.
     let other = {
-        let mut w = a
-            .create_table(
-                &alice,
-                schema(),
-                Lineage::new("test", serde_json::json!({})),
-            )
-            .unwrap();
+        let mut w = writer(a.as_ref(), &alice);
         w.write(&batch(1, 10_000)).unwrap();
         w.write(&batch(10_001, 10_000)).unwrap();
         w.finish().unwrap().data_ref

@@ -247,6 +247,7 @@ async fn charts_come_as_the_points_render_chart_draws() {
     assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.text);
     let v = o.structured.unwrap();
     let drawn = run(&f, ToolCall::new("render_chart", args)).await;
+    assert_eq!(drawn.kind, OutcomeKind::Ok, "{}", drawn.text);
     assert_eq!(v["points"], drawn.structured.unwrap()["points"]);
     assert_eq!(v["kind"], "bar");
     assert_eq!(v["title"], "revenue by region");
