@@ -33,7 +33,7 @@ fn bench_without_the_bench_executable_says_how_to_build_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("dataref-bench"), "{stderr}");
     assert!(
-        stderr.contains("cargo build --release -p dataref-bench"),
+        stderr.contains("cargo build --release -p dataref -p dataref-bench"),
         "{stderr}"
     );
     assert!(stderr.contains("scripts/bench"), "{stderr}");
