@@ -384,17 +384,11 @@ impl ArtifactBytes for ObjectBytes {
         };
         // Hashed as it arrived: what does not match never enters the cache, so a repaired
         // object is fetched afresh by the next read.
-        if let Some(expected) = expected
-            && found != *expected
-        {
+        if let Some(Err(detail)) = expected.map(|e| found.matches(e)) {
             crate::cache::remove(&tmp);
             return Err(StoreError::Damaged {
                 data_ref: data_ref.as_str().to_owned(),
-                detail: format!(
-                    "the object store's copy hashes to {} where {} was written",
-                    found.short(),
-                    expected.short()
-                ),
+                detail: format!("in the object store, {detail}"),
             });
         }
         // Two readers fetching the same object both rename: the same bytes either way.

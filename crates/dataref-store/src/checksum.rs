@@ -109,6 +109,20 @@ impl Checksum {
         Some(Self(out))
     }
 
+    /// `Ok` when this hash (of bytes found) is `expected` (the one written); else what a
+    /// damage message says.
+    pub fn matches(&self, expected: &Checksum) -> Result<(), String> {
+        if self == expected {
+            Ok(())
+        } else {
+            Err(format!(
+                "its bytes hash to {} where {} was written",
+                self.short(),
+                expected.short()
+            ))
+        }
+    }
+
     /// The first 8 hex digits, for messages and the log.
     pub fn short(&self) -> String {
         self.0[..4].iter().map(|b| format!("{b:02x}")).collect()

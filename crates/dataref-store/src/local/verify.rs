@@ -14,7 +14,7 @@ use dataref_protocol::{DataRef, Principal};
 
 use super::{Inner, mapped, not_found};
 use crate::backend::io_err;
-use crate::{ArtifactMeta, Checksum, StoreError};
+use crate::{ArtifactMeta, Checksum, Opened, StoreError};
 
 /// One version of a local file: the same size, modification time and inode as when its
 /// bytes were verified. (A flipped bit on disk changes none of them; the next process to
@@ -96,60 +96,57 @@ impl Inner {
             };
             let stamp =
                 Stamp::of(&opened.file).map_err(|e| io_err("cannot inspect artifact", &path, e))?;
-            let mut mapped = None;
-            let fault = if stamp.len != meta.bytes {
-                Some(format!(
-                    "its file holds {} bytes where {} were written",
-                    stamp.len, meta.bytes
-                ))
-            } else {
-                let buffer = mapped::map_file(&opened.file)
-                    .map_err(|e| io_err("cannot map artifact", &path, e))?;
-                let known = opened.verified
-                    || (check == Check::Once && self.verified.holds(data_ref, stamp));
-                let fault = match meta.checksum {
-                    _ if known => None,
-                    Some(expected) => {
-                        let found = Checksum::of(buffer.as_slice());
-                        (found != expected).then(|| {
-                            format!(
-                                "its bytes hash to {} where {} was written",
-                                found.short(),
-                                expected.short()
-                            )
-                        })
-                    }
-                    None => {
-                        // Indexed before checksums were kept: what is there now is adopted.
-                        let found = Checksum::of(buffer.as_slice());
-                        self.index.adopt_checksum(data_ref, &found)?;
-                        tracing::info!(%data_ref, checksum = %found, "adopted the checksum of a table stored before checksums");
-                        None
-                    }
-                };
-                mapped = Some(buffer);
-                fault
-            };
-            match (fault, mapped) {
-                (None, Some(buffer)) => {
+            let detail = match self.check_bytes(meta, &opened, stamp, check)? {
+                Ok(buffer) => {
                     self.verified.record(data_ref, stamp);
                     return Ok((opened.file, buffer));
                 }
-                (fault, _) => {
-                    let detail = fault.unwrap_or_default();
-                    self.verified.forget(data_ref);
-                    drop(opened);
-                    if !fetched_again && self.bytes.forget_copy(data_ref) {
-                        tracing::warn!(%data_ref, %detail, "this machine's copy of a table is damaged; fetching it again");
-                        fetched_again = true;
-                        continue;
-                    }
-                    tracing::error!(%data_ref, owner = %meta.owner, %detail, "a stored table is damaged; none of it is served");
-                    return Err(StoreError::Damaged {
-                        data_ref: data_ref.as_str().to_owned(),
-                        detail,
-                    });
-                }
+                Err(detail) => detail,
+            };
+            self.verified.forget(data_ref);
+            drop(opened);
+            if !fetched_again && self.bytes.forget_copy(data_ref) {
+                tracing::warn!(%data_ref, %detail, "this machine's copy of a table is damaged; fetching it again");
+                fetched_again = true;
+                continue;
+            }
+            tracing::error!(%data_ref, owner = %meta.owner, %detail, "a stored table is damaged; none of it is served");
+            return Err(StoreError::Damaged {
+                data_ref: data_ref.as_str().to_owned(),
+                detail,
+            });
+        }
+    }
+
+    /// The opened file mapped, if its bytes are the ones written (hashed unless already
+    /// known good); else what is wrong with them.
+    fn check_bytes(
+        &self,
+        meta: &ArtifactMeta,
+        opened: &Opened,
+        stamp: Stamp,
+        check: Check,
+    ) -> Result<Result<Buffer, String>, StoreError> {
+        if stamp.len != meta.bytes {
+            return Ok(Err(format!(
+                "its file holds {} bytes where {} were written",
+                stamp.len, meta.bytes
+            )));
+        }
+        let path = self.artifact_path(&meta.data_ref);
+        let buffer =
+            mapped::map_file(&opened.file).map_err(|e| io_err("cannot map artifact", &path, e))?;
+        if opened.verified || (check == Check::Once && self.verified.holds(&meta.data_ref, stamp)) {
+            return Ok(Ok(buffer));
+        }
+        let found = Checksum::of(buffer.as_slice());
+        match meta.checksum {
+            Some(expected) => Ok(found.matches(&expected).map(|()| buffer)),
+            None => {
+                // Indexed before checksums were kept: what is there now is adopted.
+                self.index.adopt_checksum(&meta.data_ref, &found)?;
+                tracing::info!(data_ref = %meta.data_ref, checksum = %found, "adopted the checksum of a table stored before checksums");
+                Ok(Ok(buffer))
             }
         }
     }
