@@ -903,6 +903,12 @@ fn damaged_bytes_are_refused_and_restored_bytes_read_again() {
             );
             assert!(e.hint().is_some_and(|h| h.contains("fetch the data again")));
         }
+        // Someone else asking for it learns nothing: the owner check comes first.
+        let e = fx
+            .store
+            .open_file(&owner("mallory"), &meta.data_ref)
+            .unwrap_err();
+        assert!(matches!(e, StoreError::NotFound { .. }), "{what}: {e:?}");
         // Still listed, and still named damaged: list and read agree.
         let (listed, _) = fx.store.list(&alice, 10).unwrap();
         assert!(listed.iter().any(|m| m.data_ref == meta.data_ref), "{what}");
