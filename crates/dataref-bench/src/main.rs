@@ -286,22 +286,40 @@ fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
     });
     if describe {
         // The first read of a table in a process hashes its file against the checksum
-        // written with it; measured on its own, so the describes below are what they were.
+        // written with it. Its cost: describe_data on a fresh store (as a new process) over
+        // the same on a fresh store that already knows the file good (`verify` hashed it,
+        // mapping nothing): both map the file, fault it in and decode it.
+        let (mut hashed, mut known) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let fresh = open_bench_store(&fetched.dir)?;
+            let t = Instant::now();
+            let table = fresh.map_table(owner, &meta.data_ref)?;
+            let s = dataref_store::describe_data(&table, None, 0, 100)?;
+            hashed.push(t.elapsed().as_secs_f64());
+            out["describe_data_columns"] = json!(s.columns.len());
+            let fresh = open_bench_store(&fetched.dir)?;
+            let report = fresh.verify(false, &mut |_, _| {})?;
+            anyhow::ensure!(report.intact == 1, "the fetched table did not verify");
+            let t = Instant::now();
+            let table = fresh.map_table(owner, &meta.data_ref)?;
+            dataref_store::describe_data(&table, None, 0, 100)?;
+            known.push(t.elapsed().as_secs_f64());
+        }
+        out["describe_data_first_secs"] = json!(median(&mut hashed));
+        out["describe_data_secs"] = json!(median(&mut known));
+        let table = store.map_table(owner, &meta.data_ref)?;
+        // The hash alone, of the file's bytes in memory: its rate.
+        let bytes = std::fs::read(&table.path)?;
         let t = Instant::now();
-        let report = store.verify(false, &mut |_, _| {})?;
-        anyhow::ensure!(report.intact == 1, "the fetched table did not verify");
+        let sum = dataref_store::Checksum::of(&bytes);
         out["verify_secs"] = json!(t.elapsed().as_secs_f64());
+        anyhow::ensure!(Some(sum) == meta.checksum, "the fetched table's checksum");
         let t = Instant::now();
         let opts = SampleOptions::default();
         let table = store.map_table(owner, &meta.data_ref)?.head(opts.rows)?;
         let d = dataref_store::describe(&table, opts);
         out["describe_secs"] = json!(t.elapsed().as_secs_f64());
         out["describe_bytes"] = json!(serde_json::to_string(&d)?.len());
-        let t = Instant::now();
-        let table = store.map_table(owner, &meta.data_ref)?;
-        let s = dataref_store::describe_data(&table, None, 0, 100)?;
-        out["describe_data_secs"] = json!(t.elapsed().as_secs_f64());
-        out["describe_data_columns"] = json!(s.columns.len());
         out["describe_peak_rss_bytes"] = json!(peak_rss_bytes());
     }
     Ok(out)
@@ -324,16 +342,21 @@ fn result_text(r: &dataref_mcp::rmcp::model::CallToolResult) -> String {
 /// A fresh store under `dir` with bounds no benchmark reaches, and its directory.
 fn bench_store(dir: &Path) -> Result<(PathBuf, Arc<LocalStore>)> {
     let store_dir = tempdir_in(dir)?;
-    let store = Arc::new(LocalStore::open(
-        &store_dir,
+    let store = Arc::new(open_bench_store(&store_dir)?);
+    Ok((store_dir, store))
+}
+
+/// The store under `store_dir`, opened afresh (as another process would).
+fn open_bench_store(store_dir: &Path) -> Result<LocalStore> {
+    Ok(LocalStore::open(
+        store_dir,
         StoreLimits {
             max_artifact_bytes: 64 << 30,
             owner_quota_bytes: 64 << 30,
             ..StoreLimits::default()
         },
         Arc::new(SystemClock),
-    )?);
-    Ok((store_dir, store))
+    )?)
 }
 
 fn tempdir_in(dir: &Path) -> Result<PathBuf> {
@@ -636,11 +659,19 @@ fn fetch_section(
                     p / f(ours, "describe_data_secs")
                 )),
             )?;
+            let (first, again) = (
+                f(ours, "describe_data_first_secs"),
+                f(ours, "describe_data_secs"),
+            );
             writeln!(
                 out,
-                "| checksum of the file (first read in a process) | {n} | {:.3} s ({:.0}% of describe_data) | {:.1} GB/s | | | | |",
+                "| describe_data, first read in a process (the file hashed) | {n} | {first:.3} s (+{:.0}% over {again:.3} s known good) | | | | | |",
+                100.0 * (first - again) / again,
+            )?;
+            writeln!(
+                out,
+                "| the checksum alone (the file in memory) | {n} | {:.3} s | {:.1} GB/s | | | | |",
                 f(ours, "verify_secs"),
-                100.0 * f(ours, "verify_secs") / f(ours, "describe_data_secs"),
                 f(ours, "bytes") / f(ours, "verify_secs") / 1e9,
             )?;
         }
@@ -648,7 +679,7 @@ fn fetch_section(
     writeln!(
         out,
         "\ngoals: fetch ≥ 3× pandas; peak RSS of a 10M-row fetch < 200 MB; describe_data at 1M rows < 0.5 s; \
-         the checksum of a 1M-row table ≤ 10% of its describe_data (issue #29)"
+         the first read of a 1M-row table (its file hashed) ≤ 10% over a later describe_data (issue #29)"
     )?;
     Ok(())
 }

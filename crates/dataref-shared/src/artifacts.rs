@@ -21,7 +21,7 @@ use tokio_postgres::Row;
 
 use crate::Backend;
 use crate::error::SharedError;
-use crate::objects::{Put, map_for_upload};
+use crate::objects::{Got, Put, map_for_upload};
 
 const COLUMNS: &str = "ref, owner, rows, bytes, schema, null_counts, created_at, expires_at, \
                        lineage_tool, lineage_args, checksum";
@@ -345,11 +345,8 @@ impl ArtifactBytes for ObjectBytes {
         Ok(())
     }
 
-    fn open(
-        &self,
-        data_ref: &DataRef,
-        expected: Option<&Checksum>,
-    ) -> Result<Option<Opened>, StoreError> {
+    fn open(&self, meta: &ArtifactMeta) -> Result<Option<Opened>, StoreError> {
+        let data_ref = &meta.data_ref;
         let name = artifact_name(data_ref.as_str());
         if let Some(file) = self.backend.cache.open_file(&name)? {
             // Checked by the store the first time this process maps it.
@@ -362,20 +359,30 @@ impl ArtifactBytes for ObjectBytes {
         let key = self.backend.objects.key(&format!("{ARTIFACTS}/{name}"));
         let objects = self.backend.objects.clone();
         let dest = tmp.clone();
-        let pause = self.backend.io.timeout();
+        let (len, pause) = (meta.bytes, self.backend.io.timeout());
         // However large the table, the download goes on while its parts keep coming (each
-        // within the timeout of the one before); a ceiling of an hour in all.
-        let found =
+        // within the timeout); a ceiling of an hour in all.
+        let got =
             self.backend
                 .io
                 .block_for("downloading an artifact", DOWNLOAD_CEILING, async move {
-                    objects.get_into(&key, &dest, pause).await
+                    objects.get_into(&key, &dest, len, pause).await
                 });
-        let found = match found {
-            Ok(Some(found)) => found,
-            Ok(None) => {
+        let damaged = |detail: String| StoreError::Damaged {
+            data_ref: data_ref.as_str().to_owned(),
+            detail: format!("in the object store, {detail}"),
+        };
+        let found = match got {
+            Ok(Got::Bytes(found)) => found,
+            Ok(Got::Missing) => {
                 crate::cache::remove(&tmp);
                 return Ok(None);
+            }
+            Ok(Got::Short { found }) => {
+                crate::cache::remove(&tmp);
+                return Err(damaged(format!(
+                    "its object holds {found} bytes where {len} were written"
+                )));
             }
             Err(e) => {
                 crate::cache::remove(&tmp);
@@ -384,18 +391,15 @@ impl ArtifactBytes for ObjectBytes {
         };
         // Hashed as it arrived: what does not match never enters the cache, so a repaired
         // object is fetched afresh by the next read.
-        if let Some(Err(detail)) = expected.map(|e| found.matches(e)) {
+        if let Some(Err(detail)) = meta.checksum.as_ref().map(|e| found.matches(e)) {
             crate::cache::remove(&tmp);
-            return Err(StoreError::Damaged {
-                data_ref: data_ref.as_str().to_owned(),
-                detail: format!("in the object store, {detail}"),
-            });
+            return Err(damaged(detail));
         }
         // Two readers fetching the same object both rename: the same bytes either way.
         let file = self.backend.cache.admit(&name, &tmp)?;
         Ok(Some(Opened {
             file,
-            verified: expected.is_some(),
+            verified: meta.checksum.is_some(),
         }))
     }
 

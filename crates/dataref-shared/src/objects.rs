@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dataref_config::{SharedConfig, env};
-use futures_util::StreamExt;
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
 use object_store::{
@@ -20,7 +19,7 @@ use object_store::{
 };
 
 use crate::error::SharedError;
-use dataref_store::{Checksum, Hashing};
+use dataref_store::{Checksum, PieceHash, Pieces};
 
 /// What a create-only write found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,57 +152,89 @@ impl Objects {
         }
     }
 
-    /// The object under `key` written into the new file `dest` (which the caller renames
-    /// into place), and its content hash, computed as it was written; `Ok(None)` when
-    /// there is no such object. The answer must start within
-    /// `pause`, and each part of the body must follow the one before within `pause`.
+    /// The first `len` bytes of the object under `key` written into the new file `dest`
+    /// (which the caller renames into place), and their content hash.
     ///
-    /// A thread of its own writes the body, the parts that arrived meanwhile in one
-    /// vectored write: a write per part through tokio's file (a hop to the blocking pool
-    /// each) made a download a third slower than the network.
+    /// Fetched as ranged GETs of [`PART`] bytes, [`PARTS_IN_FLIGHT`] at a time, each
+    /// written at its place and hashed as it arrives: a part is a whole subtree of the
+    /// BLAKE3 tree, so the parts' hashes merge into the file's without a second pass, and
+    /// the download, the writes and the hashing overlap instead of following one another.
+    /// Each part must arrive whole within `pause`.
     pub(crate) async fn get_into(
         &self,
         key: &Path,
         dest: &FsPath,
+        len: u64,
         pause: Duration,
-    ) -> Result<Option<Checksum>, SharedError> {
-        let stalled = |what| SharedError::TimedOut { what, after: pause };
-        let got = match tokio::time::timeout(pause, self.store.get(key)).await {
-            Err(_) => return Err(stalled("an object store answer")),
-            Ok(Ok(got)) => got,
-            Ok(Err(object_store::Error::NotFound { .. })) => return Ok(None),
-            Ok(Err(e)) => return Err(e.into()),
-        };
-        let expected = got.meta.size;
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(WRITE_QUEUE);
-        let path = dest.to_owned();
-        let writer = tokio::task::spawn_blocking(move || write_parts(&path, rx));
-        let mut stream = got.into_stream();
-        let received = async {
-            loop {
-                let part = match tokio::time::timeout(pause, stream.next()).await {
-                    Err(_) => return Err(stalled("a pause in an object's body")),
-                    Ok(None) => return Ok(()),
-                    Ok(Some(part)) => part?,
-                };
-                if tx.send(part).await.is_err() {
-                    // The writer stopped: its error says why.
-                    return Ok(());
+    ) -> Result<Got, SharedError> {
+        let file = create_sized(dest, len)?;
+        if len == 0 {
+            return Ok(match self.size_of(key, pause).await? {
+                None => Got::Missing,
+                Some(_) => Got::Bytes(Checksum::of(&[])),
+            });
+        }
+        let pieces = Pieces::plan(len, PART);
+        let spans = pieces.spans().to_vec();
+        let whole = spans.len() == 1;
+        let mut hashes = vec![None; spans.len()];
+        let mut running = tokio::task::JoinSet::new();
+        let mut next = 0;
+        loop {
+            while running.len() < PARTS_IN_FLIGHT
+                && let Some(&(offset, n)) = spans.get(next)
+            {
+                let (store, key, file, i) = (self.store.clone(), key.clone(), file.clone(), next);
+                running.spawn(async move {
+                    (
+                        i,
+                        get_part(store, &key, offset..offset + n, file, whole, pause).await,
+                    )
+                });
+                next += 1;
+            }
+            let Some(done) = running.join_next().await else {
+                break;
+            };
+            let (i, part) =
+                done.map_err(|e| SharedError::Runtime(format!("fetching a part: {e}")))?;
+            match part {
+                Ok(Part::Hashed(h)) => hashes[i] = Some(h),
+                Ok(Part::Whole(checksum)) => return Ok(Got::Bytes(checksum)),
+                Ok(Part::Missing) => return Ok(Got::Missing),
+                // A part missing or short, or refused: what the object holds says which.
+                Ok(Part::Short) | Err(_) => {
+                    return match self.size_of(key, pause).await? {
+                        None => Ok(Got::Missing),
+                        Some(found) if found < len => Ok(Got::Short { found }),
+                        Some(_) => match part {
+                            Err(e) => Err(e),
+                            _ => Err(SharedError::Objects(format!(
+                                "`{key}` answered a ranged GET with fewer bytes than asked for"
+                            ))),
+                        },
+                    };
                 }
             }
         }
-        .await;
-        drop(tx);
-        let (written, checksum) = writer
-            .await
-            .map_err(|e| SharedError::Runtime(format!("writing a download: {e}")))??;
-        received?;
-        if written != expected {
-            return Err(SharedError::Objects(format!(
-                "`{key}` ended after {written} of {expected} bytes"
-            )));
+        let hashes: Option<Vec<PieceHash>> = hashes.into_iter().collect();
+        hashes
+            .and_then(|h| pieces.finish(&h))
+            .map(Got::Bytes)
+            .ok_or_else(|| SharedError::Runtime(format!("`{key}`: a part's hash is missing")))
+    }
+
+    /// The size of the object under `key`, `None` when there is none.
+    async fn size_of(&self, key: &Path, pause: Duration) -> Result<Option<u64>, SharedError> {
+        match tokio::time::timeout(pause, self.store.head(key)).await {
+            Err(_) => Err(SharedError::TimedOut {
+                what: "an object store answer",
+                after: pause,
+            }),
+            Ok(Ok(meta)) => Ok(Some(meta.size)),
+            Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+            Ok(Err(e)) => Err(e.into()),
         }
-        Ok(Some(checksum))
     }
 
     /// Whether the bucket answers with these credentials: a HEAD of a key nothing is
@@ -232,52 +263,83 @@ impl Objects {
     }
 }
 
-/// Parts of a body waiting for the writer (a part is what one read of the socket gave,
-/// tens to hundreds of KiB).
-const WRITE_QUEUE: usize = 64;
+/// What a download found.
+#[derive(Debug)]
+pub(crate) enum Got {
+    /// No object under the key.
+    Missing,
+    /// The bytes asked for, written, and their hash.
+    Bytes(Checksum),
+    /// The object holds only `found` bytes, fewer than asked for.
+    Short { found: u64 },
+}
 
-/// Creates `path` and writes into it every part `rx` gives, each batch that waits in one
-/// vectored write; the bytes written and their hash.
+/// The bytes of one ranged GET of a download: a power of two, so that each part is a whole
+/// subtree of the BLAKE3 tree.
+const PART: u64 = 8 << 20;
+/// The parts of one download fetched at once.
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// What one part of a download came to.
+enum Part {
+    Hashed(PieceHash),
+    /// The download's only part: the file's hash itself.
+    Whole(Checksum),
+    Missing,
+    /// Fewer bytes came than were asked for.
+    Short,
+}
+
+/// `path` created (it must not exist) at `len` bytes, for the parts to be written at their
+/// places.
 #[expect(
     clippy::disallowed_methods,
     reason = "a download goes to the cache's own `.tmp/`, outside every workspace"
 )]
-fn write_parts(
-    path: &FsPath,
-    mut rx: tokio::sync::mpsc::Receiver<Bytes>,
-) -> Result<(u64, Checksum), SharedError> {
-    use std::io::{IoSlice, Write};
-    let cannot_write = |e| SharedError::local("cannot write", path, e);
-    let mut file = std::fs::File::create_new(path)
+fn create_sized(path: &FsPath, len: u64) -> Result<Arc<std::fs::File>, SharedError> {
+    let file = std::fs::File::create_new(path)
         .map_err(|e| SharedError::local("cannot create", path, e))?;
-    let mut written = 0u64;
-    let mut hash = Hashing::new();
-    let mut batch: Vec<Bytes> = Vec::with_capacity(WRITE_QUEUE);
-    while let Some(first) = rx.blocking_recv() {
-        batch.push(first);
-        while batch.len() < WRITE_QUEUE
-            && let Ok(more) = rx.try_recv()
-        {
-            batch.push(more);
+    file.set_len(len)
+        .map_err(|e| SharedError::local("cannot size", path, e))?;
+    Ok(Arc::new(file))
+}
+
+/// The bytes `range` of `key`, written into `file` at their place and hashed (as the whole
+/// file when `whole`), off the async threads.
+async fn get_part(
+    store: Arc<dyn ObjectStore>,
+    key: &Path,
+    range: std::ops::Range<u64>,
+    file: Arc<std::fs::File>,
+    whole: bool,
+    pause: Duration,
+) -> Result<Part, SharedError> {
+    let bytes = match tokio::time::timeout(pause, store.get_range(key, range.clone())).await {
+        Err(_) => {
+            return Err(SharedError::TimedOut {
+                what: "a part of an object",
+                after: pause,
+            });
         }
-        {
-            let mut slices: Vec<IoSlice<'_>> = batch.iter().map(|b| IoSlice::new(b)).collect();
-            let mut rest = &mut slices[..];
-            while !rest.is_empty() {
-                let n = file.write_vectored(rest).map_err(cannot_write)?;
-                if n == 0 {
-                    return Err(cannot_write(std::io::ErrorKind::WriteZero.into()));
-                }
-                written += n as u64;
-                IoSlice::advance_slices(&mut rest, n);
-            }
-        }
-        for part in &batch {
-            hash.update(part);
-        }
-        batch.clear();
+        Ok(Err(object_store::Error::NotFound { .. })) => return Ok(Part::Missing),
+        Ok(Err(e)) => return Err(e.into()),
+        Ok(Ok(bytes)) => bytes,
+    };
+    if bytes.len() as u64 != range.end - range.start {
+        return Ok(Part::Short);
     }
-    Ok((written, hash.finish()))
+    tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&bytes, range.start)
+            .map_err(|e| SharedError::Runtime(format!("writing a download: {e}")))?;
+        Ok(if whole {
+            Part::Whole(Checksum::of(&bytes))
+        } else {
+            Part::Hashed(Pieces::hash(range.start, &bytes))
+        })
+    })
+    .await
+    .map_err(|e| SharedError::Runtime(format!("writing a download: {e}")))?
 }
 
 /// The whole of `file`, without reading it into memory: a read-only mapping that the
@@ -300,50 +362,4 @@ pub(crate) fn map_for_upload(file: &std::fs::File, path: &FsPath) -> Result<Byte
     let map = unsafe { memmap2::Mmap::map(file) }
         .map_err(|e| SharedError::local("cannot map", path, e))?;
     Ok(Bytes::from_owner(map))
-}
-
-#[cfg(test)]
-#[expect(
-    clippy::disallowed_methods,
-    reason = "the tests' files are in a temp dir of their own"
-)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_body_written_in_batches_keeps_every_part_in_order() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("download");
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(WRITE_QUEUE);
-        let writer = std::thread::spawn({
-            let path = path.clone();
-            move || write_parts(&path, rx)
-        });
-        // More parts than one batch holds, of sizes that do not line up.
-        let mut expected = Vec::new();
-        for i in 0..3 * WRITE_QUEUE {
-            let part: Vec<u8> = (0..(i * 37 % 5000) + 1).map(|j| (i + j) as u8).collect();
-            expected.extend_from_slice(&part);
-            tx.blocking_send(Bytes::from(part))
-                .expect("the writer is there");
-        }
-        drop(tx);
-        let (written, checksum) = writer.join().expect("no panic").expect("written");
-        assert_eq!(written, expected.len() as u64);
-        assert_eq!(checksum, Checksum::of(&expected));
-        assert_eq!(std::fs::read(&path).expect("read"), expected);
-    }
-
-    #[test]
-    fn a_writer_that_cannot_create_its_file_says_so_and_takes_nothing_more() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("taken");
-        std::fs::write(&path, b"another reader's").expect("write");
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-        let e = write_parts(&path, rx).expect_err("the file is there");
-        assert!(e.to_string().contains("cannot create"), "{e}");
-        // The receiver is gone: the download loop stops instead of waiting on it.
-        assert!(tx.blocking_send(Bytes::from_static(b"x")).is_err());
-        assert_eq!(std::fs::read(&path).expect("read"), b"another reader's");
-    }
 }

@@ -95,16 +95,12 @@ pub trait ArtifactBytes: Send + Sync + std::fmt::Debug {
     /// `data_ref` is left published; the caller removes `staged` if it is still there.
     fn publish(&self, data_ref: &DataRef, staged: &Path) -> Result<(), StoreError>;
 
-    /// A read-only local file with `data_ref`'s bytes (fetched into a local cache first
-    /// when they live elsewhere); `None` when there are none (removed meanwhile). Bytes
-    /// fetched from elsewhere are hashed as they arrive and, when `expected` is given,
-    /// kept only if they match it: a mismatch is [`StoreError::Damaged`] and nothing is
-    /// cached.
-    fn open(
-        &self,
-        data_ref: &DataRef,
-        expected: Option<&Checksum>,
-    ) -> Result<Option<Opened>, StoreError>;
+    /// A read-only local file with the bytes of the table `meta` indexes (fetched into a
+    /// local cache first when they live elsewhere); `None` when there are none (removed
+    /// meanwhile). Bytes fetched from elsewhere are hashed as they arrive and, when the
+    /// index has a checksum, kept only if they match it: a mismatch (or fewer bytes than
+    /// `meta.bytes`) is [`StoreError::Damaged`] and nothing is cached.
+    fn open(&self, meta: &ArtifactMeta) -> Result<Option<Opened>, StoreError>;
 
     /// Forgets this machine's copy of `data_ref`'s bytes when it is a copy of bytes kept
     /// elsewhere, so the next [`ArtifactBytes::open`] fetches them afresh; false when the
@@ -155,12 +151,8 @@ impl ArtifactBytes for LocalFiles {
         Ok(())
     }
 
-    fn open(
-        &self,
-        data_ref: &DataRef,
-        _expected: Option<&Checksum>,
-    ) -> Result<Option<Opened>, StoreError> {
-        let path = self.local_path(data_ref);
+    fn open(&self, meta: &ArtifactMeta) -> Result<Option<Opened>, StoreError> {
+        let path = self.local_path(&meta.data_ref);
         match File::open(&path) {
             Ok(file) => Ok(Some(Opened {
                 file,

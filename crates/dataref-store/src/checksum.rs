@@ -12,54 +12,31 @@ use std::sync::{Mutex, PoisonError};
 use blake3::hazmat::{self, ChainingValue, HasherExt};
 
 /// The largest piece hashed on one thread (a power of two, so a piece is a whole subtree).
-const PIECE: usize = 4 << 20;
+const PIECE: u64 = 4 << 20;
 /// Threads one hash may use at most.
 const MAX_THREADS: usize = 8;
 
-/// BLAKE3's tree over an input, cut down to pieces of at most [`PIECE`] bytes.
+/// BLAKE3's tree over an input, cut down to pieces.
+#[derive(Debug)]
 enum Tree {
     /// The index of a piece in the plan's list.
     Piece(usize),
     Parent(Box<Tree>, Box<Tree>),
 }
 
-/// The tree of `len` bytes at `offset`, its pieces (offset, length) pushed onto `pieces`:
-/// a left subtree is the largest power-of-two number of chunks leaving something on the
-/// right, as BLAKE3 builds it.
-fn plan(len: usize, offset: usize, pieces: &mut Vec<(usize, usize)>) -> Tree {
-    if len <= PIECE {
-        pieces.push((offset, len));
-        return Tree::Piece(pieces.len() - 1);
+/// The tree of `len` bytes at `offset`, its pieces (offset, length) of at most `piece`
+/// bytes pushed onto `spans`: a left subtree is the largest power-of-two number of chunks
+/// leaving something on the right, as BLAKE3 builds it.
+fn plan(len: u64, offset: u64, piece: u64, spans: &mut Vec<(u64, u64)>) -> Tree {
+    if len <= piece {
+        spans.push((offset, len));
+        return Tree::Piece(spans.len() - 1);
     }
-    let left = usize::try_from(hazmat::left_subtree_len(len as u64)).unwrap_or(len / 2);
+    let left = hazmat::left_subtree_len(len);
     Tree::Parent(
-        Box::new(plan(left, offset, pieces)),
-        Box::new(plan(len - left, offset + left, pieces)),
+        Box::new(plan(left, offset, piece, spans)),
+        Box::new(plan(len - left, offset + left, piece, spans)),
     )
-}
-
-/// Each piece's chaining value, the pieces shared out among `threads` threads.
-fn hash_pieces(bytes: &[u8], pieces: &[(usize, usize)], threads: usize) -> Vec<ChainingValue> {
-    let next = AtomicUsize::new(0);
-    let cvs = Mutex::new(vec![[0u8; 32]; pieces.len()]);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(offset, len)) = pieces.get(i) else {
-                        return;
-                    };
-                    let cv = blake3::Hasher::new()
-                        .set_input_offset(offset as u64)
-                        .update(&bytes[offset..offset + len])
-                        .finalize_non_root();
-                    cvs.lock().unwrap_or_else(PoisonError::into_inner)[i] = cv;
-                }
-            });
-        }
-    });
-    cvs.into_inner().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn merge(tree: &Tree, cvs: &[ChainingValue]) -> ChainingValue {
@@ -69,6 +46,88 @@ fn merge(tree: &Tree, cvs: &[ChainingValue]) -> ChainingValue {
             hazmat::merge_subtrees_non_root(&merge(l, cvs), &merge(r, cvs), hazmat::Mode::Hash)
         }
     }
+}
+
+/// The hash of `len` bytes computed piece by piece, the pieces hashed apart in any order
+/// and on any thread: a file hashed on every core, a download fetched in ranged parts.
+/// Plain BLAKE3 in the end, what `b3sum` prints.
+#[derive(Debug)]
+pub struct Pieces {
+    tree: Tree,
+    spans: Vec<(u64, u64)>,
+}
+
+/// One piece's part of a [`Pieces`] hash.
+#[derive(Clone, Copy, Debug)]
+pub struct PieceHash(ChainingValue);
+
+impl Pieces {
+    /// `len` bytes in pieces of at most `piece` bytes (rounded up to a power of two, at
+    /// least BLAKE3's 1 KiB chunk).
+    pub fn plan(len: u64, piece: u64) -> Self {
+        let piece = piece.max(1024).next_power_of_two();
+        let mut spans = Vec::new();
+        let tree = plan(len, 0, piece, &mut spans);
+        Self { tree, spans }
+    }
+
+    /// Each piece's offset and length, in order.
+    pub fn spans(&self) -> &[(u64, u64)] {
+        &self.spans
+    }
+
+    /// The hash of the piece at `offset`, `bytes` being all of it. A plan of one piece has
+    /// its hash in [`Pieces::finish`] instead: the root is hashed otherwise.
+    pub fn hash(offset: u64, bytes: &[u8]) -> PieceHash {
+        // Only a plan of one piece has an empty one, and its hash is not used.
+        if bytes.is_empty() {
+            return PieceHash([0; 32]);
+        }
+        PieceHash(
+            blake3::Hasher::new()
+                .set_input_offset(offset)
+                .update(bytes)
+                .finalize_non_root(),
+        )
+    }
+
+    /// The checksum, from every piece's hash in the order of [`Pieces::spans`]; `None` for a
+    /// plan of one piece (hash its bytes with [`Checksum::of`]) or a wrong number of hashes.
+    pub fn finish(&self, hashes: &[PieceHash]) -> Option<Checksum> {
+        if hashes.len() != self.spans.len() {
+            return None;
+        }
+        let Tree::Parent(left, right) = &self.tree else {
+            return None;
+        };
+        let cvs: Vec<ChainingValue> = hashes.iter().map(|h| h.0).collect();
+        let (l, r) = (merge(left, &cvs), merge(right, &cvs));
+        Some(Checksum(
+            *hazmat::merge_subtrees_root(&l, &r, hazmat::Mode::Hash).as_bytes(),
+        ))
+    }
+}
+
+/// Each piece's hash, the pieces shared out among `threads` threads.
+fn hash_pieces(bytes: &[u8], spans: &[(u64, u64)], threads: usize) -> Vec<PieceHash> {
+    let next = AtomicUsize::new(0);
+    let hashes = Mutex::new(vec![PieceHash([0u8; 32]); spans.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(offset, len)) = spans.get(i) else {
+                        return;
+                    };
+                    let (start, end) = (offset as usize, (offset + len) as usize);
+                    let h = Pieces::hash(offset, &bytes[start..end]);
+                    hashes.lock().unwrap_or_else(PoisonError::into_inner)[i] = h;
+                }
+            });
+        }
+    });
+    hashes.into_inner().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A table's content hash.
@@ -84,16 +143,15 @@ impl Checksum {
         let threads = std::thread::available_parallelism()
             .map_or(1, std::num::NonZeroUsize::get)
             .min(MAX_THREADS);
-        if threads < 2 || bytes.len() <= 2 * PIECE {
+        let len = bytes.len() as u64;
+        if threads < 2 || len <= 2 * PIECE {
             return Self(*blake3::hash(bytes).as_bytes());
         }
-        let mut pieces = Vec::new();
-        let Tree::Parent(left, right) = plan(bytes.len(), 0, &mut pieces) else {
-            return Self(*blake3::hash(bytes).as_bytes());
-        };
-        let cvs = hash_pieces(bytes, &pieces, threads);
-        let (l, r) = (merge(&left, &cvs), merge(&right, &cvs));
-        Self(*hazmat::merge_subtrees_root(&l, &r, hazmat::Mode::Hash).as_bytes())
+        let pieces = Pieces::plan(len, PIECE);
+        let hashes = hash_pieces(bytes, pieces.spans(), threads);
+        pieces
+            .finish(&hashes)
+            .unwrap_or_else(|| Self(*blake3::hash(bytes).as_bytes()))
     }
 
     /// Parses the index's text form.
@@ -167,10 +225,12 @@ impl Hashing {
 mod tests {
     use super::*;
 
-    /// Hashed in pieces on several threads, any length gives plain BLAKE3.
+    /// Hashed in pieces on several threads, or piece by piece in any order, any length
+    /// gives plain BLAKE3.
     #[test]
-    fn the_parallel_hash_is_blake3() {
-        let data: Vec<u8> = (0..(3 * PIECE + 12_345))
+    fn the_hash_in_pieces_is_blake3() {
+        let piece = PIECE as usize;
+        let data: Vec<u8> = (0..(3 * piece + 12_345))
             .map(|i| (i * 31 % 251) as u8)
             .collect();
         for len in [
@@ -178,25 +238,38 @@ mod tests {
             1,
             1024,
             1025,
-            2 * PIECE,
-            2 * PIECE + 1,
-            3 * PIECE - 1,
-            3 * PIECE + 12_345,
+            2 * piece,
+            2 * piece + 1,
+            3 * piece - 1,
+            3 * piece + 12_345,
         ] {
-            let want = *blake3::hash(&data[..len]).as_bytes();
-            assert_eq!(Checksum::of(&data[..len]).0, want, "{len} bytes");
-            let mut pieces = Vec::new();
-            if len > PIECE {
-                let tree = plan(len, 0, &mut pieces);
-                let cvs = hash_pieces(&data[..len], &pieces, 3);
-                if let Tree::Parent(l, r) = tree {
-                    let root = hazmat::merge_subtrees_root(
-                        &merge(&l, &cvs),
-                        &merge(&r, &cvs),
-                        hazmat::Mode::Hash,
-                    );
-                    assert_eq!(*root.as_bytes(), want, "{len} bytes, 3 threads");
+            let bytes = &data[..len];
+            let want = *blake3::hash(bytes).as_bytes();
+            assert_eq!(Checksum::of(bytes).0, want, "{len} bytes");
+            for size in [1024, 4096, 1 << 20, 3 << 20] {
+                let pieces = Pieces::plan(len as u64, size);
+                let spans = pieces.spans();
+                assert_eq!(
+                    spans.iter().map(|(_, n)| n).sum::<u64>(),
+                    len as u64,
+                    "{len} bytes in pieces of {size}: every byte once"
+                );
+                // Hashed last piece first, as a download's parts may finish.
+                let mut hashes = vec![PieceHash([0; 32]); spans.len()];
+                for (i, &(offset, n)) in spans.iter().enumerate().rev() {
+                    let (start, end) = (offset as usize, (offset + n) as usize);
+                    hashes[i] = Pieces::hash(offset, &bytes[start..end]);
                 }
+                match pieces.finish(&hashes) {
+                    Some(c) => assert_eq!(c.0, want, "{len} bytes in pieces of {size}"),
+                    None => assert_eq!(spans.len(), 1, "{len} bytes in pieces of {size}"),
+                }
+                assert_eq!(pieces.finish(&hashes[1..]), None, "a hash missing");
+            }
+            if len > 2 * piece {
+                let pieces = Pieces::plan(len as u64, PIECE);
+                let hashes = hash_pieces(bytes, pieces.spans(), 3);
+                assert_eq!(pieces.finish(&hashes).map(|c| c.0), Some(want), "3 threads");
             }
         }
     }

@@ -43,7 +43,7 @@ mod untrusted;
 mod value;
 
 pub use backend::{ArtifactBytes, ArtifactIndex, IndexRow, Opened, to_u64};
-pub use checksum::{Checksum, Hashing};
+pub use checksum::{Checksum, Hashing, PieceHash, Pieces};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
 pub use local::{DamagedTable, LocalStore, SqliteIndex, StoreLimits, SweepReport, VerifyReport};

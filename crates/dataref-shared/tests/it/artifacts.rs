@@ -43,11 +43,16 @@ fn writer(store: &dyn ArtifactStore, owner: &Principal) -> Box<dyn dataref_store
 }
 
 fn write(store: &dyn ArtifactStore, owner: &Principal, rows: i64) -> DataRef {
+    write_from(store, owner, 0, rows)
+}
+
+/// A table of `rows` rows whose ids start at `from`.
+fn write_from(store: &dyn ArtifactStore, owner: &Principal, from: i64, rows: i64) -> DataRef {
     let mut w = writer(store, owner);
     let mut at = 0;
     while at < rows {
-        let n = (rows - at).min(10_000);
-        w.write(&batch(at, n)).unwrap();
+        let n = (rows - at).min(50_000);
+        w.write(&batch(from + at, n)).unwrap();
         at += n;
     }
     w.finish().unwrap().data_ref
@@ -449,11 +454,14 @@ impl Bucket {
 }
 
 /// The outside test's damage, done to an artifact's object: one bit, every 1009th byte of
-/// the middle, another valid table of the same shape, a truncation, a deletion. A replica
-/// with a cold cache refuses each as damaged (naming the table, listed all the while) and
-/// caches nothing; once the object is restored, every replica reads the right values.
+/// the middle, the last byte, another valid table of the same shape, a truncation, a
+/// deletion. A replica with a cold cache refuses each as damaged (naming the table, listed
+/// all the while) and caches nothing; once the object is restored, every replica reads the
+/// right values. The table is ~20 MB, so a download is several ranged parts fetched at
+/// once: damage in any part, and a part that never comes, are caught.
 #[test]
 fn damaged_objects_are_refused_on_every_replica_and_restored_ones_read() {
+    const ROWS: i64 = 900_000;
     let s = Services::start();
     let config = s.config();
     let writer_home = tempfile::tempdir().unwrap();
@@ -465,20 +473,20 @@ fn damaged_objects_are_refused_on_every_replica_and_restored_ones_read() {
     // After a replica: it installs the process's TLS provider.
     let bucket = Bucket::new(&s);
     let alice = principal("alice");
-    let r = write(a.as_ref(), &alice, 20_000);
+    let r = write(a.as_ref(), &alice, ROWS);
     // Another valid table: the same shape and rows, other values.
-    let other = {
-        let mut w = writer(a.as_ref(), &alice);
-        w.write(&batch(1, 10_000)).unwrap();
-        w.write(&batch(10_001, 10_000)).unwrap();
-        w.finish().unwrap().data_ref
-    };
+    let other = write_from(a.as_ref(), &alice, 1, ROWS);
     let good = bucket.get(&r);
     let other_bytes = bucket.get(&other);
     assert_ne!(good, other_bytes);
+    assert!(
+        good.len() > 2 * (8 << 20),
+        "{} bytes: several parts",
+        good.len()
+    );
 
     type Damage = fn(&mut Vec<u8>, &[u8]);
-    let cases: [(&str, Option<Damage>); 5] = [
+    let cases: [(&str, Option<Damage>); 6] = [
         (
             "one bit",
             Some(|b, _| {
@@ -499,6 +507,14 @@ fn damaged_objects_are_refused_on_every_replica_and_restored_ones_read() {
             Some(|b, o| {
                 b.clear();
                 b.extend_from_slice(o);
+            }),
+        ),
+        (
+            "the last byte",
+            Some(|b, _| {
+                if let Some(last) = b.last_mut() {
+                    *last = !*last;
+                }
             }),
         ),
         ("truncated", Some(|b, _| b.truncate(b.len() / 2))),
@@ -545,13 +561,16 @@ fn damaged_objects_are_refused_on_every_replica_and_restored_ones_read() {
         // The replica that refused it, and the writer, read the right values.
         for replica in [&b, &a] {
             let t = replica.open_table(&alice, &r).unwrap();
-            assert_eq!(t.meta.rows, 20_000, "{what}");
+            assert_eq!(t.meta.rows, ROWS as u64, "{what}");
             let ids = t.batches[0]
                 .column(0)
                 .as_any()
                 .downcast_ref::<Int64Array>()
                 .unwrap();
             assert_eq!(ids.value(1), 1, "{what}");
+            let last = t.batches.last().unwrap().column(0);
+            let last = last.as_any().downcast_ref::<Int64Array>().unwrap();
+            assert_eq!(last.value(last.len() - 1), ROWS - 1, "{what}");
         }
     }
 }

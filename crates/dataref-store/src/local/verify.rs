@@ -90,7 +90,7 @@ impl Inner {
         let path = self.artifact_path(data_ref);
         let mut fetched_again = false;
         loop {
-            let opened = match self.bytes.open(data_ref, meta.checksum.as_ref())? {
+            let opened = match self.bytes.open(meta)? {
                 Some(opened) => opened,
                 None => return Err(self.missing(&meta.owner, data_ref)),
             };
