@@ -48,6 +48,7 @@ use arrow_schema::SchemaRef;
 
 pub use error::ExportError;
 pub use options::{Bom, ExportOptions, Format, Formulas, Order, SortBy};
+pub use plan::sort_order;
 pub use to_xlsx::MAX_DATA_ROWS_PER_SHEET;
 
 /// What was written.

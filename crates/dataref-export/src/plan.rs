@@ -76,7 +76,7 @@ impl Plan {
         let out_schema = Arc::new(Schema::new(fields));
 
         let order = match &options.sort {
-            Some(sort) => Some(sort_order(batches, find(&sort.column)?, sort)?),
+            Some(sort) => Some(sort_order(batches, find(&sort.column)?, sort, None)?),
             None => None,
         };
         let projected = batches
@@ -168,11 +168,16 @@ impl Plan {
     }
 }
 
-/// The stable order of all rows by one column, NULLs last.
-fn sort_order(
+/// The rows of `batches` (numbered across them) in order of the column at `column`, by
+/// Arrow's comparator (a total order for every type it sorts: numbers by value, floats with
+/// NaN last, text by bytes), NULLs last either way, ties in stored order: all of them, or
+/// only the first `limit`. A column of a type Arrow cannot order is
+/// [`ExportError::Unsortable`].
+pub fn sort_order(
     batches: &[RecordBatch],
     column: usize,
     sort: &crate::SortBy,
+    limit: Option<usize>,
 ) -> Result<Vec<u32>, ExportError> {
     let parts: Vec<ArrayRef> = batches
         .iter()
@@ -199,8 +204,21 @@ fn sort_order(
             type_name: dataref_store::type_name(values.data_type()),
         })?;
     let mut order: Vec<u32> = (0..rows).collect();
-    // `sort_by` is stable: rows that tie keep the table's order.
-    order.sort_by(|&a, &b| compare(a as usize, b as usize));
+    match limit {
+        Some(limit) if limit < order.len() => {
+            // The stored order breaks ties, which makes the order total and the first
+            // `limit` the same every time.
+            let by = |a: &u32, b: &u32| compare(*a as usize, *b as usize).then(a.cmp(b));
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            order.select_nth_unstable_by(limit, by);
+            order.truncate(limit);
+            order.sort_unstable_by(by);
+        }
+        // `sort_by` is stable: rows that tie keep the table's order.
+        _ => order.sort_by(|&a, &b| compare(a as usize, b as usize)),
+    }
     Ok(order)
 }
 

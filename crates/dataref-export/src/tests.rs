@@ -287,6 +287,57 @@ fn sorting_is_stable_with_nulls_last() {
     }
 }
 
+/// The first rows by a column, as `render_table` shows them: exact for integers a float
+/// cannot tell apart, NaN after every number, NULLs last either way, ties in stored order,
+/// across batches; the same rows as the whole order's first.
+#[test]
+fn the_first_rows_by_a_column_are_the_whole_orders_first() {
+    let big = 1i64 << 53;
+    let batches: Vec<RecordBatch> = [
+        (
+            vec![Some(big + 1), None, Some(i64::MAX)],
+            vec![1.5, f64::NAN, -0.0],
+        ),
+        (
+            vec![Some(big), Some(i64::MIN), Some(big + 1)],
+            vec![0.0, 2.0, f64::NAN],
+        ),
+        (vec![], vec![]),
+        (vec![None, Some(7)], vec![1.5, -1.0]),
+    ]
+    .into_iter()
+    .map(|(k, f)| {
+        RecordBatch::try_from_iter([
+            ("k", Arc::new(Int64Array::from(k)) as ArrayRef),
+            ("f", Arc::new(Float64Array::from(f)) as ArrayRef),
+        ])
+        .unwrap()
+    })
+    .collect();
+    let by = |column: &str, order| SortBy {
+        column: column.into(),
+        order,
+    };
+    for (column, c, order, want) in [
+        ("k", 0, Order::Ascending, vec![4, 7, 3, 0, 5, 2, 1, 6]),
+        ("k", 0, Order::Descending, vec![2, 0, 5, 3, 7, 4, 1, 6]),
+        ("f", 1, Order::Ascending, vec![7, 2, 3, 0, 6, 4, 1, 5]),
+        ("f", 1, Order::Descending, vec![1, 5, 4, 0, 6, 3, 2, 7]),
+    ] {
+        let sort = by(column, order);
+        let all = sort_order(&batches, c, &sort, None).unwrap();
+        assert_eq!(all, want, "{column} {order:?}");
+        for limit in 0..=9 {
+            let first = sort_order(&batches, c, &sort, Some(limit)).unwrap();
+            assert_eq!(
+                first,
+                all[..limit.min(all.len())],
+                "{column} {order:?} {limit}"
+            );
+        }
+    }
+}
+
 #[test]
 fn unknown_names_are_errors_with_hints() {
     let (schema, batches) = table();

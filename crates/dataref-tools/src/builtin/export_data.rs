@@ -546,7 +546,7 @@ fn not_flat(records: &[Value]) -> String {
 }
 
 /// A failed export as the model reads it.
-fn export_error(e: ExportError) -> ToolError {
+pub(super) fn export_error(e: ExportError) -> ToolError {
     match &e {
         ExportError::Cancelled => ToolError::respond("the export was cancelled", None),
         _ if e.is_caller_error() => ToolError::respond(e.to_string(), e.hint()),

@@ -2,9 +2,8 @@
 //! rows for the person (HTML written to the workspace and linked; inline Markdown and HTML
 //! only with `[tables] inline`); the model gets the path and how many rows were shown.
 
-use std::cmp::Ordering;
-
 use async_trait::async_trait;
+use dataref_export::{Order, SortBy, sort_order};
 use dataref_protocol::{DataRef, ToolSpec};
 use dataref_store::{Table, cell_to_json, did_you_mean};
 use dataref_tool::TypedTool;
@@ -177,19 +176,6 @@ fn column_index(table: &Table, name: &str) -> Result<usize, ToolError> {
     })
 }
 
-/// NULLs last in either direction; numbers by value, text by code points.
-fn compare(a: &Value, b: &Value) -> Ordering {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
-            x.total_cmp(&y)
-        }
-        (Value::String(x), Value::String(y)) => x.cmp(y),
-        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
-        _ => Ordering::Equal,
-    }
-}
-
 impl Shown {
     fn select(
         table: &Table,
@@ -222,30 +208,34 @@ impl Shown {
                 .collect(),
             Some(name) => {
                 let c = column_index(table, name)?;
-                let mut keyed: Vec<(Value, (usize, usize))> = Vec::new();
-                for (b, batch) in table.batches.iter().enumerate() {
-                    let array = batch.column(c);
-                    for r in 0..batch.num_rows() {
-                        keyed.push((cell_to_json(array, r, None).0, (b, r)));
-                    }
-                }
-                let order = |x: &(Value, (usize, usize)), y: &(Value, (usize, usize))| {
-                    let by_value = match (x.0.is_null(), y.0.is_null()) {
-                        (true, true) => Ordering::Equal,
-                        (true, false) => Ordering::Greater,
-                        (false, true) => Ordering::Less,
-                        (false, false) if descending => compare(&y.0, &x.0),
-                        (false, false) => compare(&x.0, &y.0),
-                    };
-                    // Stored order breaks ties, so the result is the same every time.
-                    by_value.then(x.1.cmp(&y.1))
+                let sort = SortBy {
+                    column: name.to_owned(),
+                    order: if descending {
+                        Order::Descending
+                    } else {
+                        Order::Ascending
+                    },
                 };
-                if keyed.len() > limit {
-                    keyed.select_nth_unstable_by(limit, order);
-                    keyed.truncate(limit);
-                }
-                keyed.sort_unstable_by(order);
-                keyed.into_iter().map(|(_, at)| at).collect()
+                let order = sort_order(&table.batches, c, &sort, Some(limit))
+                    .map_err(super::export_data::export_error)?;
+                // Rows are numbered across batches: back to (batch, row).
+                let starts: Vec<usize> = table
+                    .batches
+                    .iter()
+                    .scan(0, |at, b| {
+                        let start = *at;
+                        *at += b.num_rows();
+                        Some(start)
+                    })
+                    .collect();
+                order
+                    .into_iter()
+                    .map(|i| {
+                        let i = i as usize;
+                        let b = starts.partition_point(|&s| s <= i) - 1;
+                        (b, i - starts[b])
+                    })
+                    .collect()
             }
         };
         Ok(Self {
