@@ -14,7 +14,7 @@ use dataref_agent::scripted::{QOQ_CODE, QUESTION};
 use dataref_agent::{AssistantToolCall, Message};
 use dataref_config::{Config, SourceKind};
 use dataref_protocol::{DataRef, Timestamp};
-use dataref_sandbox::runtime::{Runtime, RuntimeSpec};
+use dataref_sandbox::runtime::Runtime;
 use serde_json::{Value, json};
 
 /// In the fetch's sample only: must never reach the record.
@@ -390,24 +390,23 @@ fn failed_calls_become_notes_and_unknown_refs_comments() {
     assert!(!py.contains("sqlite3.connect("));
 }
 
-/// The managed runtime the sandbox tests provision, when it is there.
-fn runtime_python() -> Option<PathBuf> {
+/// The managed runtime the sandbox tests use (installed from PyPI once per target dir, by
+/// whichever test needs it first).
+fn runtime_python() -> PathBuf {
     let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dataref-runtime-home");
-    Runtime::installed(&home, &RuntimeSpec::Managed { base: None })
-        .ok()
-        .flatten()
-        .map(|r| r.python)
+    match Runtime::ensure(&home, &|_| {}) {
+        Ok(runtime) => runtime.python,
+        Err(e) => panic!(
+            "the managed Python runtime (pandas, pyarrow from PyPI) could not be installed \
+             under {}: {e}",
+            home.display()
+        ),
+    }
 }
 
 #[test]
 fn exported_script_runs_against_the_sample() {
-    let Some(python) = runtime_python() else {
-        eprintln!(
-            "skipped: no managed Python runtime under $CARGO_TARGET_TMPDIR/dataref-runtime-home \
-             (the dataref-sandbox tests provision it)"
-        );
-        return;
-    };
+    let python = runtime_python();
     let (_home, config) = config();
     dataref_sources::ensure_sample(config.sample.as_ref().unwrap(), &|_| {}).unwrap();
     let work = tempfile::tempdir().unwrap();

@@ -53,12 +53,16 @@ fn own_start() -> u64 {
 #[test]
 fn the_sweep_removes_a_dead_servers_cgroups_and_job_dirs_only() {
     let parents = cgroup_parents();
+    // As the jail's tests: run as root with a writable cgroup v2 hierarchy (what
+    // `scripts/test` runs on); without one this test has nothing to test and says so.
     let Some(parent) = parents
         .iter()
         .find(|p| std::fs::create_dir(p.join("dataref-probe")).is_ok())
     else {
-        eprintln!("no writable cgroup here; skipping the cgroup half");
-        return;
+        panic!(
+            "no writable cgroup among {parents:?}: run the tests as root on a machine with \
+             cgroup v2 mounted read-write at /sys/fs/cgroup"
+        );
     };
     std::fs::remove_dir(parent.join("dataref-probe")).unwrap();
     let dead = dead_pid();
