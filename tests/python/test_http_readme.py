@@ -1,4 +1,4 @@
-"""The README's "Serving over HTTP" as a new user runs it: its minimal config (with the
+"""The docs' "Serving over HTTP" (docs/src/http.md) as a new user runs it: its minimal config (with the
 digest of a real token) started with `dataref serve --http`, and its Python client snippet
 run as written against it (the URL pointed at the free port the test took).
 
@@ -15,15 +15,21 @@ from pathlib import Path
 import pytest
 
 BIN = os.environ.get("DATAREF_BIN")
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def docs_text() -> str:
+    """The README and the book's pages, one after another: what a person reads."""
+    pages = [ROOT / "README.md"] + sorted((ROOT / "docs" / "src").glob("*.md"))
+    return "\n".join(p.read_text() for p in pages)
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def readme_block(name: str, lang: str) -> str:
-    text = README.read_text()
+    text = docs_text()
     marker = f"<!-- check: {name} -->"
-    assert marker in text, f"README.md has no {marker}"
+    assert marker in text, f"neither README.md nor docs/src has {marker}"
     rest = text[text.index(marker) + len(marker):]
     m = re.search(rf"```{lang}\n(.*?)```", rest, re.S)
     assert m, f"no ```{lang} block after {marker}"

@@ -89,7 +89,7 @@ pub fn no_sources(path: &std::path::Path) -> String {
     )
 }
 
-pub const NO_SOURCES_HINT: &str = "add a `[sources.NAME]` table (README, \"Configure\"), or leave out `--config` to try the built-in sample";
+pub const NO_SOURCES_HINT: &str = "add a `[sources.NAME]` table (docs/src/configure.md), or leave out `--config` to try the built-in sample";
 
 /// `--http ADDR` over `[http] listen` (an empty `ADDR`: keep `[http] listen`).
 pub fn http_listen(config: &mut Config, addr: &str) -> Result<()> {

@@ -13,6 +13,7 @@ mod agent_http;
 mod bench_forward;
 mod chat;
 mod cleanup;
+mod docs;
 mod http;
 mod http_edges;
 mod jsonrpc;

@@ -207,7 +207,7 @@ fn help_states_the_default_data_dirs() {
         readme.contains(
             "default `$XDG_DATA_HOME/dataref`, else `/var/lib/dataref` for root, else `~/.local/share/dataref`"
         ),
-        "the README's `DATAREF_HOME` row changed: update `--help` with it"
+        "the docs' `DATAREF_HOME` row (docs/src/configure.md) changed: update `--help` with it"
     );
     let out = Command::new(BIN)
         .args(["doctor", "--help"])
@@ -365,11 +365,21 @@ async fn start_line_names_listen_address_and_public_url() {
     assert_eq!(plain.line.matches("http://").count(), 1, "{}", plain.line);
 }
 
+/// The README and the book's pages (`docs/src/*.md`), one after another: what a person reads.
 fn readme() -> String {
-    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "..", "..", "README.md"]
-        .iter()
+    let root: PathBuf = [env!("CARGO_MANIFEST_DIR"), "..", ".."].iter().collect();
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root.join("docs/src"))
+        .expect("read docs/src")
+        .map(|e| e.expect("a docs entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
         .collect();
-    std::fs::read_to_string(&path).expect("read README.md")
+    pages.sort();
+    // (Its folders hold generated reference pages: no blocks to check there.)
+    std::iter::once(root.join("README.md"))
+        .chain(pages)
+        .map(|p| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The fenced block of `lang` that follows the line `<!-- check: NAME -->` in the README.
@@ -378,7 +388,7 @@ fn readme_block(name: &str, lang: &str) -> String {
     let marker = format!("<!-- check: {name} -->");
     let at = readme
         .find(&marker)
-        .unwrap_or_else(|| panic!("README.md has no `{marker}`"));
+        .unwrap_or_else(|| panic!("neither README.md nor docs/src has `{marker}`"));
     let rest = &readme[at + marker.len()..];
     let fence = format!("```{lang}\n");
     let start = rest.find(&fence).expect("a fenced block after the marker") + fence.len();

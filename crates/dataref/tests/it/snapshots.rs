@@ -275,6 +275,10 @@ const DOCTOR_FILTERS: &[(&str, &str)] = &[(
 #[test]
 fn help_of_every_command() {
     let mut doc = String::new();
+    let mut page = String::from(
+        "# Command line\n\n<!-- Generated from `--help` by crates/dataref/tests/it/snapshots.rs: \
+         edit the commands' doc comments, then regenerate (see Develop). -->\n",
+    );
     for command in [
         &[][..],
         &["serve"],
@@ -285,11 +289,22 @@ fn help_of_every_command() {
         &["ask"],
         &["sessions"],
         &["sessions", "export"],
+        &["store"],
+        &["store", "verify"],
         &["doctor"],
     ] {
         doc.push_str(&help(command));
+        let name = std::iter::once("dataref")
+            .chain(command.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
+        page.push_str(&format!(
+            "\n## `{name}`\n\n```text\n{}```\n",
+            help_text(command)
+        ));
     }
     settings(&[]).bind(|| insta::assert_snapshot!("help", doc));
+    super::docs::check_generated("docs/src/reference/cli.md", &page);
 }
 
 /// `bench`'s own, apart: it is about to move to a binary of its own.
@@ -311,6 +326,14 @@ fn help_of_bench() {
 }
 
 fn help(command: &[&str]) -> String {
+    format!(
+        "$ dataref {}--help\n{}\n",
+        command.iter().map(|c| format!("{c} ")).collect::<String>(),
+        help_text(command)
+    )
+}
+
+fn help_text(command: &[&str]) -> String {
     let out = Command::new(BIN)
         .args(command)
         .arg("--help")
@@ -318,9 +341,5 @@ fn help(command: &[&str]) -> String {
         .output()
         .expect("run --help");
     assert!(out.status.success(), "{command:?}");
-    format!(
-        "$ dataref {}--help\n{}\n",
-        command.iter().map(|c| format!("{c} ")).collect::<String>(),
-        String::from_utf8_lossy(&out.stdout)
-    )
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -240,3 +240,71 @@ fn walk(node: &Value, path: &str, keyword: Option<&str>, found: &mut Vec<String>
         }
     }
 }
+
+/// The tools' reference page, generated from `tools/list` on the built-in sample: what a
+/// model is told, as a person can read it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_tools_reference_is_generated_from_tools_list() {
+    let tools = listed().await;
+    let mut page = String::from(
+        "# Tools\n\n<!-- Generated from `tools/list` on the built-in sample by \
+         crates/dataref/tests/it/tools_list.rs: edit the tools, then regenerate (see Develop). \
+         -->\n\nWhat `tools/list` gives a model on the built-in sample, tool by tool: the \
+         description and the arguments, as the model reads them. `fetch_sales` stands for every \
+         named query of a configuration (`fetch_<name>`). The guide to using them: \
+         [Tools](../tools.md).\n",
+    );
+    for t in &tools {
+        page.push_str(&format!(
+            "\n## `{}`\n\n{}\n",
+            t.name,
+            t.description.as_deref().unwrap_or_default()
+        ));
+        let schema = &t.input_schema;
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let props = schema.get("properties").and_then(Value::as_object);
+        let Some(props) = props.filter(|p| !p.is_empty()) else {
+            page.push_str("\nNo arguments.\n");
+            continue;
+        };
+        page.push_str("\n| argument | type | required | description |\n|---|---|---|---|\n");
+        for (name, p) in props {
+            let ty = match (p.get("type"), p.get("enum")) {
+                (_, Some(Value::Array(values))) => values
+                    .iter()
+                    .map(|v| format!("`{v}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                (Some(Value::String(t)), _) => t.clone(),
+                (Some(Value::Array(ts)), _) => ts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                _ if p.get("anyOf").is_some() || p.get("oneOf").is_some() => {
+                    "one of several".into()
+                }
+                _ => "any".into(),
+            };
+            let description = p
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .replace('|', "\\|")
+                .replace('\n', " ");
+            page.push_str(&format!(
+                "| `{name}` | {ty} | {} | {description} |\n",
+                if required.contains(&name.as_str()) {
+                    "yes"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    super::docs::check_generated("docs/src/reference/tools.md", &page);
+}
