@@ -1,7 +1,7 @@
 //! `dataref.toml`: the raw file, its resolution into a typed [`Config`], and the names of
-//! the environment variables dataref reads ([`env`]).
+//! the environment variables dataref reads ([`env`](mod@env)).
 //!
-//! The raw structs mirror the file and refuse unknown keys; [`Config::resolve`] checks
+//! The raw structs mirror the file and refuse unknown keys; `Config::resolve` checks
 //! everything that can be checked without opening a source (types, names, references
 //! between queries and sources, units) and turns it into plain values. Bad config is an
 //! error with a hint, never silently replaced by a default.

@@ -159,7 +159,7 @@ struct Bucket {
     at: Instant,
 }
 
-/// Why a request is not served now; [`Refused::response`] is the answer.
+/// Why a request is not served now; `Refused::response` is the answer.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Refused {

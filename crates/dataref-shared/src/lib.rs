@@ -12,7 +12,7 @@
 //!
 //! [`Shared::connect`] checks both services and brings the index's schema up to date;
 //! [`Shared::artifact_store`] is the store every tool uses, the same
-//! [`LocalStore`](dataref_store::LocalStore) logic over [`PgIndex`] and [`ObjectBytes`].
+//! [`LocalStore`] logic over [`PgIndex`] and [`ObjectBytes`].
 //! [`Shared::session_store`] keeps the agent sessions (and holds a busy one on every
 //! replica), [`Shared::approvals`] the approvals runs wait for, answered through any replica.
 //!

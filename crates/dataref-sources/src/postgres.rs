@@ -24,7 +24,7 @@
 //!
 //! The source's timeout is also a client-side deadline (a cancel request), which a
 //! statement cannot raise. A connection returns to its pool only after a call that
-//! succeeded, an acknowledged ROLLBACK and [`pool::SESSION_RESET`]; otherwise it is closed.
+//! succeeded, an acknowledged ROLLBACK and `pool::SESSION_RESET`; otherwise it is closed.
 //! `:name` placeholders become `$1..$n` and are sent as text for the server to read as
 //! whatever type it inferred (a date compared with a date column is a date). Cancellation
 //! and the timeout remove the partial artifact.

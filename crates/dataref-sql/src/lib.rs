@@ -88,7 +88,7 @@ impl Default for Limits {
 
 /// A running query. Dropping it stops the query.
 ///
-/// The query runs on the engine's own runtime (see [`engine`]), never on the caller's:
+/// The query runs on the engine's own runtime (see `engine`), never on the caller's:
 /// an operator that computes for a long time without yielding occupies the engine's
 /// threads, not the server's, so the caller's time limit still fires and its other requests
 /// are still answered.
@@ -300,7 +300,7 @@ fn casts_named(mut statement: DfStatement) -> Option<DfStatement> {
 }
 
 /// The longest SQL text: a query a model writes is a few hundred bytes; the depth and size
-/// limits of [`shape`] bound what the engine plans.
+/// limits of `shape` bound what the engine plans.
 pub const MAX_SQL_BYTES: usize = 100_000;
 
 /// The result's columns are stored and described by name: two of one name would be one

@@ -16,7 +16,7 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, Statement, Visit, Visitor};
 
-/// A shape [`check`] refused: what it is and what to write instead.
+/// A shape `check` refused: what it is and what to write instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trap {
     pub what: &'static str,

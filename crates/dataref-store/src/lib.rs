@@ -10,7 +10,7 @@
 //!   the writer without [`TableWriter::finish`] removes the partial file.
 //! - [`describe()`] and [`describe_data`]: what the model gets instead of rows.
 //!
-//! Every read takes the caller's [`Principal`](dataref_protocol::Principal): an unknown,
+//! Every read takes the caller's [`Principal`]: an unknown,
 //! expired or someone else's reference all give the same [`StoreError::NotFound`].
 //!
 //! ```no_run

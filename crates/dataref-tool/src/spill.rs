@@ -89,7 +89,7 @@ pub struct SpillSynopsis {
 #[serde(rename_all = "camelCase")]
 pub struct SpilledTable {
     pub rows: u64,
-    /// The first [`SPILL_COLUMNS_LISTED`] column names.
+    /// The first `SPILL_COLUMNS_LISTED` column names.
     pub columns: Vec<String>,
     /// And this many more columns, in the CSV and the table but not listed.
     #[serde(skip_serializing_if = "is_zero")]

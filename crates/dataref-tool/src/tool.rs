@@ -63,7 +63,7 @@ pub trait Tool: Send + Sync {
     }
 
     /// The schemas are dataref's own, so the registry lists them in their portable form
-    /// ([`crate::listed`]). False for a tool mounted from an upstream MCP server: its
+    /// (`crate::listed`). False for a tool mounted from an upstream MCP server: its
     /// schemas are listed as that server gives them.
     fn schemas_are_ours(&self) -> bool {
         true

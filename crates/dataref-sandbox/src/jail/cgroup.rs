@@ -27,7 +27,7 @@ pub enum CgroupVersion {
     V2,
 }
 
-/// What the host offers, as found by [`detect`].
+/// What the host offers, as found by `detect`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupSupport {
     pub version: Option<CgroupVersion>,
