@@ -49,7 +49,7 @@ impl SendError {
 }
 
 /// One message to an agent.
-pub struct Send<'a> {
+pub struct SendRequest<'a> {
     pub ctx: RunContext,
     /// The profile; `None` is the default one.
     pub agent: Option<&'a str>,
@@ -169,7 +169,7 @@ impl AgentHost {
     /// Sends one message: the session claimed (refused while it answers another message),
     /// its history loaded (a new session when none is named), the run, and the run
     /// appended to the session in one transaction.
-    pub async fn send(&self, send: Send<'_>) -> Result<Sent, SendError> {
+    pub async fn send(&self, send: SendRequest<'_>) -> Result<Sent, SendError> {
         let id = send.session.clone().unwrap_or_else(SessionStore::new_id);
         let claim = self.claim(&send.ctx.principal, &id).await?;
         self.send_claimed(claim, send).await
@@ -214,14 +214,18 @@ impl AgentHost {
     pub async fn send_claimed(
         &self,
         claim: SessionClaim,
-        send: Send<'_>,
+        send: SendRequest<'_>,
     ) -> Result<Sent, SendError> {
         let sent = self.send_holding(&claim, send).await;
         claim.release().await;
         sent
     }
 
-    async fn send_holding(&self, claim: &SessionClaim, send: Send<'_>) -> Result<Sent, SendError> {
+    async fn send_holding(
+        &self,
+        claim: &SessionClaim,
+        send: SendRequest<'_>,
+    ) -> Result<Sent, SendError> {
         let agent = self.agent(send.agent)?.clone();
         let principal = send.ctx.principal.clone();
         let id = claim.key.1.clone();

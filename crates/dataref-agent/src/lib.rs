@@ -32,4 +32,4 @@ pub use session::{
 pub mod host;
 pub mod scripted;
 
-pub use host::{AgentHost, Send, SendError, Sent, SessionClaim};
+pub use host::{AgentHost, SendError, SendRequest, Sent, SessionClaim};

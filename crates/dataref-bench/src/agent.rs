@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
 use clap::Args;
-use dataref_agent::host::Send as SendMessage;
+use dataref_agent::SendRequest;
 use dataref_agent::llm::{ChatModel, ChatRequest, ChatResponse, LlmError, TextSink};
 use dataref_agent::scripted::{QUESTION, ScriptedAnalyst};
 use dataref_agent::tokens::TokenCounter;
@@ -635,7 +635,7 @@ async fn timed_send(
     let events = ToolTimes::default();
     let t = Instant::now();
     let sent = host
-        .send(SendMessage {
+        .send(SendRequest {
             ctx: ctx.clone(),
             agent: None,
             session: Some(id.clone()),

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
-use dataref_config::{Limits, SpillConfig};
+use dataref_config::{CallLimits, SpillConfig};
 use dataref_protocol::{Principal, ToolSpec};
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_tool::{
@@ -144,9 +144,9 @@ fn measure(root: &Path, out: &mut impl Write) -> Result<()> {
         store: Arc::new(store),
         // No cap: the call without spilling returns the whole text, like the one with it
         // (the cap's own cost is not spill's).
-        limits: Limits {
+        limits: CallLimits {
             max_result_chars: usize::MAX,
-            ..Limits::default()
+            ..CallLimits::default()
         },
         clock: Arc::new(SystemClock),
         mirrors: None,

@@ -243,9 +243,9 @@ fn measure(
     let registry = dataref_tools::builtin_registry_with(config, None)?;
     // The engine-only runs take the table opened once, with the limits the tool uses.
     let table = store.open_table(&fetched.owner, &fetched.meta.data_ref)?;
-    let limits = dataref_sql::Limits {
+    let limits = dataref_sql::QueryLimits {
         memory_bytes: usize::try_from(config.sql.memory_bytes).unwrap_or(usize::MAX),
-        ..dataref_sql::Limits::default()
+        ..dataref_sql::QueryLimits::default()
     };
     let tool = Tool {
         sql: duck_sql,
@@ -356,7 +356,7 @@ impl Tool<'_> {
 async fn engine_run(
     sql: &str,
     table: &Table,
-    limits: &dataref_sql::Limits,
+    limits: &dataref_sql::QueryLimits,
 ) -> Result<(f64, (Answer, f64))> {
     let input = dataref_sql::Input::new("sales", table.meta.schema.clone(), table.batches.clone());
     let t = Instant::now();

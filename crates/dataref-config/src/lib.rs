@@ -53,7 +53,7 @@ pub use http_tool::{
     UrlTemplate,
 };
 pub use resolve::{
-    ColumnType, Config, Limits, ParamConfig, ParamType, PythonConfig, QOQ_SQL, QueryConfig,
+    CallLimits, ColumnType, Config, ParamConfig, ParamType, PythonConfig, QOQ_SQL, QueryConfig,
     SampleSpec, SourceConfig, SourceKind, SqlConfig, StoreConfig,
 };
 pub use shared::SharedConfig;

@@ -52,7 +52,7 @@ pub struct Config {
     /// The principal of a stdio session.
     pub principal: Principal,
     pub store: StoreConfig,
-    pub limits: Limits,
+    pub limits: CallLimits,
     pub sources: BTreeMap<String, SourceConfig>,
     pub queries: BTreeMap<String, QueryConfig>,
     /// Set when this config is the built-in sample: the database must be generated first.
@@ -184,7 +184,7 @@ impl Default for StoreConfig {
 
 /// Bounds on what goes back to the model and on how long a call may run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub struct CallLimits {
     /// The text of one tool result is cut beyond this many characters (and the cut is said).
     pub max_result_chars: usize,
     /// A tool call is cancelled after this long.
@@ -206,7 +206,7 @@ pub struct Limits {
     pub inline_table: bool,
 }
 
-impl Default for Limits {
+impl Default for CallLimits {
     fn default() -> Self {
         Self {
             max_result_chars: 16_000,
@@ -475,7 +475,7 @@ impl Config {
             home,
             principal: default_principal(),
             store: StoreConfig::default(),
-            limits: Limits::default(),
+            limits: CallLimits::default(),
             sources: BTreeMap::from([("sample".into(), source)]),
             queries: BTreeMap::from([("sales".into(), query)]),
             sample: Some(SampleSpec { path, rows }),
@@ -557,8 +557,8 @@ impl Config {
                 "the default is `10m`",
             ));
         }
-        let dl = Limits::default();
-        let limits = Limits {
+        let dl = CallLimits::default();
+        let limits = CallLimits {
             max_result_chars: raw.limits.max_result_chars.unwrap_or(dl.max_result_chars),
             tool_timeout: duration(
                 "limits.tool_timeout",

@@ -520,7 +520,7 @@ impl Call {
                 .host
                 .send_claimed(
                     claim,
-                    dataref_agent::Send {
+                    dataref_agent::SendRequest {
                         ctx,
                         agent: Some(&agent),
                         session: Some(id.clone()),

@@ -4,7 +4,7 @@
 //! download nobody reads (a signed link needs no token) can never take a tool call's slot.
 //! Over any → 429 with `Retry-After`.
 //!
-//! Who counts is a [`Limiter`]: [`Limits`] here counts in this process's memory (one
+//! Who counts is a [`Limiter`]: [`LocalLimiter`] here counts in this process's memory (one
 //! server); the shared backend (`dataref-shared`) counts in its index, so several replicas
 //! behind a load balancer allow a principal the limits once, not once each. Both refuse
 //! with the same [`Refused`], so a client gets the same answers from either.
@@ -139,7 +139,7 @@ impl LimitConfig {
 }
 
 /// The limits of one process, in its memory.
-pub(crate) struct Limits {
+pub(crate) struct LocalLimiter {
     config: LimitConfig,
     max_concurrent: usize,
     max_downloads: usize,
@@ -174,7 +174,7 @@ pub enum Refused {
     Unavailable { retry_after: u64 },
 }
 
-impl Limits {
+impl LocalLimiter {
     #[cfg(test)]
     pub(crate) fn new(max_concurrent: usize, max_downloads: usize, rate_per_minute: u32) -> Self {
         Self::with(LimitConfig {
@@ -278,7 +278,7 @@ impl Limits {
 }
 
 #[async_trait]
-impl Limiter for Limits {
+impl Limiter for LocalLimiter {
     async fn admit(&self, principal: &Principal) -> Result<(), Refused> {
         Self::admit(self, principal)
     }
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn bucket_and_slots() {
-        let limits = Limits::new(2, 1, 60);
+        let limits = LocalLimiter::new(2, 1, 60);
         let p = Principal::new("a").unwrap();
         let q = Principal::new("b").unwrap();
         for _ in 0..10 {
@@ -410,7 +410,7 @@ mod tests {
 
     #[test]
     fn only_state_a_fresh_entry_would_equal_is_forgotten() {
-        let limits = Limits::new(2, 2, 60);
+        let limits = LocalLimiter::new(2, 2, 60);
         let drained = Principal::new("drained").unwrap();
         let busy = Principal::new("busy").unwrap();
         let idle = Principal::new("idle").unwrap();

@@ -214,7 +214,7 @@ impl Run {
                 let sent = host
                     .send_claimed(
                         claim,
-                        dataref_agent::Send {
+                        dataref_agent::SendRequest {
                             ctx: self.ctx,
                             agent: Some(&self.agent.name),
                             session: None,

@@ -113,9 +113,9 @@ impl HttpServer {
             sessions: sessions::Sessions::default(),
             auth,
             guard,
-            limits: replicated
-                .limiter
-                .unwrap_or_else(|| Arc::new(limits::Limits::with(limits::LimitConfig::of(&http)))),
+            limits: replicated.limiter.unwrap_or_else(|| {
+                Arc::new(limits::LocalLimiter::with(limits::LimitConfig::of(&http)))
+            }),
             readiness: replicated.readiness,
             last_ready: tokio::sync::Mutex::new(None),
             signer,

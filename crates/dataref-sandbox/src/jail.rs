@@ -10,7 +10,7 @@
 //! | `/usr` (+ `/bin`, `/lib`, … as on the host) | read-only |
 //! | each [`JobSpec::ro_binds`] entry | read-only, at its sandbox path |
 //! | `/job` | [`JobSpec::work_dir`], read-only |
-//! | `/job/out` | a tmpfs of [`Limits::out_bytes`], writable, with `outputs/` and `files/`; each file also capped by `RLIMIT_FSIZE` |
+//! | `/job/out` | a tmpfs of [`JobLimits::out_bytes`], writable, with `outputs/` and `files/`; each file also capped by `RLIMIT_FSIZE` |
 //! | `/tmp`, `/dev/shm` | empty size-capped tmpfs |
 //! | `/proc`, `/dev` | the sandbox's own processes; a minimal `/dev` |
 //!
@@ -27,8 +27,8 @@
 //! left ([`JobOutcome::out`]). A job that filled it ends as [`JobStatus::OutLimit`].
 //!
 //! ```no_run
-//! # use dataref_sandbox::jail::{self, JobSpec, Limits};
-//! let spec = JobSpec::new("/usr/bin/true", "/srv/dataref/jobs/1", Limits::default());
+//! # use dataref_sandbox::jail::{self, JobSpec, JobLimits};
+//! let spec = JobSpec::new("/usr/bin/true", "/srv/dataref/jobs/1", JobLimits::default());
 //! let outcome = jail::run(&spec, &|| false)?;
 //! # Ok::<(), jail::JailError>(())
 //! ```
@@ -102,7 +102,7 @@ impl CpuLimit {
 
 /// Per-job limits.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
+pub struct JobLimits {
     /// Memory + swap of every process in the job (cgroup; else `RLIMIT_AS` per process).
     pub memory_bytes: u64,
     /// Processes and threads of the job (cgroup; else `RLIMIT_NPROC`, which counts every
@@ -122,9 +122,9 @@ pub struct Limits {
     pub tmp_bytes: u64,
 }
 
-impl Default for Limits {
+impl Default for JobLimits {
     fn default() -> Self {
-        Limits {
+        JobLimits {
             memory_bytes: 1 << 30,
             pids: 64,
             cpu: CpuLimit::Cores(1.0),
@@ -168,12 +168,16 @@ pub struct JobSpec {
     /// Host directory shown at `/job` (read-only); must contain a directory `out/`, which the
     /// job may write.
     pub work_dir: PathBuf,
-    pub limits: Limits,
+    pub limits: JobLimits,
     pub cgroups: CgroupPolicy,
 }
 
 impl JobSpec {
-    pub fn new(program: impl Into<PathBuf>, work_dir: impl Into<PathBuf>, limits: Limits) -> Self {
+    pub fn new(
+        program: impl Into<PathBuf>,
+        work_dir: impl Into<PathBuf>,
+        limits: JobLimits,
+    ) -> Self {
         JobSpec {
             program: program.into(),
             args: Vec::new(),
@@ -198,7 +202,7 @@ pub enum JobStatus {
     MemoryLimit,
     /// stdout or stderr went over its cap; the job was killed.
     OutputFlood,
-    /// The job filled `out/` up to [`Limits::out_bytes`] (writes past it failed with
+    /// The job filled `out/` up to [`JobLimits::out_bytes`] (writes past it failed with
     /// `ENOSPC`); its content must not be collected.
     OutLimit,
     Cancelled,

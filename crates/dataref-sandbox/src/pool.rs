@@ -42,7 +42,7 @@ use rustix::net::{
 };
 
 use crate::jail::{
-    self, Captured, CgroupPolicy, JAIL_GID, JAIL_UID, JailError, JobSpec, JobStatus, Limits,
+    self, Captured, CgroupPolicy, JAIL_GID, JAIL_UID, JailError, JobLimits, JobSpec, JobStatus,
     RoBind, SANDBOX_WORK_DIR, Started, owner,
 };
 use crate::runtime::exchange::{self, ExchangeCaps, ExchangeError, JobLayout, JobResult};
@@ -70,7 +70,7 @@ pub struct SandboxSettings {
     /// Warm sandboxes kept ready; 0 turns the pool off (every job starts cold).
     pub pool_size: usize,
     /// Per-job limits; `wall_clock` is replaced by each job's timeout.
-    pub limits: Limits,
+    pub limits: JobLimits,
     /// Jobs running at once; more wait in line for a free sandbox. At least 1.
     pub max_concurrent: usize,
     pub caps: ExchangeCaps,

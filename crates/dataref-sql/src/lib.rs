@@ -10,7 +10,7 @@
 //! - **Only the inputs.** The catalog holds the inputs and nothing else: no file formats,
 //!   table factories or table functions are registered, URL tables are off, and the object
 //!   store registry has no store at all, so even a plan that named a file could not open it.
-//! - **Bounded.** A memory pool of [`Limits::memory_bytes`] with spilling disabled (a query
+//! - **Bounded.** A memory pool of [`QueryLimits::memory_bytes`] with spilling disabled (a query
 //!   that needs more is [`SqlError::OutOfMemory`]); the caller bounds the time (dropping the
 //!   stream stops every task of the query).
 //!
@@ -24,7 +24,7 @@
 //! let mut q = dataref_sql::Query::start(
 //!     "SELECT line, sum(revenue) AS revenue FROM sales GROUP BY line",
 //!     inputs,
-//!     &dataref_sql::Limits::default(),
+//!     &dataref_sql::QueryLimits::default(),
 //! )
 //! .await?;
 //! while let Some(batch) = q.next_batch().await? {
@@ -69,7 +69,7 @@ pub use traps::Trap;
 
 /// What one query may use.
 #[derive(Debug, Clone)]
-pub struct Limits {
+pub struct QueryLimits {
     /// The engine's working memory (hash tables, sorts, buffers); the inputs are mapped
     /// files and do not count.
     pub memory_bytes: usize,
@@ -77,7 +77,7 @@ pub struct Limits {
     pub threads: usize,
 }
 
-impl Default for Limits {
+impl Default for QueryLimits {
     fn default() -> Self {
         Self {
             memory_bytes: 512 << 20,
@@ -115,7 +115,11 @@ const QUEUE: usize = 2;
 
 impl Query {
     /// Parses, checks and plans `sql` over `inputs`, and starts it on the engine's runtime.
-    pub async fn start(sql: &str, inputs: Vec<Input>, limits: &Limits) -> Result<Self, SqlError> {
+    pub async fn start(
+        sql: &str,
+        inputs: Vec<Input>,
+        limits: &QueryLimits,
+    ) -> Result<Self, SqlError> {
         if sql.len() > MAX_SQL_BYTES {
             return Err(SqlError::TooLong {
                 bytes: sql.len(),
@@ -198,7 +202,7 @@ struct Running {
 }
 
 impl Running {
-    async fn start(sql: &str, inputs: Vec<Input>, limits: &Limits) -> Result<Self, SqlError> {
+    async fn start(sql: &str, inputs: Vec<Input>, limits: &QueryLimits) -> Result<Self, SqlError> {
         let tables: Vec<TableColumns> = inputs.iter().map(TableColumns::of).collect();
         let memory = limits.memory_bytes;
         let fail = |e| SqlError::from_engine(e, sql, &tables, memory);
@@ -320,7 +324,7 @@ fn check_names(schema: &arrow_schema::Schema) -> Result<(), SqlError> {
 }
 
 /// A session that knows the inputs and nothing else.
-fn context(inputs: Vec<Input>, limits: &Limits) -> datafusion::error::Result<SessionContext> {
+fn context(inputs: Vec<Input>, limits: &QueryLimits) -> datafusion::error::Result<SessionContext> {
     let threads = limits.threads.max(1);
     let mut config = SessionConfig::new()
         .with_target_partitions(threads)

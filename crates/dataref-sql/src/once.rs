@@ -182,7 +182,7 @@ mod tests {
     use arrow_array::{Date32Array, Float64Array, Int64Array, RecordBatch, StringArray};
     use arrow_schema::{DataType, Field, Schema};
 
-    use crate::{Input, Limits};
+    use crate::{Input, QueryLimits};
 
     async fn optimized(sql: &str) -> String {
         let schema = Arc::new(Schema::new(vec![
@@ -203,7 +203,7 @@ mod tests {
         .unwrap();
         let ctx = crate::context(
             vec![Input::new("t", schema, vec![batch])],
-            &Limits::default(),
+            &QueryLimits::default(),
         )
         .unwrap();
         let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dataref_config::Limits;
+use dataref_config::CallLimits;
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, Clock};
 use dataref_workspace::{Mirror, Workspace, WorkspaceError};
@@ -29,7 +29,7 @@ pub struct RunContext {
     pub store: Arc<dyn ArtifactStore>,
     /// The caller's workspace: every file a tool reads or writes for the model is in it.
     pub workspace: Arc<Workspace>,
-    pub limits: Limits,
+    pub limits: CallLimits,
     pub progress: Arc<dyn ProgressSink>,
     /// Cancelled when the client cancels the request or the call times out.
     pub cancel: CancellationToken,
@@ -65,7 +65,7 @@ pub struct SharedContext {
     /// The data directory; principal `p`'s own workspace is `<home>/workspaces/<p>`.
     pub home: PathBuf,
     pub store: Arc<dyn ArtifactStore>,
-    pub limits: Limits,
+    pub limits: CallLimits,
     pub clock: Arc<dyn Clock>,
     /// Set when several replicas share each principal's workspace (`[shared]`): the local
     /// directory is then kept equal to the shared files through the principal's mirror.
@@ -96,7 +96,7 @@ impl SharedContext {
     }
 
     /// `principal`'s own workspace under the data dir (created on first use), bounded by
-    /// [`Limits::workspace_quota_bytes`]; with [`SharedContext::mirrors`], the local copy of
+    /// [`CallLimits::workspace_quota_bytes`]; with [`SharedContext::mirrors`], the local copy of
     /// the workspace the replicas share.
     pub fn principal_workspace(&self, principal: &Principal) -> Result<Workspace, WorkspaceError> {
         match &self.mirrors {

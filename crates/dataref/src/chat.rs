@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use anyhow::{Result, bail};
 use async_trait::async_trait;
 use dataref_agent::{
-    AgentEvent, ApprovalRequest, ApproveAll, Approver, Decision, EventSink, NoOneToAsk, Send,
-    SessionStore,
+    AgentEvent, ApprovalRequest, ApproveAll, Approver, Decision, EventSink, NoOneToAsk,
+    SendRequest, SessionStore,
 };
 use dataref_app::{App, SpillSweep, spawn_sweepers};
 use dataref_tool::RunContext;
@@ -84,7 +84,7 @@ pub fn ask(
     };
     let cancel = CancellationToken::new();
     let sent = app.runtime.block_on(async {
-        let run = app.agents.send(Send {
+        let run = app.agents.send(SendRequest {
             ctx,
             agent: opts.agent,
             session: opts.session,
@@ -194,7 +194,7 @@ pub fn chat(common: &Common, opts: Options<'_>) -> Result<ExitCode> {
                 continue;
             }
             let cancel = CancellationToken::new();
-            let run = app.agents.send(Send {
+            let run = app.agents.send(SendRequest {
                 ctx: ctx.clone(),
                 agent: Some(&agent.name),
                 session: Some(session.clone()),

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 // The seed's question (which product lines lost the most revenue from one quarter to the
 // next?) as code: the same the agent's scripted analyst sends.
 use dataref_agent::scripted::{QOQ_CODE, QOQ_SQL};
-use dataref_agent::{AgentEvent, AgentHost, EventSink, NoOneToAsk, Send};
+use dataref_agent::{AgentEvent, AgentHost, EventSink, NoOneToAsk, SendRequest};
 use dataref_app::Sample;
 use dataref_mcp::rmcp;
 use dataref_mcp::{DatarefServer, connect_in_process};
@@ -91,7 +91,7 @@ async fn agent_section(agents: &AgentHost, ctx: RunContext) -> Result<ExitCode> 
     drop(out);
     let steps = StepLines::default();
     let sent = agents
-        .send(Send {
+        .send(SendRequest {
             ctx,
             agent: None,
             session: None,

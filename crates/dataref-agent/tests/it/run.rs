@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dataref_agent::{
     AgentEvent, AgentHost, ApprovalRequest, ApproveAll, Approver, Decision, EventSink, NoOneToAsk,
-    Send, Sent, Stopped,
+    SendRequest, Sent, Stopped,
 };
 use dataref_config::{Approval, Config};
 use dataref_protocol::Principal;
@@ -126,7 +126,7 @@ impl Fixture {
         let events = Events::default();
         let sent = self
             .host
-            .send(Send {
+            .send(SendRequest {
                 ctx: self.ctx(principal),
                 agent: None,
                 session: session.map(str::to_owned),
@@ -755,7 +755,7 @@ async fn cancellation_stops_the_turn() {
     let t0 = std::time::Instant::now();
     let sent = f
         .host
-        .send(Send {
+        .send(SendRequest {
             ctx: f.ctx("ana"),
             agent: None,
             session: None,
@@ -802,7 +802,7 @@ async fn the_first_request_is_what_the_model_reads_first() {
     ));
     let events = Events::default();
     f.host
-        .send(Send {
+        .send(SendRequest {
             ctx,
             agent: None,
             session: None,
@@ -1066,7 +1066,7 @@ async fn cancelling_stops_the_running_tool() {
     let events = Events::default();
     let cancel = CancellationToken::new();
     let started = std::time::Instant::now();
-    let run = f.host.send(Send {
+    let run = f.host.send(SendRequest {
         ctx: f.ctx("ana"),
         agent: None,
         session: None,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
 
-use super::{JailError, Limits};
+use super::{JailError, JobLimits};
 
 const ROOT: &str = "/sys/fs/cgroup";
 const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
@@ -40,7 +40,7 @@ pub struct CgroupSupport {
 }
 
 impl CgroupSupport {
-    /// Every limit [`Limits`] asks for can be enforced by cgroups.
+    /// Every limit [`JobLimits`] asks for can be enforced by cgroups.
     pub fn complete(&self) -> bool {
         self.memory && self.pids && self.cpu
     }
@@ -69,7 +69,7 @@ pub fn detect() -> CgroupSupport {
     if version.is_none() {
         return support;
     }
-    let probe_limits = Limits::default();
+    let probe_limits = JobLimits::default();
     if let Ok(cg) = JobCgroup::create(&probe_limits) {
         support.memory = cg.memory.is_some();
         support.pids = cg.pids.is_some();
@@ -98,7 +98,7 @@ static NEXT_JOB: AtomicU64 = AtomicU64::new(0);
 impl JobCgroup {
     /// Creates the job's cgroup and writes the limits. Controllers that cannot be used are
     /// left `None`; the caller decides whether that is acceptable.
-    pub(crate) fn create(limits: &Limits) -> Result<Self, JailError> {
+    pub(crate) fn create(limits: &JobLimits) -> Result<Self, JailError> {
         let name = format!(
             "{PREFIX}{}-{}",
             super::owner::tag(),
@@ -122,7 +122,7 @@ impl JobCgroup {
         Ok(cg)
     }
 
-    fn create_v1(&mut self, name: &str, limits: &Limits) {
+    fn create_v1(&mut self, name: &str, limits: &JobLimits) {
         let own = own_cgroups();
         for controller in V1_CONTROLLERS {
             let Some(rel) = own.iter().find_map(|(names, path)| {
@@ -174,7 +174,7 @@ impl JobCgroup {
         }
     }
 
-    fn create_v2(&mut self, name: &str, limits: &Limits) -> Result<(), JailError> {
+    fn create_v2(&mut self, name: &str, limits: &JobLimits) -> Result<(), JailError> {
         let rel = own_cgroups()
             .into_iter()
             .find_map(|(names, path)| names.is_empty().then_some(path))

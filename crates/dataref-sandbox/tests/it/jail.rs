@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dataref_sandbox::jail::{
-    self, CpuLimit, Enforcement, JAIL_UID, JailError, JobOutcome, JobSpec, JobStatus, Limits,
+    self, CpuLimit, Enforcement, JAIL_UID, JailError, JobLimits, JobOutcome, JobSpec, JobStatus,
     RoBind,
 };
 
@@ -49,14 +49,14 @@ fn job() -> Job {
     }
 }
 
-fn limits() -> Limits {
-    Limits {
+fn limits() -> JobLimits {
+    JobLimits {
         wall_clock: Duration::from_secs(30),
-        ..Limits::default()
+        ..JobLimits::default()
     }
 }
 
-fn spec(job: &Job, program: &str, args: &[&str], limits: Limits) -> JobSpec {
+fn spec(job: &Job, program: &str, args: &[&str], limits: JobLimits) -> JobSpec {
     let mut spec = JobSpec::new(program, &job.work, limits);
     spec.args = args.iter().map(OsString::from).collect();
     spec.env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
@@ -71,7 +71,7 @@ fn out_file(outcome: &JobOutcome, rel: &str) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())).join(rel)
 }
 
-fn sh(script: &str, limits: Limits) -> (Job, JobOutcome) {
+fn sh(script: &str, limits: JobLimits) -> (Job, JobOutcome) {
     let job = job();
     let outcome = jail::run(&spec(&job, SH, &["-c", script], limits), &|| false).unwrap();
     (job, outcome)
@@ -199,7 +199,7 @@ head -c 2000000 /dev/zero > /tmp/big 2>/dev/null || echo "TMP FULL"
         secret = job.secret.display(),
         work = job.work.display(),
     );
-    let limits = Limits {
+    let limits = JobLimits {
         tmp_bytes: 1 << 20,
         ..limits()
     };
@@ -354,7 +354,7 @@ fn environment_carries_no_host_secret() {
 
 #[test]
 fn fork_bomb_is_bounded_and_another_job_still_runs() {
-    let bomb_limits = Limits {
+    let bomb_limits = JobLimits {
         pids: 32,
         wall_clock: Duration::from_secs(4),
         // Room for the shells' "Cannot fork" stream over the whole 4 s: on a loaded machine
@@ -386,7 +386,7 @@ fn fork_bomb_is_bounded_and_another_job_still_runs() {
 
 #[test]
 fn memory_bomb_reports_memory_limit() {
-    let limits = Limits {
+    let limits = JobLimits {
         memory_bytes: 64 << 20,
         ..limits()
     };
@@ -398,7 +398,7 @@ fn memory_bomb_reports_memory_limit() {
 
 #[test]
 fn infinite_loop_times_out_and_leaves_nothing_running() {
-    let limits = Limits {
+    let limits = JobLimits {
         wall_clock: Duration::from_secs(1),
         ..limits()
     };
@@ -426,7 +426,7 @@ fn daemonised_child_does_not_survive() {
 
 #[test]
 fn output_flood_kills_the_job() {
-    let limits = Limits {
+    let limits = JobLimits {
         stdout_bytes: 4096,
         ..limits()
     };
@@ -439,7 +439,7 @@ fn output_flood_kills_the_job() {
 
 #[test]
 fn file_size_and_out_total_are_capped_while_the_job_runs() {
-    let limits = Limits {
+    let limits = JobLimits {
         file_size: 1 << 20,
         out_bytes: 2 << 20,
         ..limits()
@@ -484,7 +484,7 @@ fn cancel_stops_the_job() {
 
 #[test]
 fn cpu_quota_is_written() {
-    let limits = Limits {
+    let limits = JobLimits {
         cpu: CpuLimit::Cores(0.5),
         ..limits()
     };

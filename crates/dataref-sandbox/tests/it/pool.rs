@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use arrow_array::{ArrayRef, Float64Array, RecordBatch, StringArray};
 use arrow_ipc::writer::FileWriter;
 use arrow_schema::{DataType, Field, Schema};
-use dataref_sandbox::jail::{JobStatus, Limits};
+use dataref_sandbox::jail::{JobLimits, JobStatus};
 use dataref_sandbox::pool::{PythonJob, PythonRun, PythonSandbox, SandboxSettings};
 use dataref_sandbox::runtime::RuntimeSpec;
 use dataref_sandbox::runtime::exchange::{ExchangeCaps, ExchangeError, JobResult};
@@ -32,7 +32,7 @@ pub(crate) fn settings(pool_size: usize) -> SandboxSettings {
         home: home(),
         runtime: RuntimeSpec::Managed { base: None },
         pool_size,
-        limits: Limits::default(),
+        limits: JobLimits::default(),
         caps: ExchangeCaps::default(),
         cgroups: Default::default(),
         max_concurrent: 4,
@@ -323,9 +323,9 @@ fn a_busy_loop_times_out_and_leaves_nothing_running() {
 #[test]
 fn a_memory_bomb_ends_at_the_memory_limit() {
     let pool = PythonSandbox::new(SandboxSettings {
-        limits: Limits {
+        limits: JobLimits {
             memory_bytes: 512 << 20,
-            ..Limits::default()
+            ..JobLimits::default()
         },
         ..settings(0)
     });

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow_array::{Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::ArrowError;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use dataref_sql::{Columns, Input, Limits, Query, SqlError};
+use dataref_sql::{Columns, Input, Query, QueryLimits, SqlError};
 
 fn sales() -> (SchemaRef, Vec<RecordBatch>) {
     let schema: SchemaRef = Arc::new(Schema::new(vec![
@@ -43,10 +43,10 @@ fn inputs() -> Vec<Input> {
 }
 
 async fn run(sql: &str) -> Result<Vec<RecordBatch>, SqlError> {
-    run_with(sql, &Limits::default()).await
+    run_with(sql, &QueryLimits::default()).await
 }
 
-async fn run_with(sql: &str, limits: &Limits) -> Result<Vec<RecordBatch>, SqlError> {
+async fn run_with(sql: &str, limits: &QueryLimits) -> Result<Vec<RecordBatch>, SqlError> {
     let mut q = Query::start(sql, inputs(), limits).await?;
     let mut out = Vec::new();
     while let Some(b) = q.next_batch().await? {
@@ -103,7 +103,7 @@ impl Columns for Recorded {
 async fn run_columns(sql: &str, source: &Arc<Recorded>) -> Result<Vec<RecordBatch>, SqlError> {
     let (schema, _) = sales();
     let input = Input::columns("sales", schema, source.clone());
-    let mut q = Query::start(sql, vec![input], &Limits::default()).await?;
+    let mut q = Query::start(sql, vec![input], &QueryLimits::default()).await?;
     let mut out = Vec::new();
     while let Some(b) = q.next_batch().await? {
         out.push(b);
@@ -229,7 +229,7 @@ async fn errors_say_where_and_list_the_tables() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_over_its_memory_is_a_clear_error() {
-    let limits = Limits {
+    let limits = QueryLimits {
         memory_bytes: 64 << 10,
         threads: 2,
     };
@@ -636,7 +636,7 @@ async fn inputs_with_different_schema_metadata_join_and_union() {
             8000,
         ),
     ] {
-        let mut q = Query::start(sql, inputs(), &Limits::default())
+        let mut q = Query::start(sql, inputs(), &QueryLimits::default())
             .await
             .unwrap();
         let b = q.next_batch().await.unwrap().unwrap();
@@ -663,7 +663,7 @@ async fn a_panic_in_the_engine_is_an_engine_error_not_a_result() {
     match Query::start(
         "SELECT count(*) FROM sales",
         vec![input],
-        &Limits::default(),
+        &QueryLimits::default(),
     )
     .await
     {
@@ -696,7 +696,7 @@ async fn date_trunc_of_a_date_agrees_with_the_timestamp_path() {
              FROM t"
         );
         let input = Input::new("t", schema.clone(), vec![batch.clone()]);
-        let mut q = Query::start(&sql, vec![input], &Limits::default())
+        let mut q = Query::start(&sql, vec![input], &QueryLimits::default())
             .await
             .unwrap();
         let b = q.next_batch().await.unwrap().unwrap();
@@ -707,7 +707,7 @@ async fn date_trunc_of_a_date_agrees_with_the_timestamp_path() {
     let q = Query::start(
         "SELECT date_trunc('month', d) AS m FROM t LIMIT 1",
         vec![input],
-        &Limits::default(),
+        &QueryLimits::default(),
     )
     .await
     .unwrap();
@@ -721,7 +721,7 @@ async fn date_trunc_of_a_date_agrees_with_the_timestamp_path() {
 /// refused before they build it; the same functions on ordinary text run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn growing_functions_are_bounded_by_what_they_could_build() {
-    let limits = Limits {
+    let limits = QueryLimits {
         memory_bytes: 64 << 20,
         threads: 2,
     };

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dataref_config::{Config, Limits};
+use dataref_config::{CallLimits, Config};
 use dataref_protocol::{Principal, ToolSpec};
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_tool::{
@@ -88,7 +88,7 @@ fn fixture() -> Fixture {
 
 /// The built-in tools (and `unruly`) for the caller `alice`, with the sample's limits
 /// changed by `tweak`.
-fn fixture_with(tweak: impl FnOnce(&mut Limits)) -> Fixture {
+fn fixture_with(tweak: impl FnOnce(&mut CallLimits)) -> Fixture {
     let home = tempfile::tempdir().unwrap();
     let mut config = Config::builtin_sample(home.path().to_owned(), 2_000);
     tweak(&mut config.limits);

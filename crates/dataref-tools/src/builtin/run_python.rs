@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dataref_config::{Config, PythonConfig};
 use dataref_protocol::{DataRef, Description, ToolSpec};
-use dataref_sandbox::jail::{CgroupPolicy, CpuLimit, JobStatus, Limits};
+use dataref_sandbox::jail::{CgroupPolicy, CpuLimit, JobLimits, JobStatus};
 use dataref_sandbox::pool::{PythonJob, PythonRun, PythonSandbox, SandboxError, SandboxSettings};
 use dataref_sandbox::runtime::RuntimeSpec;
 use dataref_sandbox::runtime::exchange::{
@@ -184,7 +184,7 @@ pub fn sandbox_settings(config: &Config) -> SandboxSettings {
         home: config.home.clone(),
         runtime,
         pool_size: p.pool_size,
-        limits: Limits {
+        limits: JobLimits {
             memory_bytes: p.memory_bytes,
             pids: p.max_processes,
             cpu: CpuLimit::Cores(p.cpus),
@@ -192,7 +192,7 @@ pub fn sandbox_settings(config: &Config) -> SandboxSettings {
             stdout_bytes: STREAM_CAP_BYTES,
             stderr_bytes: STREAM_CAP_BYTES,
             out_bytes: p.out_bytes,
-            ..Limits::default()
+            ..JobLimits::default()
         },
         max_concurrent: p.max_concurrent,
         caps: ExchangeCaps {

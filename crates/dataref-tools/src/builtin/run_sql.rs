@@ -12,7 +12,7 @@ use arrow_schema::ArrowError;
 use async_trait::async_trait;
 use dataref_config::SqlConfig;
 use dataref_protocol::{DataRef, Description, ToolSpec};
-use dataref_sql::{Columns, Input, Limits, Query, SqlError};
+use dataref_sql::{Columns, Input, Query, QueryLimits, SqlError};
 use dataref_store::{ArtifactMeta, Lineage, MappedTable, SampleOptions, describe};
 use dataref_tool::{RunContext, ToolError, ToolOutput, TypedTool};
 use schemars::JsonSchema;
@@ -162,9 +162,9 @@ impl TypedTool for RunSqlTool {
             })
             .await?
         };
-        let limits = Limits {
+        let limits = QueryLimits {
             memory_bytes: usize::try_from(self.config.memory_bytes).unwrap_or(usize::MAX),
-            ..Limits::default()
+            ..QueryLimits::default()
         };
         let timeout = self.config.timeout;
         let work = run_query(
@@ -254,7 +254,7 @@ fn sql_error(e: SqlError) -> ToolError {
 async fn run_query(
     sql: String,
     inputs: Vec<Input>,
-    limits: Limits,
+    limits: QueryLimits,
     store_as: StoreAs,
     config: &SqlConfig,
     ctx: &RunContext,

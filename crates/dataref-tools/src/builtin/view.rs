@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use dataref_chart::{Body, Plot, XScale};
 use dataref_config::SqlConfig;
 use dataref_protocol::{DataRef, ToolSpec, VIEW_URI};
-use dataref_sql::{Columns, Input, Limits, Query};
+use dataref_sql::{Columns, Input, Query, QueryLimits};
 use dataref_store::{MappedTable, cell_to_json, did_you_mean};
 use dataref_tool::{RunContext, ToolError, ToolOutput, TypedTool};
 use schemars::JsonSchema;
@@ -424,7 +424,11 @@ fn sql_error(e: dataref_sql::SqlError) -> ToolError {
     }
 }
 
-async fn collect(sql: &str, input: Input, limits: &Limits) -> Result<Vec<RecordBatch>, ToolError> {
+async fn collect(
+    sql: &str,
+    input: Input,
+    limits: &QueryLimits,
+) -> Result<Vec<RecordBatch>, ToolError> {
     let mut q = Query::start(sql, vec![input], limits)
         .await
         .map_err(sql_error)?;
@@ -587,9 +591,9 @@ impl TypedTool for ViewRowsTool {
             };
             let descending: Vec<bool> = a.sort.iter().map(|s| s.descending).collect();
             let offset = a.offset;
-            let limits = Limits {
+            let limits = QueryLimits {
                 memory_bytes: usize::try_from(self.config.memory_bytes).unwrap_or(usize::MAX),
-                ..Limits::default()
+                ..QueryLimits::default()
             };
             let work = async {
                 if deep {

@@ -24,7 +24,7 @@ mod view;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dataref_config::{Config, Limits};
+use dataref_config::{CallLimits, Config};
 use dataref_protocol::Principal;
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_tool::{
@@ -50,13 +50,13 @@ fn fixture() -> Fixture {
 
 /// The built-in tools for the caller `alice`, with the sample's limits
 /// changed by `tweak`.
-fn fixture_with(tweak: impl FnOnce(&mut Limits)) -> Fixture {
+fn fixture_with(tweak: impl FnOnce(&mut CallLimits)) -> Fixture {
     fixture_full(tweak, None)
 }
 
 /// [`fixture_with`], with `run_python` on a sandbox of the test's own.
 fn fixture_full(
-    tweak: impl FnOnce(&mut Limits),
+    tweak: impl FnOnce(&mut CallLimits),
     python: Option<Arc<dataref_sandbox::pool::PythonSandbox>>,
 ) -> Fixture {
     let home = tempfile::tempdir().unwrap();
