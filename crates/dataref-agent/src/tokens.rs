@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Mutex, MutexGuard};
 
-use tiktoken_rs::CoreBPE;
+pub use tiktoken_rs::CoreBPE;
 use tiktoken_rs::tokenizer::{Tokenizer, get_tokenizer};
 
 use crate::message::{Message, ToolDefinition};
@@ -48,6 +48,12 @@ pub const REPLY_PRIMING: usize = 3;
 
 /// Cached counts kept before the cache is cleared.
 const CACHE_LIMIT: usize = 10_000;
+
+/// The o200k tokenizer (current OpenAI models'), loaded once per process: what `dataref
+/// demo` and the benchmarks measure what a model reads with.
+pub fn o200k_base() -> &'static CoreBPE {
+    tiktoken_rs::o200k_base_singleton()
+}
 
 /// Counts tokens with a model's tokenizer; counts of messages are cached.
 pub struct TokenCounter {

@@ -37,8 +37,6 @@ use dataref_tool::RunContext;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::tokenizer;
-
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Sample sizes the scripted analyst answers the seed's question on (the token table),
@@ -112,7 +110,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
     print_fit_table(&mut out, &history, args.runs, &fit_rows)?;
     drop(out);
 
-    let bpe = tokenizer()?;
+    let bpe = dataref_agent::tokens::o200k_base();
     let mut sizes = Vec::new();
     for &n in &args.rows {
         dataref_app::progress_line(&format!(
@@ -121,7 +119,7 @@ pub fn run(args: &AgentArgs) -> Result<()> {
         let sample = Sample::prepare(home.clone(), n, PRINCIPAL)?;
         let measured = sample
             .runtime
-            .block_on(seed_run(&sample, &home, n, &bpe))
+            .block_on(seed_run(&sample, &home, n, bpe))
             .with_context(|| format!("the scripted analyst on {n} rows"))?;
         sizes.push(measured);
     }
@@ -1000,7 +998,7 @@ async fn seed_run(
     sample: &Sample,
     home: &Path,
     rows: u64,
-    bpe: &tiktoken_rs::CoreBPE,
+    bpe: &dataref_agent::tokens::CoreBPE,
 ) -> Result<SeedRun> {
     let config = config_without_endpoint(home, rows);
     let profile = config
@@ -1067,7 +1065,7 @@ fn naive_cost(
     store: &dyn ArtifactStore,
     ctx: &RunContext,
     data_ref: &DataRef,
-    bpe: &tiktoken_rs::CoreBPE,
+    bpe: &dataref_agent::tokens::CoreBPE,
 ) -> Result<(usize, usize, usize)> {
     let table = store.open_table(&ctx.principal, data_ref)?;
     let total = table.meta.rows as usize;

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use dataref_app::Sample;
 
-use crate::{result_text, tokenizer};
+use crate::result_text;
 
 #[derive(Debug, Args)]
 pub struct ContextArgs {
@@ -50,7 +50,7 @@ struct Size {
 }
 
 impl Size {
-    fn of(bpe: &tiktoken_rs::CoreBPE, text: &str) -> Self {
+    fn of(bpe: &dataref_agent::tokens::CoreBPE, text: &str) -> Self {
         Self {
             bytes: text.len(),
             tokens: bpe.encode_with_special_tokens(text).len(),
@@ -73,7 +73,7 @@ struct Measured {
 
 pub fn run(args: &ContextArgs) -> Result<()> {
     let home = dataref_app::home(None)?;
-    let bpe = tokenizer()?;
+    let bpe = dataref_agent::tokens::o200k_base();
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -84,7 +84,7 @@ pub fn run(args: &ContextArgs) -> Result<()> {
         let sample = Sample::prepare(home.clone(), n, "bench-context")?;
         let (steps, tools) = sample
             .runtime
-            .block_on(replay(&sample, &bpe))
+            .block_on(replay(&sample, bpe))
             .with_context(|| format!("replaying the transcript on {n} rows"))?;
         print_table(&mut out, n, &steps, &tools)?;
     }
@@ -98,7 +98,10 @@ struct ToolsList {
     whole: Size,
 }
 
-async fn replay(sample: &Sample, bpe: &tiktoken_rs::CoreBPE) -> Result<(Vec<Measured>, ToolsList)> {
+async fn replay(
+    sample: &Sample,
+    bpe: &dataref_agent::tokens::CoreBPE,
+) -> Result<(Vec<Measured>, ToolsList)> {
     let session = connect_in_process(
         DatarefServer::new(sample.registry.clone(), sample.ctx.clone()),
         (),
@@ -180,7 +183,11 @@ pub(super) fn pointer(r: &CallToolResult, at: &str) -> Result<String> {
         .with_context(|| format!("no `{at}` in the result"))
 }
 
-fn measure(bpe: &tiktoken_rs::CoreBPE, call: &'static str, r: &CallToolResult) -> Result<Measured> {
+fn measure(
+    bpe: &dataref_agent::tokens::CoreBPE,
+    call: &'static str,
+    r: &CallToolResult,
+) -> Result<Measured> {
     let structured = match &r.structured_content {
         Some(v) => serde_json::to_string(v)?,
         None => String::new(),

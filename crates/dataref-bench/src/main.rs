@@ -325,11 +325,6 @@ fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
     Ok(out)
 }
 
-/// The o200k tokenizer (current OpenAI models'), for what the model reads.
-fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
-    tiktoken_rs::o200k_base().map_err(|e| anyhow::anyhow!("loading the o200k tokenizer: {e}"))
-}
-
 /// The text blocks of a result, joined by newlines.
 fn result_text(r: &dataref_mcp::rmcp::model::CallToolResult) -> String {
     r.content

@@ -179,10 +179,6 @@ impl EventSink for StepLines {
     }
 }
 
-fn tokenizer() -> Result<tiktoken_rs::CoreBPE> {
-    tiktoken_rs::o200k_base().map_err(|e| anyhow::anyhow!("loading the o200k tokenizer: {e}"))
-}
-
 /// Every content block as a host that passes them all shows the model: a text block by its
 /// text, any other block (a resource link, an image) by its JSON as sent.
 fn content_as_seen(r: &CallToolResult) -> String {
@@ -202,7 +198,7 @@ async fn play(
     store: Arc<dyn ArtifactStore>,
     sample_rows: u64,
 ) -> Result<()> {
-    let bpe = tokenizer()?;
+    let bpe = dataref_agent::tokens::o200k_base();
     let session = connect_in_process(DatarefServer::new(registry, ctx.clone()), ())
         .await
         .context("MCP handshake with the in-process server")?;
@@ -237,7 +233,7 @@ async fn play(
 
     let mut steps = Vec::new();
     let args = json!({"since": "2025-01-01"});
-    let fetched = call(&client, &mut out, &bpe, "fetch_sales", args, &mut steps).await?;
+    let fetched = call(&client, &mut out, bpe, "fetch_sales", args, &mut steps).await?;
     let data_ref = fetched
         .structured_content
         .as_ref()
@@ -257,7 +253,7 @@ async fn play(
     call(
         &client,
         &mut out,
-        &bpe,
+        bpe,
         "describe_data",
         json!({"dataRef": data_ref}),
         &mut steps,
@@ -271,7 +267,7 @@ async fn play(
     let python = call(
         &client,
         &mut out,
-        &bpe,
+        bpe,
         "run_python",
         json!({"code": QOQ_CODE, "inputs": {"sales": data_ref}}),
         &mut steps,
@@ -305,7 +301,7 @@ async fn play(
     let sql = call(
         &client,
         &mut out,
-        &bpe,
+        bpe,
         "run_sql",
         json!({"sql": QOQ_SQL, "inputs": {"sales": data_ref}, "store_as": "value"}),
         &mut steps,
@@ -328,7 +324,7 @@ async fn play(
     let chart = call(
         &client,
         &mut out,
-        &bpe,
+        bpe,
         "render_chart",
         json!({
             "dataRef": losers_ref,
@@ -348,7 +344,7 @@ async fn play(
     let export = call(
         &client,
         &mut out,
-        &bpe,
+        bpe,
         "export_data",
         json!({"source": delta_ref, "format": "csv", "filename": "qoq-delta"}),
         &mut steps,
@@ -363,7 +359,7 @@ async fn play(
     let listed = call(
         &client,
         &mut out,
-        &bpe,
+        bpe,
         "list_artifacts",
         json!({}),
         &mut steps,
@@ -382,7 +378,7 @@ async fn play(
     let tabled = call(
         &client,
         &mut out,
-        &bpe,
+        bpe,
         "run_python",
         json!({
             "code": SPILL_TO_TABLE_CODE.replace("{path}", &spilled),
@@ -401,7 +397,7 @@ async fn play(
     let kept = call(
         &client,
         &mut out,
-        &bpe,
+        bpe,
         "export_data",
         json!({"source": artifacts_ref, "format": "xlsx", "filename": "artifacts"}),
         &mut steps,
@@ -443,7 +439,7 @@ async fn play(
 
     // What returning the rows as JSON (the naive pattern) would have cost.
     let data_ref = DataRef::parse(&data_ref).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (naive_bytes, naive_tokens) = naive_cost(store.as_ref(), &ctx, &data_ref, &bpe)?;
+    let (naive_bytes, naive_tokens) = naive_cost(store.as_ref(), &ctx, &data_ref, bpe)?;
 
     writeln!(out, "summary")?;
     writeln!(out, "| step | rows handled | bytes to the model | tokens |")?;
@@ -475,7 +471,7 @@ async fn play(
 async fn call(
     client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
     out: &mut std::io::StdoutLock<'_>,
-    bpe: &tiktoken_rs::CoreBPE,
+    bpe: &dataref_agent::tokens::CoreBPE,
     tool: &str,
     args: Value,
     steps: &mut Vec<Step>,
@@ -512,7 +508,7 @@ fn naive_cost(
     store: &dyn ArtifactStore,
     ctx: &RunContext,
     data_ref: &DataRef,
-    bpe: &tiktoken_rs::CoreBPE,
+    bpe: &dataref_agent::tokens::CoreBPE,
 ) -> Result<(usize, usize)> {
     let table = store.open_table(&ctx.principal, data_ref)?;
     let total = table.meta.rows as usize;

@@ -27,7 +27,7 @@ async fn listed() -> Vec<Tool> {
 async fn tools_list_fits_the_token_budget() {
     let tools = listed().await;
     assert_eq!(tools.len(), 13, "every built-in tool is listed");
-    let bpe = tiktoken_rs::o200k_base().expect("o200k");
+    let bpe = dataref_agent::tokens::o200k_base();
     let visible: Vec<Value> = tools
         .iter()
         .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
