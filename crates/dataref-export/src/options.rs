@@ -54,6 +54,20 @@ pub struct SortBy {
     pub order: Order,
 }
 
+impl SortBy {
+    /// By `column`, largest first when `descending`.
+    pub fn new(column: impl Into<String>, descending: bool) -> Self {
+        Self {
+            column: column.into(),
+            order: if descending {
+                Order::Descending
+            } else {
+                Order::Ascending
+            },
+        }
+    }
+}
+
 /// Whether a CSV file starts with a UTF-8 byte order mark (which Excel needs to read
 /// UTF-8 rather than the local code page).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use dataref_export::{Bom, ExportError, ExportOptions, Format, Formulas, Order, SortBy};
+use dataref_export::{Bom, ExportError, ExportOptions, Format, Formulas, SortBy};
 use dataref_protocol::{DataRef, ToolSpec};
 use dataref_workspace::{Overwrite, Workspace, WorkspacePath, WorkspacePathError};
 use schemars::JsonSchema;
@@ -129,14 +129,9 @@ impl TypedTool for ExportDataTool {
         let options = ExportOptions {
             columns: a.columns,
             headers: a.headers.unwrap_or_default(),
-            sort: a.sort_by.map(|column| SortBy {
-                column,
-                order: if a.descending.unwrap_or(false) {
-                    Order::Descending
-                } else {
-                    Order::Ascending
-                },
-            }),
+            sort: a
+                .sort_by
+                .map(|column| SortBy::new(column, a.descending.unwrap_or(false))),
             offset: a.offset.unwrap_or(0),
             limit: a.limit,
             bom: if a.bom.unwrap_or(false) {

@@ -3,7 +3,7 @@
 //! only with `[tables] inline`); the model gets the path and how many rows were shown.
 
 use async_trait::async_trait;
-use dataref_export::{Order, SortBy, sort_order};
+use dataref_export::{SortBy, sort_order};
 use dataref_protocol::{DataRef, ToolSpec};
 use dataref_store::{Table, cell_to_json, did_you_mean};
 use dataref_tool::TypedTool;
@@ -208,14 +208,7 @@ impl Shown {
                 .collect(),
             Some(name) => {
                 let c = column_index(table, name)?;
-                let sort = SortBy {
-                    column: name.to_owned(),
-                    order: if descending {
-                        Order::Descending
-                    } else {
-                        Order::Ascending
-                    },
-                };
+                let sort = SortBy::new(name, descending);
                 let order = sort_order(&table.batches, c, &sort, Some(limit))
                     .map_err(super::export_data::export_error)?;
                 // Rows are numbered across batches: back to (batch, row).
