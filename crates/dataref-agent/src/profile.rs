@@ -267,7 +267,7 @@ fn endpoint(
     let api_key = match &profile.model.api_key {
         None => None,
         Some(raw) => Some(
-            dataref_config::env::expand(raw, &|n| std::env::var(n).ok()).map_err(|e| {
+            dataref_config::env::expand(raw, &dataref_config::env::process).map_err(|e| {
                 ProfileError::ApiKey {
                     agent: agent.to_owned(),
                     detail: match e {

@@ -6,7 +6,7 @@
 //! [`SessionStore`] is what callers use; where the rows live is its [`SessionBackend`]:
 //! SQLite under the data dir (`agent/sessions.sqlite`, [`SessionStore::open`]) for one
 //! server or several on one data dir, or the shared index of several replicas
-//! (`dataref-shared`), which also holds a session against the other replicas while it
+//! (`dataref-replica`), which also holds a session against the other replicas while it
 //! answers a message ([`SessionBackend::lock`]).
 
 mod sqlite;

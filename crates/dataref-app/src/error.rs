@@ -44,7 +44,7 @@ pub enum Error {
     #[error(
         "connecting to the shared store (`[shared]`: the object store and the PostgreSQL index)\nhint: check that both are reachable from this machine and that the credentials are set in the environment"
     )]
-    Shared(#[source] Box<dataref_shared::SharedError>),
+    Shared(#[source] Box<dataref_replica::SharedError>),
     #[error("opening the workspace `{}`", dir.display())]
     Workspace {
         dir: PathBuf,

@@ -31,12 +31,12 @@ mod upstreams;
 use std::sync::Arc;
 
 use dataref_agent::AgentHost;
+use dataref_builtins::builtin_registry_builder;
 use dataref_config::Config;
 use dataref_mcp::upstream::Upstreams;
 use dataref_sandbox::pool::PythonSandbox;
 use dataref_store::{ArtifactStore, SystemClock};
 use dataref_tool::{SharedContext, ToolRegistry, WorkspaceMirrors};
-use dataref_tools::builtin_registry_builder;
 use dataref_workspace::Mirror;
 
 pub use error::{Error, Result};
@@ -62,7 +62,7 @@ pub struct App {
     /// The `[agents.NAME]` profiles on this registry, and their sessions.
     pub agents: Arc<AgentHost>,
     /// The object store and index shared with other replicas (`[shared]`), if any.
-    pub shared_backend: Option<dataref_shared::Shared>,
+    pub shared_backend: Option<dataref_replica::Shared>,
 }
 
 impl std::fmt::Debug for App {
@@ -144,7 +144,7 @@ impl App {
 /// Each principal's workspace files in the shared backend, within the workspace quota.
 #[derive(Debug)]
 struct Mirrors {
-    backend: dataref_shared::Shared,
+    backend: dataref_replica::Shared,
     quota: u64,
 }
 

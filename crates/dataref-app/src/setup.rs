@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use dataref_config::{Config, env};
 use dataref_protocol::Principal;
+use dataref_replica::Shared;
 use dataref_sandbox::pool::PythonSandbox;
-use dataref_shared::Shared;
 use dataref_store::{LocalStore, StoreLimits, SystemClock};
 use dataref_tool::SharedContext;
 use dataref_workspace::Workspace;
@@ -153,7 +153,9 @@ pub fn python_sandbox(config: &Config) -> Option<Arc<PythonSandbox>> {
     if !config.python.enabled {
         return None;
     }
-    let sandbox = Arc::new(PythonSandbox::new(dataref_tools::sandbox_settings(config)));
+    let sandbox = Arc::new(PythonSandbox::new(dataref_builtins::sandbox_settings(
+        config,
+    )));
     // Returns at once: the pool's own thread finds the runtime and starts the sandboxes.
     sandbox.prewarm();
     Some(sandbox)

@@ -18,8 +18,8 @@ pub enum SpillSweep {
     AllPrincipals,
     /// Every principal's in the index the replicas share (`serve --http` with `[shared]`);
     /// each replica's local copies follow at its next look. Also sweeps the bucket's
-    /// objects no row names (after [`dataref_shared::ORPHAN_AGE`]).
-    Shared(dataref_shared::Shared),
+    /// objects no row names (after [`dataref_replica::ORPHAN_AGE`]).
+    Shared(dataref_replica::Shared),
 }
 
 /// Starts the sweepers of a server under `config`: expired artifacts every
@@ -53,7 +53,7 @@ pub fn spawn_sweepers(
 /// Every `[spill] sweep_interval`, the spill files of every principal older than the
 /// retention go from the shared index (any replica may do it; each row goes once).
 fn spawn_shared_spill_sweeper(
-    backend: dataref_shared::Shared,
+    backend: dataref_replica::Shared,
     clock: Arc<dyn Clock>,
     spill: &dataref_config::SpillConfig,
 ) {
@@ -82,15 +82,15 @@ fn spawn_shared_spill_sweeper(
 }
 
 /// Every `interval`, the bucket's objects no index row names and older than
-/// [`dataref_shared::ORPHAN_AGE`] go: uploads of a replica that died before indexing them,
+/// [`dataref_replica::ORPHAN_AGE`] go: uploads of a replica that died before indexing them,
 /// replaced versions of workspace files.
-fn spawn_orphan_sweeper(backend: dataref_shared::Shared, interval: Duration) {
+fn spawn_orphan_sweeper(backend: dataref_replica::Shared, interval: Duration) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         loop {
             tick.tick().await;
             let b = backend.clone();
-            match tokio::task::spawn_blocking(move || b.sweep_orphans(dataref_shared::ORPHAN_AGE))
+            match tokio::task::spawn_blocking(move || b.sweep_orphans(dataref_replica::ORPHAN_AGE))
                 .await
             {
                 Ok(Ok(0)) => {}

@@ -38,7 +38,7 @@ pub fn section(dir: &Path, out: &mut impl Write) -> Result<()> {
         mirrors: None,
     };
     let ctx = shared.context(fetched.owner.clone(), workspace);
-    let registry = dataref_tools::builtin_registry_with(&config, None)?;
+    let registry = dataref_builtins::builtin_registry_with(&config, None)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

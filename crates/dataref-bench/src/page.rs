@@ -217,7 +217,7 @@ fn rows_section(args: &PageArgs, python: &str, dir: &Path) -> Result<RowsMeasure
         mirrors: None,
     };
     let ctx = shared.context(fetched.owner.clone(), workspace);
-    let registry = dataref_tools::builtin_registry_with(&config, None)?;
+    let registry = dataref_builtins::builtin_registry_with(&config, None)?;
     let path = store
         .open_table(&fetched.owner, &fetched.meta.data_ref)?
         .path;

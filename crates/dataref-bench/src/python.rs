@@ -327,7 +327,7 @@ pub(super) fn worker(args: &WorkerArgs) -> Result<Value> {
     check_home(&args.home)?;
     // The sandbox `serve` would build from the built-in config, over `home`.
     let server =
-        dataref_tools::sandbox_settings(&Config::builtin_sample(args.home.clone(), args.rows));
+        dataref_builtins::sandbox_settings(&Config::builtin_sample(args.home.clone(), args.rows));
     let with_pool = |pool_size| SandboxSettings {
         pool_size,
         ..server.clone()

@@ -137,7 +137,7 @@ pub fn run(args: &SharedArgs, dir: Option<&Path>) -> Result<()> {
         )?))
     };
     let replica = |home: &Path| -> Result<Arc<dyn ArtifactStore>> {
-        let s = dataref_shared::Shared::connect(&shared, home, &lookup)?;
+        let s = dataref_replica::Shared::connect(&shared, home, &lookup)?;
         Ok(Arc::new(
             s.artifact_store(limits.clone(), Arc::new(SystemClock))?,
         ))

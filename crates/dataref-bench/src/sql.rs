@@ -240,7 +240,7 @@ fn measure(
         mirrors: None,
     };
     let ctx = shared.context(fetched.owner.clone(), workspace);
-    let registry = dataref_tools::builtin_registry_with(config, None)?;
+    let registry = dataref_builtins::builtin_registry_with(config, None)?;
     // The engine-only runs take the table opened once, with the limits the tool uses.
     let table = store.open_table(&fetched.owner, &fetched.meta.data_ref)?;
     let limits = dataref_sql::QueryLimits {

@@ -24,9 +24,9 @@
 //! ```
 //!
 //! Owns: the file format and its resolution, units (durations, sizes), every environment
-//! variable name. Must not import any dataref crate but `dataref-protocol`, and nothing that
-//! opens a source, the store or the network: resolution checks what can be checked from the
-//! text alone.
+//! variable name, and the process's TLS provider ([`tls`]). Must not import any dataref
+//! crate but `dataref-protocol`, and nothing that opens a source, the store or the network:
+//! resolution checks what can be checked from the text alone.
 
 #![expect(
     clippy::disallowed_methods,
@@ -42,6 +42,7 @@ mod raw;
 mod resolve;
 mod shared;
 mod spill;
+pub mod tls;
 mod units;
 mod upstream;
 

@@ -3,7 +3,7 @@
 //! A run that needs an `ask` tool approved waits on the replica that runs it, while the
 //! answer (`POST /agent/sessions/{id}/approvals/{call_id}`) may reach any replica. One
 //! server keeps them in memory ([`Approvals`]); replicas behind a load balancer share them
-//! through an [`ApprovalStore`] every replica reaches (`dataref-shared`). Either way only a
+//! through an [`ApprovalStore`] every replica reaches (`dataref-replica`). Either way only a
 //! pending call of the same principal and session is answered: another principal's call
 //! is the same "none pending" as an unknown one.
 

@@ -233,8 +233,7 @@ pub fn download_key(
     http: &HttpConfig,
     replicated: &Replicated,
 ) -> Result<Option<SigningKey>, HttpError> {
-    let lookup = |name: &str| std::env::var(name).ok();
-    files::configured_key(http.signing_key.as_deref(), &lookup)
+    files::configured_key(http.signing_key.as_deref(), &dataref_config::env::process)
         .map(|configured| configured.or_else(|| replicated.signing_key.clone()))
 }
 
@@ -294,13 +293,18 @@ pub(crate) fn check(
         principals,
         anonymous,
     } = options;
-    let lookup = |name: &str| std::env::var(name).ok();
-    let auth = auth::Authenticator::new(http, principals, anonymous.clone(), public_url, &lookup)?;
+    let auth = auth::Authenticator::new(
+        http,
+        principals,
+        anonymous.clone(),
+        public_url,
+        &dataref_config::env::process,
+    )?;
     let guard = guard::Guard::new(http, public_url);
     let signer = Arc::new(files::Signer::with_shared(
         http.signing_key.as_deref(),
         shared_key,
-        &lookup,
+        &dataref_config::env::process,
     )?);
     Ok(Checked {
         auth,

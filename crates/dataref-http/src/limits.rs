@@ -5,7 +5,7 @@
 //! Over any → 429 with `Retry-After`.
 //!
 //! Who counts is a [`Limiter`]: [`LocalLimiter`] here counts in this process's memory (one
-//! server); the shared backend (`dataref-shared`) counts in its index, so several replicas
+//! server); the shared backend (`dataref-replica`) counts in its index, so several replicas
 //! behind a load balancer allow a principal the limits once, not once each. Both refuse
 //! with the same [`Refused`], so a client gets the same answers from either.
 

@@ -20,7 +20,7 @@
 //! connecting; an unset variable is an error naming the upstream and the variable.
 //!
 //! The registry is the caller's: this crate needs only the framework (`dataref-tool`), and
-//! the built-in tools come from `dataref_tools::builtin_registry_builder` in the host.
+//! the built-in tools come from `dataref_builtins::builtin_registry_builder` in the host.
 //!
 //! ```no_run
 //! # async fn demo(
@@ -260,7 +260,7 @@ impl Upstream {
 /// environment. The first failure (in configuration order) is the error; the servers
 /// already started are stopped.
 pub async fn connect(configs: &[UpstreamConfig]) -> Result<Upstreams, UpstreamError> {
-    connect_with_env(configs, &|name| std::env::var(name).ok()).await
+    connect_with_env(configs, &dataref_config::env::process).await
 }
 
 /// [`connect`] with `${NAME}` values looked up in `env` instead of the process
@@ -321,7 +321,7 @@ pub async fn connect_with_env(
 /// Connects one server, reading `${NAME}` values from dataref's environment (`dataref
 /// doctor` checks each server on its own).
 pub async fn connect_one(config: &UpstreamConfig) -> Result<Upstream, UpstreamError> {
-    let target = connection::Target::resolve(config, &|name| std::env::var(name).ok())?;
+    let target = connection::Target::resolve(config, &dataref_config::env::process)?;
     mount(config.clone(), target).await
 }
 

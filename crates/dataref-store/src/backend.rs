@@ -8,7 +8,7 @@
 //!   files themselves in `artifacts/` ([`LocalFiles`]).
 //! - Several servers behind a load balancer: PostgreSQL for the index and object storage
 //!   for the bytes, with a bounded local cache of whole files so memory maps and the
-//!   descriptors handed to the sandbox keep working (the `dataref-shared` crate).
+//!   descriptors handed to the sandbox keep working (the `dataref-replica` crate).
 //!
 //! [`LocalStore::open`]: crate::LocalStore::open
 
@@ -178,7 +178,7 @@ impl ArtifactBytes for LocalFiles {
 }
 
 /// An index row's columns encoded as plain values, the same for every index: SQLite here,
-/// PostgreSQL in `dataref-shared`. Times are Unix seconds.
+/// PostgreSQL in `dataref-replica`. Times are Unix seconds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexRow {
     pub data_ref: String,

@@ -1,7 +1,7 @@
 //! The store on this machine's disk: one Arrow IPC file per table, memory-mapped to read.
 //! By default ([`LocalStore::open`]) the files are the artifacts themselves and one SQLite
 //! row indexes each; [`LocalStore::with_backend`] takes another index and another home for
-//! the bytes (PostgreSQL and object storage, `dataref-shared`), the local files then being
+//! the bytes (PostgreSQL and object storage, `dataref-replica`), the local files then being
 //! a cache of them.
 //!
 //! Layout under the home directory (the default backend):

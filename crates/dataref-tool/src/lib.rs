@@ -22,7 +22,7 @@
 //!   [`ToolRegistryBuilder::records_csv`].
 //!
 //! The built-in tools (`fetch_*`, `query`, `run_python`, `render_*`, `export_data`, the
-//! file tools) live in `dataref-tools`, above this crate. This crate must not import
+//! file tools) live in `dataref-builtins`, above this crate. This crate must not import
 //! `dataref-sandbox`, `dataref-sources`, `dataref-chart` or `dataref-export` (nor rmcp):
 //! the agent runtime depends on the framework without any tool's engine.
 //!

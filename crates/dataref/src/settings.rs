@@ -122,9 +122,7 @@ pub fn http_error(e: &HttpError) -> anyhow::Error {
 
 /// `--principal`, else `$DATAREF_PRINCIPAL`, else config.
 pub fn principal(flag: Option<&str>, config: &Config) -> Result<Principal> {
-    let from_env = std::env::var(env::DATAREF_PRINCIPAL)
-        .ok()
-        .filter(|p| !p.is_empty());
+    let from_env = env::process(env::DATAREF_PRINCIPAL).filter(|p| !p.is_empty());
     match flag.map(str::to_owned).or(from_env) {
         Some(p) => Principal::new(&p).with_context(|| format!("invalid principal `{p}`")),
         None => Ok(config.principal.clone()),

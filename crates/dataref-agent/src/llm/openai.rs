@@ -135,7 +135,7 @@ impl OpenAiCompatible {
             }
             _ => None,
         };
-        ensure_crypto_provider();
+        dataref_config::tls::install_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(settings.timeout.min(Duration::from_secs(30)))
             .build()
@@ -945,14 +945,6 @@ fn causes(e: &(dyn std::error::Error + 'static)) -> String {
         next = err.source();
     }
     parts.join(": ")
-}
-
-/// reqwest is built with rustls but no crypto provider of its own: `ring` is installed for
-/// the whole process before the first client is made (one installed first is kept).
-fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ fn sandbox() -> Arc<PythonSandbox> {
         let settings = SandboxSettings {
             home: runtime_home(),
             runtime: RuntimeSpec::Managed { base: None },
-            ..dataref_tools::sandbox_settings(&config)
+            ..dataref_builtins::sandbox_settings(&config)
         };
         let sandbox = Arc::new(PythonSandbox::new(settings));
         sandbox.runtime(&|_| {}).unwrap();
@@ -90,7 +90,7 @@ pub(crate) fn fixture_in(
         )
         .unwrap(),
     );
-    let registry = dataref_tools::builtin_registry_with(&config, python.then(sandbox)).unwrap();
+    let registry = dataref_builtins::builtin_registry_with(&config, python.then(sandbox)).unwrap();
     let host = AgentHost::build(&config, &registry).unwrap();
     let shared = SharedContext {
         home: config.home.clone(),
@@ -842,7 +842,7 @@ fn a_profile_naming_an_unknown_tool_or_variable_is_an_error_naming_it() {
         let home = tempfile::tempdir().unwrap();
         let mut config = Config::builtin_sample_with_env(home.path().to_owned(), 10, &|_| None);
         edit(config.agents.get_mut("default").unwrap());
-        let registry = dataref_tools::builtin_registry_with(&config, None).unwrap();
+        let registry = dataref_builtins::builtin_registry_with(&config, None).unwrap();
         AgentHost::build(&config, &registry)
             .map(|_| ())
             .map_err(|e| {

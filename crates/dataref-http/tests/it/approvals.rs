@@ -144,7 +144,7 @@ struct Replica {
 /// A replica on `env` whose runs ask before `fetch_sales`, with its approvals in `store`
 /// and `model` answering for its agent.
 async fn replica(env: &Env, store: Arc<dyn ApprovalStore>, model: Arc<Scripted>) -> Replica {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     let context = SharedContext {
         home: env.home.path().to_path_buf(),
         store: env.store.clone(),

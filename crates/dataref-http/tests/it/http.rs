@@ -96,7 +96,7 @@ fn shared(env: &Env) -> SharedContext {
 }
 
 async fn serve(env: &Env, http: HttpConfig) -> Served {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     let server = DatarefServer::per_request(env.registry.clone(), shared(env));
     let options = HttpOptions {
         http,
@@ -163,7 +163,7 @@ fn text(r: &CallToolResult) -> String {
 }
 
 fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     reqwest::Client::builder().build().unwrap()
 }
 

@@ -32,7 +32,7 @@ async fn post(c: &reqwest::Client, url: &str, body: Vec<u8>) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_bodies_get_a_json_rpc_error_and_the_server_keeps_serving() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     let env = Env::new(50).unwrap();
     let shared = SharedContext {
         home: env.home.path().to_path_buf(),

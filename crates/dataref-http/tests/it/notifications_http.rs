@@ -66,7 +66,7 @@ fn principals() -> BTreeMap<Principal, PrincipalConfig> {
 }
 
 async fn serve(env: &Env, http: HttpConfig) -> Served {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     let shared = SharedContext {
         home: env.home.path().to_path_buf(),
         store: env.store.clone(),

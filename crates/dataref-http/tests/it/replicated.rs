@@ -70,7 +70,7 @@ async fn serve(env: &Env, configured: Option<&str>, shared: Option<SigningKey>) 
 }
 
 async fn serve_with(env: &Env, configured: Option<&str>, replicated: Replicated) -> Served {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     let context = SharedContext {
         home: env.home.path().to_path_buf(),
         store: env.store.clone(),

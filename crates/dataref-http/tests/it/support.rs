@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dataref_builtins::builtin_registry;
 use dataref_config::Config;
 use dataref_mcp::rmcp::model::{
     LoggingLevel, LoggingMessageNotificationParam, ResourceUpdatedNotificationParam,
@@ -11,7 +12,6 @@ use dataref_mcp::rmcp::service::NotificationContext;
 use dataref_mcp::rmcp::{ClientHandler, RoleClient};
 use dataref_store::{ArtifactStore, Clock, LocalStore, StoreLimits, SystemClock};
 use dataref_tool::ToolRegistry;
-use dataref_tools::builtin_registry;
 use serde_json::Value;
 use tempfile::TempDir;
 

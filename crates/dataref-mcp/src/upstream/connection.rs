@@ -332,7 +332,7 @@ impl Connection {
                 }
             }
             Target::Http { url, headers } => {
-                ensure_crypto_provider();
+                dataref_config::tls::install_provider();
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(headers.clone());
                 let transport = StreamableHttpClientTransport::from_config(config);
@@ -400,16 +400,6 @@ impl Connection {
                 }
             }
         })
-    }
-}
-
-/// rmcp's HTTP client is reqwest built with rustls but no crypto provider of its own
-/// (the default one, aws-lc-rs, is a C and CMake build): `ring` is installed for the
-/// whole process before the first client is made. One installed by someone else first
-/// is kept.
-fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

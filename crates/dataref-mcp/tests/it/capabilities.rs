@@ -258,7 +258,7 @@ async fn completion_offers_only_declared_values_and_what_the_caller_owns() -> an
         q.params[0].default = Some(json!("2025-01-01"));
         q.params[0].required = false;
     }
-    env.registry = Arc::new(dataref_tools::builtin_registry(&env.config)?);
+    env.registry = Arc::new(dataref_builtins::builtin_registry(&env.config)?);
     let (alice, _) = connect(&env, "alice").await?;
     let (bob, _) = connect(&env, "bob").await?;
     assert!(
@@ -366,7 +366,7 @@ async fn log_messages_follow_each_sessions_level_and_reach_only_the_caller() -> 
             threshold_chars: Some(100),
         },
     );
-    env.registry = Arc::new(dataref_tools::builtin_registry(&env.config)?);
+    env.registry = Arc::new(dataref_builtins::builtin_registry(&env.config)?);
     let (verbose, verbose_seen) = connect(&env, "alice").await?;
     let (quiet, quiet_seen) = connect(&env, "alice").await?;
     let (bob, bob_seen) = connect(&env, "bob").await?;

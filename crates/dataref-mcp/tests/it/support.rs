@@ -1,5 +1,6 @@
 use std::sync::{Arc, Mutex};
 
+use dataref_builtins::builtin_registry;
 use dataref_config::Config;
 use dataref_mcp::rmcp::model::{CallToolRequestParams, CallToolResult, ProgressNotificationParam};
 use dataref_mcp::rmcp::service::NotificationContext;
@@ -8,7 +9,6 @@ use dataref_mcp::{DatarefServer, InProcessSession, connect_in_process};
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactStore, Clock, LocalStore, StoreLimits, SystemClock};
 use dataref_tool::{NoProgress, RunContext, ToolRegistry};
-use dataref_tools::builtin_registry;
 use serde_json::Value;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;

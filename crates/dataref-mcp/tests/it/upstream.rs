@@ -416,7 +416,7 @@ async fn servers_that_cannot_start_fail_with_the_upstream_named_and_a_hint() {
 async fn upstream_tools_are_served_through_dataref_over_mcp() {
     let env = Env::new(100).unwrap();
     let upstreams = mount(&[stdio("up")]).await.unwrap();
-    let mut builder = dataref_tools::builtin_registry_builder(&env.config, None);
+    let mut builder = dataref_builtins::builtin_registry_builder(&env.config, None);
     for t in upstreams.tools() {
         builder.register(t);
     }

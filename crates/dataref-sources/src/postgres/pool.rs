@@ -125,12 +125,7 @@ impl PgPool {
     /// A pool of at most `size` connections to `url` (`${NAME}` expanded from the process
     /// environment at each connect).
     pub fn new(source: &str, url: &str, size: usize) -> Self {
-        Self::with_env(
-            source,
-            url,
-            size,
-            Arc::new(|name: &str| std::env::var(name).ok()),
-        )
+        Self::with_env(source, url, size, Arc::new(dataref_config::env::process))
     }
 
     /// [`PgPool::new`] with `${NAME}` looked up by `env`.

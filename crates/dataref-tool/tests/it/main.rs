@@ -96,12 +96,12 @@ fn fixture_with(tweak: impl FnOnce(&mut CallLimits)) -> Fixture {
     let store =
         LocalStore::open(home.path(), StoreLimits::default(), Arc::new(SystemClock)).unwrap();
     let mut builder = ToolRegistry::builder();
-    let builtins = dataref_tools::builtin_registry_with(&config, None).unwrap();
+    let builtins = dataref_builtins::builtin_registry_with(&config, None).unwrap();
     for name in builtins.names() {
         builder.register(builtins.get(&name).unwrap().clone());
     }
     builder.register(Arc::new(Unruly::new()));
-    builder.records_csv(Arc::new(dataref_tools::ExportCsv));
+    builder.records_csv(Arc::new(dataref_builtins::ExportCsv));
     let registry = builder.build().unwrap();
     let principal = Principal::new("alice").unwrap();
     let workspace = Arc::new(

@@ -43,7 +43,7 @@ fn with_faulty(spill: bool) -> Fixture {
         enabled: spill,
         ..Default::default()
     });
-    b.records_csv(Arc::new(dataref_tools::ExportCsv));
+    b.records_csv(Arc::new(dataref_builtins::ExportCsv));
     f.registry = b.build().expect("registry");
     f
 }
@@ -168,7 +168,7 @@ fn mutating_follows_the_read_only_annotation() {
 fn fixture_registry() -> ToolRegistry {
     let home = tempfile::tempdir().expect("tempdir");
     let config = dataref_config::Config::builtin_sample(home.path().to_owned(), 10);
-    dataref_tools::builtin_registry_with(&config, None).expect("registry")
+    dataref_builtins::builtin_registry_with(&config, None).expect("registry")
 }
 
 /// A tool that logs one event while it runs.

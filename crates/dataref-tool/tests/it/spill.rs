@@ -96,7 +96,7 @@ fn fixture_spill(spill: SpillConfig) -> Fixture {
     }
     b.register(Arc::new(Echo::new()));
     b.spill(spill);
-    b.records_csv(Arc::new(dataref_tools::ExportCsv));
+    b.records_csv(Arc::new(dataref_builtins::ExportCsv));
     f.registry = b.build().unwrap();
     f
 }

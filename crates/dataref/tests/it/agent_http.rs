@@ -41,7 +41,7 @@ fn serve(home: &Path, config: &Path, model: &ScriptedModel) -> Server {
 }
 
 fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     reqwest::Client::builder().build().expect("client")
 }
 

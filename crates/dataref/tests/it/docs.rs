@@ -173,3 +173,39 @@ pub(crate) fn check_generated(rel: &str, generated: &str) {
          `DATAREF_UPDATE_DOCS=1 cargo test --test it` in crates/dataref and commit it"
     );
 }
+
+/// `crates/README.md` names every crate of the workspace, once, in two lines at most (the
+/// detail lives in the architecture page and in each crate's docs).
+#[test]
+fn the_crate_list_is_whole_and_short() {
+    let root = root();
+    let text = std::fs::read_to_string(root.join("crates/README.md")).expect("crates/README");
+    let mut entries: Vec<(String, usize)> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("- **`") {
+            let name = rest.split('`').next().unwrap_or_default().to_owned();
+            entries.push((name, 1));
+        } else if line.starts_with("  ") && !line.trim().is_empty() {
+            if let Some(last) = entries.last_mut() {
+                last.1 += 1;
+            }
+        }
+    }
+    let mut crates: Vec<String> = std::fs::read_dir(root.join("crates"))
+        .expect("read crates/")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .map(|p| p.file_name().expect("a name").to_string_lossy().into_owned())
+        .collect();
+    crates.sort();
+    let mut named: Vec<String> = entries.iter().map(|(n, _)| n.clone()).collect();
+    named.sort();
+    assert_eq!(named, crates, "crates/README.md lists each crate once");
+    for (name, lines) in &entries {
+        assert!(
+            *lines <= 2,
+            "{name} takes {lines} lines in crates/README.md: two at most, the rest goes to \
+             docs/src/architecture.md or the crate's docs"
+        );
+    }
+}

@@ -81,7 +81,7 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
 /// bounded memory, and SIGTERM ends the server cleanly afterwards.
 #[tokio::test(flavor = "multi_thread")]
 async fn http_load_50_clients_by_100_calls() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     let dir = tempfile::tempdir().expect("tempdir");
     let home = dir.path().join("home");
     let (eu, eu_lines) = new_token("eu_analyst");
@@ -197,7 +197,7 @@ fn http_refuses_to_start_open_to_the_network_or_with_nobody_allowed() {
 /// other, and the other principal's dataRef is as unknown as a made-up one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_two_tokens_get_their_own_postgres_rows() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     let pg = dataref_test_support::TestPostgres::start().expect("start PostgreSQL");
     pg.execute(
         "CREATE ROLE dataref_login LOGIN NOINHERIT;

@@ -111,7 +111,7 @@ fn start(home: &Path, config: &str) -> Server {
 }
 
 fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     reqwest::Client::builder().build().expect("client")
 }
 

@@ -1,4 +1,4 @@
-//! The house's layering, read from `cargo metadata`: what `crates/README.md` says each crate
+//! The house's layering, read from `cargo metadata`: what `docs/src/architecture.md` says each crate
 //! must not import is checked here, so the docs and the graph cannot drift apart.
 //!
 //! - Our crates' normal dependencies point one way, down [`STACK`].
@@ -24,11 +24,11 @@ const STACK: &[&str] = &[
     "dataref-export",
     "dataref-chart",
     "dataref-tool",
-    "dataref-tools",
+    "dataref-builtins",
     "dataref-agent",
     "dataref-mcp",
     "dataref-http",
-    "dataref-shared",
+    "dataref-replica",
     "dataref-app",
     "dataref",
 ];
@@ -52,13 +52,13 @@ const OWNERS: &[(&str, &[&str])] = &[
         "tokio-postgres",
         &[
             "dataref-sources",
-            "dataref-shared",
+            "dataref-replica",
             "dataref-test-support",
             "dataref-bench",
         ],
     ),
     // The bench's baseline: the same object's GET alone, through the same client.
-    ("object_store", &["dataref-shared", "dataref-bench"]),
+    ("object_store", &["dataref-replica", "dataref-bench"]),
     ("seccompiler", &["dataref-sandbox"]),
     ("datafusion", &["dataref-sql"]),
     ("minijinja", &["dataref-agent"]),
@@ -109,7 +109,7 @@ impl Graph {
             .lines()
             .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
             .expect("rustc -vV names the host");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let out = Command::new(cargo)
             .args(["metadata", "--format-version", "1", "--locked", "--offline"])
             .args(["--filter-platform", &host])

@@ -316,7 +316,7 @@ fn first_url(line: &str, scheme: &str) -> String {
 }
 
 async fn list_tools(url: &str, token: &str) -> Vec<String> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    dataref_config::tls::install_provider();
     let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token);
     let client =
         ().serve(StreamableHttpClientTransport::from_config(config))

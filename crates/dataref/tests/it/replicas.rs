@@ -57,7 +57,7 @@ pub(crate) struct Extra {
 
 impl Cluster {
     pub(crate) fn start(n: usize, extra: Extra) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        dataref_config::tls::install_provider();
         let s3 = TestS3::start().expect("start SeaweedFS (scripts/test installs it)");
         let pg = TestPostgres::start().expect("start PostgreSQL");
         let model = ScriptedModel::start(Vec::new()).expect("model server");
