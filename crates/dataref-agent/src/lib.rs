@@ -7,17 +7,18 @@
 //!   manager (repair, trimming that never splits a call from its result, the result cap).
 //! - [`prompt`]: system prompt templates.
 //! - [`event`]: what a run reports while it goes.
+//! - [`record`]: a session as the record of its analysis (the built-in tools replay it).
 
 pub mod event;
-pub mod export;
 pub mod llm;
 pub mod message;
 pub mod prompt;
+pub mod record;
 pub mod tokens;
 pub mod window;
 
 pub use event::{AgentEvent, EventSink, NoEvents};
-pub use message::{AssistantToolCall, Message, Role, ToolDefinition, Usage};
+pub use message::{AssistantToolCall, Message, Role, StepOutcome, ToolDefinition, Usage};
 pub mod approval;
 pub mod profile;
 pub mod run;

@@ -1,5 +1,6 @@
 //! The conversation as the loop keeps it and as a Chat Completions provider reads it.
 
+use dataref_tool::OutcomeKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -35,6 +36,85 @@ pub struct Message {
     /// A tool message: the id of the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// A tool message: how the call ended. `None` in sessions written before outcomes were
+    /// kept. Never sent to the model (the provider reads role, content and ids only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<StepOutcome>,
+}
+
+/// How one tool call of a run ended: [`OutcomeKind`] when it ran (or was answered by the
+/// framework), or the loop's own refusal before it ran. Kept with the tool message, so what
+/// reads a session later (the page, the export) decides by the kind, never by the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepOutcome {
+    Ok,
+    Spilled,
+    TooLarge,
+    UnknownTool,
+    InvalidArguments,
+    ToolFailed,
+    ServerFault,
+    Panicked,
+    TimedOut,
+    Cancelled,
+    /// Not run: a limit of the run (tool calls) or a repeated identical call.
+    Refused,
+    /// Not run: the profile's approval policy or the person said no.
+    Denied,
+}
+
+impl StepOutcome {
+    /// The call did not give a result to build on.
+    pub fn is_error(self) -> bool {
+        match self {
+            Self::Ok | Self::Spilled | Self::TooLarge => false,
+            Self::UnknownTool
+            | Self::InvalidArguments
+            | Self::ToolFailed
+            | Self::ServerFault
+            | Self::Panicked
+            | Self::TimedOut
+            | Self::Cancelled
+            | Self::Refused
+            | Self::Denied => true,
+        }
+    }
+
+    /// `ok`, `refused`, …: the name events, logs and the page use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Refused => "refused",
+            Self::Denied => "denied",
+            Self::Ok => OutcomeKind::Ok.as_str(),
+            Self::Spilled => OutcomeKind::Spilled.as_str(),
+            Self::TooLarge => OutcomeKind::TooLarge.as_str(),
+            Self::UnknownTool => OutcomeKind::UnknownTool.as_str(),
+            Self::InvalidArguments => OutcomeKind::InvalidArguments.as_str(),
+            Self::ToolFailed => OutcomeKind::ToolFailed.as_str(),
+            Self::ServerFault => OutcomeKind::ServerFault.as_str(),
+            Self::Panicked => OutcomeKind::Panicked.as_str(),
+            Self::TimedOut => OutcomeKind::TimedOut.as_str(),
+            Self::Cancelled => OutcomeKind::Cancelled.as_str(),
+        }
+    }
+}
+
+impl From<OutcomeKind> for StepOutcome {
+    fn from(k: OutcomeKind) -> Self {
+        match k {
+            OutcomeKind::Ok => Self::Ok,
+            OutcomeKind::Spilled => Self::Spilled,
+            OutcomeKind::TooLarge => Self::TooLarge,
+            OutcomeKind::UnknownTool => Self::UnknownTool,
+            OutcomeKind::InvalidArguments => Self::InvalidArguments,
+            OutcomeKind::ToolFailed => Self::ToolFailed,
+            OutcomeKind::ServerFault => Self::ServerFault,
+            OutcomeKind::Panicked => Self::Panicked,
+            OutcomeKind::TimedOut => Self::TimedOut,
+            OutcomeKind::Cancelled => Self::Cancelled,
+        }
+    }
 }
 
 impl Message {
@@ -57,16 +137,22 @@ impl Message {
             content: content.into(),
             tool_calls: calls,
             tool_call_id: None,
+            outcome: None,
         }
     }
 
-    /// The observation answering call `call_id`.
-    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+    /// The observation answering call `call_id`, which ended as `outcome`.
+    pub fn tool(
+        call_id: impl Into<String>,
+        content: impl Into<String>,
+        outcome: StepOutcome,
+    ) -> Self {
         Self {
             role: Role::Tool,
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: Some(call_id.into()),
+            outcome: Some(outcome),
         }
     }
 
@@ -76,6 +162,7 @@ impl Message {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            outcome: None,
         }
     }
 }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::approval::{ApprovalRequest, Approver, Asked, Decision};
 use crate::event::{AgentEvent, EventSink};
 use crate::llm::{ChatModel, ChatRequest, LlmError, TextSink};
-use crate::message::{AssistantToolCall, Message, Role, Usage};
+use crate::message::{AssistantToolCall, Message, Role, StepOutcome, Usage};
 use crate::profile::Agent;
 use crate::window::{self, WindowError};
 
@@ -153,7 +153,7 @@ enum Prepared {
     },
     Answered {
         tool: String,
-        outcome: String,
+        outcome: StepOutcome,
         text: String,
     },
 }
@@ -368,7 +368,7 @@ impl Agent {
                     c,
                     Prepared::Answered {
                         tool: c.name.clone(),
-                        outcome: "refused".into(),
+                        outcome: StepOutcome::Refused,
                         text: format!(
                             "error: not run: this run reached its limit of {} tool calls\nhint: \
                              the run stops here; the person can ask to continue",
@@ -434,7 +434,7 @@ impl Agent {
             Err(o) => {
                 return Prepared::Answered {
                     tool: c.name.clone(),
-                    outcome: o.kind.as_str().into(),
+                    outcome: o.kind.into(),
                     text: o.text,
                 };
             }
@@ -457,7 +457,7 @@ impl Agent {
             _ => {
                 return Prepared::Answered {
                     tool: expanded.name.clone(),
-                    outcome: "refused".into(),
+                    outcome: StepOutcome::Refused,
                     text: format!(
                         "error: not run: `{}` was already called {} times in this run with \
                          identical arguments\nhint: use the earlier result, or change the \
@@ -479,7 +479,7 @@ impl Agent {
             Approval::Deny => {
                 return Prepared::Answered {
                     tool: expanded.name.clone(),
-                    outcome: "denied".into(),
+                    outcome: StepOutcome::Denied,
                     text: format!(
                         "error: not run: agent `{}` may not call `{}` (its approval policy \
                          denies it)\nhint: answer without it, or tell the person what you \
@@ -522,7 +522,7 @@ impl Agent {
                     let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
                     return Prepared::Answered {
                         tool: expanded.name.clone(),
-                        outcome: "denied".into(),
+                        outcome: StepOutcome::Denied,
                         text: format!(
                             "error: not run: the person did not approve `{}`{why}\nhint: ask \
                              the person, or go on without it",
@@ -565,13 +565,13 @@ impl Agent {
                 events.event(AgentEvent::ToolCallFinished {
                     call_id: c.id.clone(),
                     tool: tool.clone(),
-                    outcome: outcome.clone(),
+                    outcome: outcome.as_str().into(),
                     summary: first_line(text),
                     ms: 0,
                     data_ref: None,
                     path: None,
                 });
-                Message::tool(&c.id, text.clone())
+                Message::tool(&c.id, text.clone(), *outcome)
             }
             Prepared::Run {
                 call, shown, warn, ..
@@ -618,7 +618,7 @@ impl Agent {
                     data_ref: result_field(&outcome, "dataRef"),
                     path: result_field(&outcome, "path"),
                 });
-                Message::tool(&c.id, text)
+                Message::tool(&c.id, text, outcome.kind.into())
             }
         }
     }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, LlmError, TextSink};
-use crate::message::{AssistantToolCall, Message, Role};
+use crate::message::{AssistantToolCall, Message, Role, StepOutcome};
 
 /// The seed's question.
 pub const QUESTION: &str = "Which product lines lost the most revenue from the previous \
@@ -101,7 +101,10 @@ fn next_step(messages: &[Message]) -> Message {
         .filter(|m| m.role == Role::Assistant && !m.tool_calls.is_empty())
         .count();
     let results: Vec<&Message> = since.iter().filter(|m| m.role == Role::Tool).collect();
-    if let Some(failed) = results.iter().find(|m| m.content.starts_with("error:")) {
+    if let Some(failed) = results
+        .iter()
+        .find(|m| m.outcome.is_some_and(StepOutcome::is_error))
+    {
         return Message::assistant(format!(
             "I could not finish the analysis: a step failed.\n{}\n\n(Answered by the scripted \
              analyst: no model endpoint is configured.)",

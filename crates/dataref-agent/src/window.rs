@@ -14,7 +14,7 @@
 
 use std::collections::HashSet;
 
-use crate::message::{Message, Role, ToolDefinition};
+use crate::message::{Message, Role, StepOutcome, ToolDefinition};
 use crate::tokens::{REPLY_PRIMING, TokenCounter};
 
 /// The result given to a tool call that has none (the run stopped before it finished).
@@ -84,7 +84,11 @@ pub fn repair(history: &mut Vec<Message>) {
                         .position(|r| r.tool_call_id.as_deref() == Some(&call.id))
                     {
                         Some(i) => ordered.push(results.swap_remove(i)),
-                        None => ordered.push(Message::tool(call.id.clone(), INTERRUPTED_RESULT)),
+                        None => ordered.push(Message::tool(
+                            call.id.clone(),
+                            INTERRUPTED_RESULT,
+                            StepOutcome::Cancelled,
+                        )),
                     }
                 }
                 out.extend(ordered);

@@ -27,7 +27,7 @@ use dataref_agent::scripted::{QUESTION, ScriptedAnalyst};
 use dataref_agent::tokens::TokenCounter;
 use dataref_agent::{
     Agent, AgentEvent, AgentHost, AssistantToolCall, EventSink, Message, NoOneToAsk, Role,
-    RunInput, RunOutcome, Usage, window,
+    RunInput, RunOutcome, StepOutcome, Usage, window,
 };
 use dataref_app::Sample;
 use dataref_config::Config;
@@ -297,7 +297,7 @@ fn exchange(rng: &mut Rng, calls: usize, out: &mut Vec<Message>) {
         let ids: Vec<String> = list.iter().map(|c| c.id.clone()).collect();
         out.push(Message::assistant_calls("", list));
         for id in ids {
-            out.push(Message::tool(id, tool_result(rng)));
+            out.push(Message::tool(id, tool_result(rng), StepOutcome::Ok));
         }
     }
     out.push(Message::assistant(answer(rng)));

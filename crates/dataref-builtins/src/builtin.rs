@@ -24,12 +24,17 @@ use dataref_tool::{CallToolTool, ToolRegistry, ToolRegistryBuilder, ToolsError};
 use crate::support::ExportCsv;
 
 pub use describe_data::DescribeDataTool;
+pub(crate) use export_data::ExportArgs;
 pub use fetch::FetchTool;
 pub use files::{CopyFileTool, ListFilesTool, ReadFileTool, mime_type_for};
 pub use list_artifacts::ListArtifactsTool;
+pub(crate) use query::QueryArgs;
 pub use query::QueryTool;
+pub(crate) use render_chart::ChartArgs;
 pub use render_chart::RenderChartTool;
 pub use render_table::RenderTableTool;
+pub(crate) use render_table::TableArgs;
+pub(crate) use run_python::RunPythonArgs;
 pub use run_python::{RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, sandbox_settings};
 pub use run_sql::{RunSqlResult, RunSqlTool};
 pub use view::{MAX_PAGE_ROWS, ViewArtifactsTool, ViewChartTool, ViewRowsTool};

@@ -36,6 +36,7 @@
 
 mod builtin;
 mod http_tool;
+pub mod replay;
 mod support;
 
 pub use builtin::{

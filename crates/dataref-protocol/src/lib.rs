@@ -8,6 +8,7 @@
 //!   bits ([`DataRef::from_random_bytes`], called by the store with bytes from the OS CSPRNG).
 //! - [`Principal`]: who is calling. Every artifact belongs to exactly one.
 //! - [`Description`]: what a producer returns instead of rows.
+//! - [`record::Entry`]: a conversation as the record of an analysis, for its replay.
 //! - [`ToolSpec`]: a tool's name, description, input and output schemas.
 //! - Small helpers both the MCP glue and the HTTP server use: [`percent_encode`] and
 //!   [`percent_decode`] (workspace paths in URIs), [`mime_type`] (by extension),
@@ -22,6 +23,7 @@
 
 mod data_ref;
 mod describe;
+pub mod record;
 mod text;
 mod time;
 mod tool;

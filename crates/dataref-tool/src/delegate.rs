@@ -24,7 +24,7 @@ pub const MAX_ARGS_FILE_BYTES: u64 = 1 << 20;
 /// `call_tool`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct CallToolArgs {
+pub struct CallToolArgs {
     /// The tool to call.
     pub tool: String,
     /// A workspace JSON file holding the tool's arguments as one object.

@@ -62,7 +62,7 @@ mod spill;
 mod tool;
 
 pub use context::{NoProgress, ProgressSink, RunContext, SharedContext, WorkspaceMirrors};
-pub use delegate::{CALL_TOOL, CallToolTool, MAX_ARGS_FILE_BYTES};
+pub use delegate::{CALL_TOOL, CallToolArgs, CallToolTool, MAX_ARGS_FILE_BYTES};
 pub use error::{ToolError, ToolsError};
 pub use execute::{
     CallArguments, CallOutcome, OutcomeKind, ToolCall, execute_tool_call, expand_call,

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use dataref_agent::export::{ExportMeta, notebook, script};
 use dataref_agent::{Role, SessionStore};
+use dataref_builtins::replay::{ExportMeta, notebook, script};
 use dataref_store::{Clock, SystemClock};
 
 use crate::{Common, settings};
@@ -96,10 +96,17 @@ pub fn run(common: &Common, principal: Option<&str>, action: Action<'_>) -> Resu
             };
             let (text, ext) = match format {
                 "ipynb" | "notebook" => (
-                    serde_json::to_string_pretty(&notebook(&history, &meta, &config))?,
+                    serde_json::to_string_pretty(&notebook(
+                        &dataref_agent::record::record(&history),
+                        &meta,
+                        &config,
+                    ))?,
                     "ipynb",
                 ),
-                "script" | "py" => (script(&history, &meta, &config), "py"),
+                "script" | "py" => (
+                    script(&dataref_agent::record::record(&history), &meta, &config),
+                    "py",
+                ),
                 other => anyhow::bail!(
                     "unknown export format `{other}`\nhint: use `--format ipynb` or `--format script`"
                 ),

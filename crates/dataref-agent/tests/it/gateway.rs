@@ -7,7 +7,7 @@ use dataref_agent::llm::{
     ChatModel, ChatRequest, ChatResponse, LlmError, NoText, OpenAiCompatible, OpenAiSettings,
     TextSink,
 };
-use dataref_agent::{AssistantToolCall, Message, ToolDefinition, Usage};
+use dataref_agent::{AssistantToolCall, Message, StepOutcome, ToolDefinition, Usage};
 use dataref_test_support::model_server::{Call, Reply, ScriptedModel};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -493,8 +493,11 @@ async fn gateway_request_body_has_the_openai_shape() {
             arguments: r#"{"year":2024}"#.into(),
         }],
     ));
-    req.messages
-        .push(Message::tool("call_9", "dataRef:sales-2024"));
+    req.messages.push(Message::tool(
+        "call_9",
+        "dataRef:sales-2024",
+        StepOutcome::Ok,
+    ));
     let r = model
         .complete(&req, &NoText, &CancellationToken::new())
         .await

@@ -9,7 +9,6 @@
     clippy::expect_used,
     reason = "test helpers fail the test on setup errors"
 )]
-mod export;
 mod gateway;
 mod prompt;
 mod run;

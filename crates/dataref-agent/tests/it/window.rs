@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use std::time::Instant;
 
-use dataref_agent::message::{AssistantToolCall, Message, Role, ToolDefinition};
+use dataref_agent::message::{AssistantToolCall, Message, Role, StepOutcome, ToolDefinition};
 use dataref_agent::tokens::{REPLY_PRIMING, TokenCounter};
 use dataref_agent::window::{INTERRUPTED_RESULT, WindowError, cap_result, fit, repair};
 use proptest::prelude::*;
@@ -92,8 +92,8 @@ fn repair_inserts_an_interrupted_result_in_call_order() {
     let mut history = vec![
         Message::user("q"),
         Message::assistant_calls("", vec![call("a"), call("b"), call("c")]),
-        Message::tool("c", "result c"),
-        Message::tool("a", "result a"),
+        Message::tool("c", "result c", StepOutcome::Ok),
+        Message::tool("a", "result a", StepOutcome::Ok),
         Message::user("next"),
     ];
     repair(&mut history);
@@ -125,22 +125,25 @@ fn repair_inserts_an_interrupted_result_in_call_order() {
     ];
     repair(&mut history);
     assert_eq!(history.len(), 3);
-    assert_eq!(history[2], Message::tool("x", INTERRUPTED_RESULT));
+    assert_eq!(
+        history[2],
+        Message::tool("x", INTERRUPTED_RESULT, StepOutcome::Cancelled)
+    );
 }
 
 #[test]
 fn repair_drops_orphans_and_duplicates() {
     let mut history = vec![
         Message::system("a note in the history"),
-        Message::tool("ghost", "orphan before anything"),
+        Message::tool("ghost", "orphan before anything", StepOutcome::Ok),
         Message::user("q"),
-        Message::tool("ghost", "orphan after a user message"),
+        Message::tool("ghost", "orphan after a user message", StepOutcome::Ok),
         Message::assistant_calls("", vec![call("a")]),
-        Message::tool("a", "first"),
-        Message::tool("a", "second"),
-        Message::tool("z", "not a call of this message"),
+        Message::tool("a", "first", StepOutcome::Ok),
+        Message::tool("a", "second", StepOutcome::Ok),
+        Message::tool("z", "not a call of this message", StepOutcome::Ok),
         Message::assistant("done"),
-        Message::tool("a", "late, after a text answer"),
+        Message::tool("a", "late, after a text answer", StepOutcome::Ok),
     ];
     repair(&mut history);
     assert_eq!(
@@ -169,7 +172,7 @@ fn three_turns() -> Vec<Message> {
         Message::assistant(text(2, 100)),
         Message::user(text(3, 100)),
         Message::assistant_calls(text(4, 100), vec![call("c1")]),
-        Message::tool("c1", text(5, 100)),
+        Message::tool("c1", text(5, 100), StepOutcome::Ok),
         Message::assistant(text(6, 100)),
         Message::user(text(7, 100)),
     ]
@@ -237,7 +240,7 @@ fn fit_drops_the_oldest_steps_of_a_long_run_but_never_the_newest() {
     for i in 0..4 {
         let id = format!("s{i}");
         history.push(Message::assistant_calls("", vec![call(&id)]));
-        history.push(Message::tool(&id, text(10 + i, 400)));
+        history.push(Message::tool(&id, text(10 + i, 400), StepOutcome::Ok));
     }
     let counts: Vec<usize> = history.iter().map(|m| c.count_message(m)).collect();
     let base = c.count_message(&system) + REPLY_PRIMING;
@@ -363,7 +366,7 @@ fn message_counts_are_cached_and_follow_openai() {
     assert!(
         c.count_message(&calls) > c.count_message(&Message::assistant_calls("", vec![call("a")]))
     );
-    let result = Message::tool("call_abc", "hello world");
+    let result = Message::tool("call_abc", "hello world", StepOutcome::Ok);
     assert!(c.count_message(&result) > first);
     let all = [m.clone(), calls.clone(), result.clone()];
     assert_eq!(
@@ -428,7 +431,11 @@ fn fit_of_a_long_history_is_fast() {
         for step in 0..2 {
             let id = format!("t{turn}s{step}");
             history.push(Message::assistant_calls("", vec![call(&id)]));
-            history.push(Message::tool(&id, text(turn * 3 + step, 780)));
+            history.push(Message::tool(
+                &id,
+                text(turn * 3 + step, 780),
+                StepOutcome::Ok,
+            ));
         }
     }
     assert_eq!(history.len(), 200);
@@ -482,7 +489,11 @@ fn build(steps: &[Step]) -> Vec<Message> {
             Step::User(w) => out.push(Message::user(text(n, *w))),
             Step::Text(w) => out.push(Message::assistant(text(n, *w))),
             Step::System => out.push(Message::system("a note")),
-            Step::Orphan(w) => out.push(Message::tool(format!("orphan{n}"), text(n, *w))),
+            Step::Orphan(w) => out.push(Message::tool(
+                format!("orphan{n}"),
+                text(n, *w),
+                StepOutcome::Ok,
+            )),
             Step::Calls(calls, reversed) => {
                 let ids: Vec<String> = (0..calls.len()).map(|i| format!("c{n}_{i}")).collect();
                 out.push(Message::assistant_calls(
@@ -492,7 +503,7 @@ fn build(steps: &[Step]) -> Vec<Message> {
                 let mut results = Vec::new();
                 for ((plan, w), id) in calls.iter().zip(&ids) {
                     for _ in 0..*plan {
-                        results.push(Message::tool(id, text(n, *w)));
+                        results.push(Message::tool(id, text(n, *w), StepOutcome::Ok));
                     }
                 }
                 if *reversed {

@@ -11,10 +11,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::replay::{Replay, py_list, py_str, py_value, tick};
 use crate::support::{blocking, spec_for};
 use dataref_tool::TypedTool;
 use dataref_tool::records::{find_records, records_to_batch};
 use dataref_tool::{Attachment, RunContext, ToolError, ToolOutput};
+use std::fmt::Write as _;
 
 /// Where exports go in the workspace.
 pub const EXPORTS_DIR: &str = "exports";
@@ -546,6 +548,131 @@ pub(super) fn export_error(e: ExportError) -> ToolError {
         ExportError::Cancelled => ToolError::respond("the export was cancelled", None),
         _ if e.is_caller_error() => ToolError::respond(e.to_string(), e.hint()),
         _ => ToolError::Fatal(e.to_string()),
+    }
+}
+
+impl ExportArgs {
+    /// The call as a cell of a session's replay: the same file written again with pandas.
+    pub(crate) fn replay(&self, n: usize, parsed: Option<&Value>, rp: &mut Replay<'_>) {
+        let source = self.source.as_str();
+        let ext = self.format.format().extension();
+        let format = ext;
+        let stem = match self.filename.as_deref() {
+            Some(name) => {
+                let suffix = format!(".{ext}");
+                let cut = name.len().saturating_sub(suffix.len());
+                if name.is_char_boundary(cut) && name[cut..].eq_ignore_ascii_case(&suffix) {
+                    name[..cut].to_owned()
+                } else {
+                    name.to_owned()
+                }
+            }
+            None => parsed
+                .and_then(|v| v.get("path"))
+                .and_then(Value::as_str)
+                .and_then(|p| p.rsplit('/').next())
+                .and_then(|f| f.strip_suffix(&format!(".{ext}")))
+                .map_or_else(|| format!("export-step{n}"), str::to_owned),
+        };
+        let stem: String = stem
+            .trim_start_matches('.')
+            .chars()
+            .map(|c| {
+                if c == '/' || c == '\\' || c.is_control() {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect();
+        let stem = if stem.is_empty() {
+            format!("export-step{n}")
+        } else {
+            stem
+        };
+        let file = format!("exports/{stem}.{ext}");
+        rp.md(format!(
+            "**Step {n}:** {} exported to the person as {}, from {}.",
+            tick(format),
+            tick(&file),
+            rp.shown_from(source)
+        ));
+        let mut code = format!("# Step {n}: the export, written again with pandas.\n");
+        let expr = match rp.table_of(source) {
+            Ok(e) => e,
+            Err(c) => {
+                code.push_str(&c);
+                return rp.code(code);
+            }
+        };
+        let _ = writeln!(code, "_export = {expr}");
+        if let Some(cols) = &self.columns {
+            let _ = writeln!(code, "_export = _export[{}]", py_list(cols));
+        }
+        if let Some(by) = self.sort_by.as_deref() {
+            let desc = self.descending.unwrap_or(false);
+            let _ = writeln!(
+                code,
+                "_export = _export.sort_values({}, ascending={}, kind=\"stable\")",
+                py_str(by),
+                if desc { "False" } else { "True" }
+            );
+        }
+        let offset = self.offset.unwrap_or(0);
+        let limit = self.limit;
+        if offset > 0 || limit.is_some() {
+            let end = limit.map(|l| (offset + l).to_string()).unwrap_or_default();
+            let _ = writeln!(code, "_export = _export.iloc[{offset}:{end}]");
+        }
+        if let Some(h) = &self.headers {
+            let renames: serde_json::Map<String, Value> = h
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            let _ = writeln!(
+                code,
+                "_export = _export.rename(columns={})",
+                py_value(&Value::Object(renames))
+            );
+        }
+        let bom = self.bom.unwrap_or(false);
+        let path = py_str(&file);
+        code.push_str("os.makedirs(\"exports\", exist_ok=True)\n");
+        match self.format {
+            FormatArg::Xlsx => {
+                let _ = writeln!(
+                    code,
+                    "_export.to_excel({path}, index=False)  # needs openpyxl"
+                );
+            }
+            FormatArg::Parquet => {
+                let _ = writeln!(code, "_export.to_parquet({path}, index=False)");
+            }
+            FormatArg::Json => {
+                let _ = writeln!(
+                    code,
+                    "_export.to_json({path}, orient=\"records\", date_format=\"iso\")"
+                );
+            }
+            FormatArg::Ndjson => {
+                let _ = writeln!(
+                    code,
+                    "_export.to_json({path}, orient=\"records\", lines=True, date_format=\"iso\")"
+                );
+            }
+            FormatArg::Csv => {
+                let encoding = if bom { "utf-8-sig" } else { "utf-8" };
+                let _ = writeln!(
+                    code,
+                    "_export.to_csv({path}, index=False, encoding=\"{encoding}\")"
+                );
+            }
+        }
+        let _ = writeln!(
+            code,
+            "print(\"step {n}: wrote\", {path}, len(_export), \"rows\")"
+        );
+        rp.code(code);
     }
 }
 

@@ -15,12 +15,13 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::fetch::produce;
+use crate::replay::{Replay, one_line, produced_comment, read_sql, result_dates, tick};
 use crate::support::output;
 
 /// Arguments of `query`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct QueryArgs {
+pub(crate) struct QueryArgs {
     /// The source to query.
     source: String,
     /// One read-only SELECT; filter and aggregate here.
@@ -134,5 +135,30 @@ impl Tool for QueryTool {
         )
         .await?;
         output(d)
+    }
+}
+
+impl QueryArgs {
+    /// The call as a cell of a session's replay: the same SQL on the same source, read
+    /// with pandas into `query_<step>`.
+    pub(crate) fn replay(&self, n: usize, parsed: Option<&Value>, raw: &str, r: &mut Replay<'_>) {
+        let source = match r.source(n, &self.source) {
+            Ok(s) => s,
+            Err(note) => return r.md(note),
+        };
+        let con = r.connection(&source);
+        let var = format!("query_{n}");
+        r.md(format!(
+            "### Step {n}: `query`\n\nSQL the agent wrote, on source {}.",
+            tick(&self.source)
+        ));
+        let mut code = format!(
+            "# Step {n}: `query`, the agent's SQL on source `{}`.\n",
+            one_line(&self.source)
+        );
+        code.push_str(&produced_comment(parsed, raw));
+        code.push_str(&read_sql(&var, &self.sql, &con, &[], &result_dates(parsed)));
+        r.code(code);
+        r.produced(parsed, raw, var);
     }
 }

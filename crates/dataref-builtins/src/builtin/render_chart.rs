@@ -11,7 +11,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::files::{file_name, file_stem, file_uri};
+use crate::replay::{Replay, one_line, py_str, safe_relative, tick};
 use crate::support::{blocking, output, spec_for};
+use serde_json::Value;
+use std::fmt::Write as _;
 
 /// Where charts are written in the caller's workspace.
 pub const CHARTS_DIR: &str = "charts";
@@ -254,5 +257,180 @@ pub(crate) fn chart_error(e: ChartError) -> ToolError {
         ),
         _ if e.is_caller_error() => ToolError::respond(e.to_string(), e.hint()),
         _ => ToolError::Fatal(e.to_string()),
+    }
+}
+
+impl ChartArgs {
+    /// The call as a cell of a session's replay: the chart drawn again with pandas and
+    /// matplotlib from the table's variable.
+    pub(crate) fn replay(&self, n: usize, parsed: Option<&Value>, rp: &mut Replay<'_>) {
+        let r = self.data_ref.as_str();
+        let x = self.x.as_str();
+        let ys = &self.y;
+        let kind = self.kind.name();
+        let group = self.group.as_deref();
+        let title = self.title.as_deref();
+        let sort = self.sort;
+        let top = self.top;
+        let what = if ys.is_empty() {
+            "the count of rows".to_owned()
+        } else {
+            ys.iter().map(|y| tick(y)).collect::<Vec<_>>().join(", ")
+        };
+        let mut said = format!(
+            "**Shown to the person** (step {n}): a {} chart of {what} by {}",
+            one_line(kind),
+            tick(x)
+        );
+        if let Some(g) = group {
+            let _ = write!(said, ", one series per {}", tick(g));
+        }
+        match sort {
+            Some(Sort::X) => said.push_str(", in the order of its x values"),
+            Some(Sort::Ascending) => said.push_str(", smallest total first"),
+            Some(Sort::Descending) => said.push_str(", largest total first"),
+            None => {}
+        }
+        if let Some(top) = top {
+            let _ = write!(
+                said,
+                ", the top {top} kept and the rest summed into `other`"
+            );
+        }
+        if let Some(t) = title {
+            let _ = write!(said, ", titled “{}”", one_line(t));
+        }
+        let _ = write!(said, ", drawn from {}.", rp.shown_from(r));
+        rp.md(said);
+        let mut code = format!(
+            "# Step {n}: the chart, drawn again with pandas (dataref's renderer drew the one the\n\
+             # person saw: this is close to it, not identical).\n"
+        );
+        let expr = match rp.table_of(r) {
+            Ok(e) => e,
+            Err(c) => {
+                code.push_str(&c);
+                return rp.code(code);
+            }
+        };
+        let _ = writeln!(code, "_table = {expr}");
+        code.push_str("try:\n    import matplotlib.pyplot as plt\nexcept ImportError:\n");
+        let _ = writeln!(
+            code,
+            "    print(\"step {n}: matplotlib is not installed, so the chart is not drawn \
+             (pip install matplotlib)\")\nelse:"
+        );
+        let x_lit = py_str(x);
+        let ys_lit = format!(
+            "[{}]",
+            ys.iter().map(|y| py_str(y)).collect::<Vec<_>>().join(", ")
+        );
+        let mut opts = String::new();
+        if let Some(t) = title {
+            let _ = write!(opts, ", title={}", py_str(t));
+        }
+        let (w, h) = (self.width, self.height);
+        if w.is_some() || h.is_some() {
+            let _ = write!(
+                opts,
+                ", figsize=({:.1}, {:.1})",
+                f64::from(w.unwrap_or(ChartSpec::DEFAULT_SIZE.0)) / 100.0,
+                f64::from(h.unwrap_or(ChartSpec::DEFAULT_SIZE.1)) / 100.0
+            );
+        }
+        match self.kind {
+            Kind::Histogram => {
+                let _ = writeln!(code, "    _ax = _table[{x_lit}].plot(kind=\"hist\"{opts})");
+            }
+            Kind::Scatter if !ys.is_empty() => {
+                let _ = writeln!(
+                    code,
+                    "    _ax = _table.plot(kind=\"scatter\", x={x_lit}, y={}{opts})",
+                    py_str(&ys[0])
+                );
+            }
+            _ => {
+                match (group, ys.is_empty()) {
+                    (Some(g), false) => {
+                        let _ = writeln!(
+                            code,
+                            "    _plot = _table.pivot_table(index={x_lit}, columns={}, \
+                             values={ys_lit}, aggfunc=\"sum\", sort=False)",
+                            py_str(g)
+                        );
+                    }
+                    (Some(g), true) => {
+                        let _ = writeln!(
+                            code,
+                            "    _plot = _table.groupby([{x_lit}, {}], sort=False).size()\
+                             .unstack(fill_value=0)",
+                            py_str(g)
+                        );
+                    }
+                    (None, false) => {
+                        let _ = writeln!(
+                            code,
+                            "    _plot = _table.groupby({x_lit}, sort=False)[{ys_lit}].sum()"
+                        );
+                    }
+                    (None, true) => {
+                        let _ = writeln!(
+                            code,
+                            "    _plot = _table.groupby({x_lit}, sort=False).size().to_frame(\"rows\")"
+                        );
+                    }
+                }
+                if let Some(top) = top {
+                    let _ = writeln!(
+                        code,
+                        "    if len(_plot) > {top}:\n        _keep = _plot.index.isin(_plot.sum(axis=1).abs().nlargest({top}).index)\n        \
+                         _plot = pd.concat([_plot[_keep], _plot[~_keep].sum().to_frame(\"other\").T])"
+                    );
+                }
+                match sort {
+                    Some(Sort::X) => code.push_str("    _plot = _plot.sort_index()\n"),
+                    Some(Sort::Ascending) => code.push_str(
+                        "    _plot = _plot.loc[_plot.sum(axis=1).sort_values(ascending=True).index]\n",
+                    ),
+                    Some(Sort::Descending) => code.push_str(
+                        "    _plot = _plot.loc[_plot.sum(axis=1).sort_values(ascending=False).index]\n",
+                    ),
+                    None => {}
+                }
+                let (kind, series) = match self.kind {
+                    Kind::Line => ("line", ""),
+                    Kind::Area => ("area", ""),
+                    Kind::Pie => ("pie", ".iloc[:, 0]"),
+                    Kind::Bar | Kind::Scatter | Kind::Histogram => ("bar", ""),
+                };
+                let _ = writeln!(code, "    _ax = _plot{series}.plot(kind=\"{kind}\"{opts})");
+            }
+        }
+        let file = parsed
+            .and_then(|v| v.get("path"))
+            .and_then(Value::as_str)
+            .filter(|p| safe_relative(p))
+            .map_or_else(|| format!("charts/step{n}.png"), str::to_owned);
+        let _ = writeln!(
+            code,
+            "    os.makedirs(os.path.dirname({f}) or \".\", exist_ok=True)\n    \
+             _ax.figure.savefig({f}, bbox_inches=\"tight\")\n    print(\"step {n}: drew\", {f})",
+            f = py_str(&file)
+        );
+        rp.code(code);
+    }
+}
+
+impl Kind {
+    /// The kind as the model names it.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Bar => "bar",
+            Self::Line => "line",
+            Self::Area => "area",
+            Self::Scatter => "scatter",
+            Self::Histogram => "histogram",
+            Self::Pie => "pie",
+        }
     }
 }

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::files::{file_name, file_stem, file_uri};
+use crate::replay::{Replay, py_list, py_str, tick};
 use crate::support::{blocking, output, spec_for};
+use std::fmt::Write as _;
 
 /// Where HTML tables are written in the caller's workspace.
 pub const TABLES_DIR: &str = "tables";
@@ -102,7 +104,7 @@ impl TypedTool for RenderTableTool {
         let key = serde_json::to_string(&a).unwrap_or_default();
         let (result, markdown, html) = blocking("render_table", move || {
             let table = store.open_table(&owner, &a.data_ref)?;
-            let limit = a.limit.unwrap_or(DEFAULT_ROWS).clamp(1, MAX_TABLE_ROWS) as usize;
+            let limit = a.limit();
             let shown = Shown::select(
                 &table,
                 a.columns.as_deref(),
@@ -382,6 +384,69 @@ fn html_escape(s: &str) -> String {
         }
     }
     out
+}
+
+impl TableArgs {
+    /// Rows shown: `limit`, or the default, within the bounds.
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(DEFAULT_ROWS).clamp(1, MAX_TABLE_ROWS) as usize
+    }
+
+    /// The call as a cell of a session's replay: the rows the person saw, from the
+    /// table's variable.
+    pub(crate) fn replay(&self, n: usize, rp: &mut Replay<'_>) {
+        let r = self.data_ref.as_str();
+        let columns = &self.columns;
+        let sort = self.sort.as_deref();
+        let descending = self.descending.unwrap_or(false);
+        let limit = self.limit();
+        let mut said = format!(
+            "**Shown to the person** (step {n}): a table of the first {limit} rows of {}",
+            rp.shown_from(r)
+        );
+        if let Some(c) = &columns {
+            let _ = write!(
+                said,
+                ", columns {}",
+                c.iter().map(|c| tick(c)).collect::<Vec<_>>().join(", ")
+            );
+        }
+        if let Some(s) = sort {
+            let _ = write!(
+                said,
+                ", sorted by {}{}",
+                tick(s),
+                if descending { " (largest first)" } else { "" }
+            );
+        }
+        said.push('.');
+        rp.md(said);
+        let mut code = format!("# Step {n}: the table the person saw.\n");
+        let expr = match rp.table_of(r) {
+            Ok(e) => e,
+            Err(c) => {
+                code.push_str(&c);
+                return rp.code(code);
+            }
+        };
+        let _ = writeln!(code, "_shown = {expr}");
+        if let Some(c) = &columns {
+            let _ = writeln!(code, "_shown = _shown[{}]", py_list(c));
+        }
+        if let Some(s) = sort {
+            let _ = writeln!(
+                code,
+                "_shown = _shown.sort_values({}, ascending={})",
+                py_str(s),
+                if descending { "False" } else { "True" }
+            );
+        }
+        let _ = writeln!(code, "_shown = _shown.head({limit})");
+        code.push_str(
+            "try:\n    display(_shown)\nexcept NameError:\n    print(_shown.to_string())\n",
+        );
+        rp.code(code);
+    }
 }
 
 #[cfg(test)]

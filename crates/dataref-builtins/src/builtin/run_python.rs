@@ -30,7 +30,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::replay::{Replay, one_line, py_ident, py_str, scan_refs, shape};
 use crate::support::{blocking, output, spec_for};
+use dataref_protocol::truncate_chars;
+use std::fmt::Write as _;
 
 /// stdout and stderr each come back cut to this many bytes (head and tail).
 pub const STREAM_SHOWN_BYTES: usize = 2048;
@@ -825,4 +828,147 @@ fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+impl RunPythonArgs {
+    /// The call as a cell of a session's replay: the code verbatim, its inputs bound to
+    /// the variables that made those tables, its outputs kept as `step<N>_outputs`.
+    pub(crate) fn replay(&self, n: usize, parsed: Option<&Value>, raw: &str, r: &mut Replay<'_>) {
+        if let Some(v) = parsed
+            && v.get("ok") == Some(&Value::Bool(false))
+        {
+            let kind = v
+                .pointer("/error/type")
+                .and_then(Value::as_str)
+                .unwrap_or("error");
+            let message = v
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .and_then(|m| m.lines().next())
+                .unwrap_or("");
+            return r.md(format!(
+                "**Step {n}:** `run_python` failed, so it is not reproduced:\n\n> {}: {}",
+                one_line(kind),
+                one_line(message)
+            ));
+        }
+        let code = self.code.as_deref();
+        let code_file = self.code_file.as_deref();
+        if code.is_none() && code_file.is_none() {
+            return r.md(format!(
+                "**Step {n}:** `run_python` without `code`; it is not reproduced."
+            ));
+        }
+        r.md(format!(
+            "### Step {n}: `run_python`\n\nThe agent's Python, as it ran in dataref's sandbox."
+        ));
+        let mut out = format!("# Step {n}: `run_python`, the agent's code verbatim.\n");
+        {
+            for (name, data_ref) in &self.inputs {
+                let data_ref = data_ref.as_str();
+                let ident = py_ident(name);
+                match r.refs.get(data_ref) {
+                    Some(expr) => {
+                        let _ = writeln!(out, "{ident} = {expr}.copy()");
+                    }
+                    None => {
+                        let _ = writeln!(
+                            out,
+                            "# `{}` ({}) came from outside this session: bind `{ident}` to \
+                             that table before running this cell.",
+                            one_line(name),
+                            one_line(data_ref)
+                        );
+                    }
+                }
+            }
+        }
+        if !self.files.is_empty() {
+            out.push_str(
+                "# The code reads workspace files, which the sandbox put under `in/files/`; \
+                 copy them\n# there (beside this notebook) first:\n",
+            );
+            for f in &self.files {
+                let _ = writeln!(out, "#   in/files/{}", one_line(f));
+            }
+        }
+        let body = code.unwrap_or("");
+        if body.contains("out/files") || code_file.is_some() {
+            out.push_str("os.makedirs(os.path.join(\"out\", \"files\"), exist_ok=True)\n");
+        }
+        out.push_str("outputs = {}\nresult = None\n\n");
+        match (code, code_file) {
+            (Some(code), _) => {
+                out.push_str(code);
+                if !code.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+            (None, Some(file)) => {
+                let _ = writeln!(
+                    out,
+                    "# The code was the workspace file `{}` (not recorded here): run it if you \
+                     have it.\nwith open({}, encoding=\"utf-8\") as _f:\n    exec(_f.read())",
+                    one_line(file),
+                    py_str(file)
+                );
+            }
+            (None, None) => {}
+        }
+        let _ = writeln!(
+            out,
+            "\nstep{n}_outputs = {{name: _as_table(table) for name, table in outputs.items()}}"
+        );
+        let defines_result = code.is_none_or(|c| c.contains("result"));
+        if defines_result {
+            let _ = writeln!(out, "step{n}_result = result");
+            let _ = writeln!(out, "print(\"step {n} result:\", step{n}_result)");
+        }
+        if let Some(r) = parsed.and_then(|v| v.get("result"))
+            && !r.is_null()
+        {
+            let _ = writeln!(
+                out,
+                "# In the session the run returned result = {}",
+                one_line(&truncate_chars(&r.to_string(), 2000))
+            );
+        }
+        // The outputs it stored, by name → dataRef.
+        let mut outputs: Vec<(String, String, Option<&Value>)> = Vec::new();
+        if let Some(v) = parsed {
+            if let Some(Value::Object(o)) = v.get("outputs") {
+                for (name, d) in o {
+                    if let Some(data_ref) = d.get("dataRef").and_then(Value::as_str) {
+                        outputs.push((name.clone(), data_ref.to_owned(), Some(d)));
+                    }
+                }
+            }
+            if let Some(Value::Object(o)) = v.get("moreOutputs") {
+                for (name, data_ref) in o {
+                    if let Some(data_ref) = data_ref.as_str() {
+                        outputs.push((name.clone(), data_ref.to_owned(), None));
+                    }
+                }
+            }
+        } else {
+            outputs = scan_refs(raw)
+                .into_iter()
+                .filter_map(|(name, data_ref)| Some((name?, data_ref, None)))
+                .collect();
+        }
+        for (name, data_ref, d) in &outputs {
+            let _ = writeln!(
+                out,
+                "# It stored `{}` as {}{}.",
+                one_line(name),
+                one_line(data_ref),
+                d.map(shape).unwrap_or_default()
+            );
+        }
+        r.code(out);
+        for (name, data_ref, _) in outputs {
+            r.refs
+                .insert(data_ref, format!("step{n}_outputs[{}]", py_str(&name)));
+        }
+    }
 }

@@ -18,6 +18,7 @@ mod files;
 mod http_tool;
 mod postgres;
 mod python;
+mod replay;
 mod sql;
 mod view;
 

@@ -303,6 +303,16 @@ fn utf8_len(first: u8) -> usize {
     }
 }
 
+/// The same SQL for psycopg's `pyformat` style, as a session's replay runs it: each `:name`
+/// found by the scan [`number_params`] uses becomes `%(name)s`, and every `%` is doubled
+/// (psycopg reads `%` everywhere, literals and comments included). `%` changes no state of
+/// the scan, so doubling first finds the same placeholders.
+pub fn pyformat_params(sql: &str) -> String {
+    scan(&sql.replace('%', "%%"), &mut |_| {}, &mut |name| {
+        format!("%({name})s")
+    })
+}
+
 /// `:name` → `$n`. `::` casts, `:=` and array slices with numbers (`a[1:2]`) are left alone.
 pub(crate) fn number_params(sql: &str) -> Numbered {
     let mut names: Vec<String> = Vec::new();
@@ -344,6 +354,24 @@ pub(crate) fn refused_function(sql: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pyformat_rewrites_placeholders_only_in_code() {
+        assert_eq!(
+            pyformat_params(
+                "SELECT '%:x' AS a, x::int, 5 % 2 FROM t WHERE d >= :since -- :no\n AND \"c:y\" = :y"
+            ),
+            "SELECT '%%:x' AS a, x::int, 5 %% 2 FROM t WHERE d >= %(since)s -- :no\n AND \"c:y\" = %(y)s"
+        );
+        assert_eq!(
+            pyformat_params("SELECT $$ :a % $$, :b"),
+            "SELECT $$ :a %% $$, %(b)s"
+        );
+        assert_eq!(
+            pyformat_params("SELECT E'it\\' :a', :b"),
+            "SELECT E'it\\' :a', %(b)s"
+        );
+    }
 
     #[test]
     fn named_params_become_positional_outside_literals_comments_and_casts() {

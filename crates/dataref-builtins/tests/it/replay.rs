@@ -9,9 +9,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use dataref_agent::export::{ExportMeta, notebook, script};
+use dataref_agent::record::record;
 use dataref_agent::scripted::{QOQ_CODE, QUESTION};
-use dataref_agent::{AssistantToolCall, Message};
+use dataref_agent::{AssistantToolCall, Message, StepOutcome};
+use dataref_builtins::replay::{ExportMeta, notebook, script};
 use dataref_config::{Config, SourceKind};
 use dataref_protocol::{DataRef, Timestamp};
 use dataref_sandbox::runtime::Runtime;
@@ -83,7 +84,7 @@ fn canonical() -> Vec<Message> {
                 json!({"since": "2025-01-01"}),
             )],
         ),
-        Message::tool("call_1", fetched.to_string()),
+        Message::tool("call_1", fetched.to_string(), StepOutcome::Ok),
         Message::assistant_calls(
             "",
             vec![call(
@@ -92,7 +93,7 @@ fn canonical() -> Vec<Message> {
                 json!({"code": QOQ_CODE, "inputs": {"sales": sales}}),
             )],
         ),
-        Message::tool("call_2", ran.to_string()),
+        Message::tool("call_2", ran.to_string(), StepOutcome::Ok),
         Message::assistant_calls(
             "",
             vec![
@@ -113,8 +114,9 @@ fn canonical() -> Vec<Message> {
         Message::tool(
             "call_3",
             json!({"path": "charts/losers.png", "points": 10}).to_string(),
+            StepOutcome::Ok,
         ),
-        Message::tool("call_4", ""),
+        Message::tool("call_4", "", StepOutcome::Ok),
         Message::assistant(ANSWER),
     ]
 }
@@ -172,10 +174,15 @@ fn assert_valid_notebook(nb: &Value) {
 fn canonical_session_becomes_a_notebook_and_a_script_without_rows() {
     let (_home, config) = config();
     let history = canonical();
-    let nb = notebook(&history, &meta(), &config);
+    let nb = notebook(&record(&history), &meta(), &config);
     assert_valid_notebook(&nb);
     let text = serde_json::to_string(&nb).unwrap();
-    let py = script(&history, &meta(), &config);
+    let py = script(&record(&history), &meta(), &config);
+    // The whole script, as a person gets it (the data dir is a temp dir).
+    let home = regex_lite_escape(&config.home.display().to_string());
+    insta::with_settings!({filters => vec![(home.as_str(), "[HOME]")]}, {
+        insta::assert_snapshot!("canonical_script", py);
+    });
     let cells = nb["cells"].as_array().unwrap();
     let code: Vec<String> = cells
         .iter()
@@ -279,11 +286,19 @@ fn postgres_sources_connect_from_the_environment() {
                 ),
             ],
         ),
-        Message::tool("c1", json!({"dataRef": data_ref(1), "rows": 5}).to_string()),
-        Message::tool("c2", json!({"dataRef": data_ref(2), "rows": 1}).to_string()),
+        Message::tool(
+            "c1",
+            json!({"dataRef": data_ref(1), "rows": 5}).to_string(),
+            StepOutcome::Ok,
+        ),
+        Message::tool(
+            "c2",
+            json!({"dataRef": data_ref(2), "rows": 1}).to_string(),
+            StepOutcome::Ok,
+        ),
         Message::assistant("Done."),
     ];
-    let py = script(&history, &meta(), &config);
+    let py = script(&record(&history), &meta(), &config);
     assert!(
         !py.contains("s3cret-pw") && !py.contains("db.internal"),
         "{py}"
@@ -340,17 +355,23 @@ fn failed_calls_become_notes_and_unknown_refs_comments() {
         Message::tool(
             "call_1",
             "error: `since`: expected a date `YYYY-MM-DD`, got `2024-13-01`\nhint: fix the date",
+            StepOutcome::InvalidArguments,
         ),
         Message::tool(
             "call_2",
             json!({"path": "tables/t.html", "rowsShown": 5}).to_string(),
+            StepOutcome::Ok,
         ),
-        Message::tool("call_3", json!({"dataRef": outside, "rows": 3}).to_string()),
-        Message::tool("call_4", json!({"ok": true}).to_string()),
-        Message::tool("call_5", json!({"result": 3}).to_string()),
+        Message::tool(
+            "call_3",
+            json!({"dataRef": outside, "rows": 3}).to_string(),
+            StepOutcome::Ok,
+        ),
+        Message::tool("call_4", json!({"ok": true}).to_string(), StepOutcome::Ok),
+        Message::tool("call_5", json!({"result": 3}).to_string(), StepOutcome::Ok),
         Message::assistant("I could not read 2024."),
     ];
-    let nb = notebook(&history, &meta(), &config);
+    let nb = notebook(&record(&history), &meta(), &config);
     assert_valid_notebook(&nb);
     let cells = nb["cells"].as_array().unwrap();
     let text: Vec<(String, String)> = cells
@@ -386,7 +407,7 @@ fn failed_calls_become_notes_and_unknown_refs_comments() {
     assert!(c.contains("# `t` (") && c.contains("came from outside this session"));
     assert!(!c.lines().any(|l| l.starts_with("t = ")), "{c}");
     // No source was read: the setup has no connection.
-    let py = script(&history, &meta(), &config);
+    let py = script(&record(&history), &meta(), &config);
     assert!(!py.contains("sqlite3.connect("));
 }
 
@@ -411,7 +432,7 @@ fn exported_script_runs_against_the_sample() {
     dataref_sources::ensure_sample(config.sample.as_ref().unwrap(), &|_| {}).unwrap();
     let work = tempfile::tempdir().unwrap();
     let path = work.path().join("session.py");
-    std::fs::write(&path, script(&canonical(), &meta(), &config)).unwrap();
+    std::fs::write(&path, script(&record(&canonical()), &meta(), &config)).unwrap();
     // Without the opt-in, nothing of the model's code runs.
     let refused = Command::new(&python)
         .arg(&path)
@@ -445,5 +466,55 @@ fn exported_script_runs_against_the_sample() {
     assert!(
         work.path().join("charts").join("losers.png").exists(),
         "{stdout}"
+    );
+}
+
+/// `s` as a regular expression matching itself.
+fn regex_lite_escape(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let special = "\\.+*?()|[]{}^$".contains(c);
+            special
+                .then_some('\\')
+                .into_iter()
+                .chain(std::iter::once(c))
+        })
+        .collect()
+}
+
+/// Whether a call failed is the kind the session kept, not how its text starts: a timeout
+/// whose text says so in other words is not replayed, and a session written before kinds
+/// were kept still knows its `error:` results.
+#[test]
+fn a_failure_is_known_by_its_outcome_not_its_text() {
+    let (_home, config) = config();
+    let code = "result = 1";
+    let history = vec![
+        Message::user("Go"),
+        Message::assistant_calls(
+            "",
+            vec![
+                call("a", "run_python", json!({"code": code})),
+                call("b", "fetch_sales", json!({"since": "2025-01-01"})),
+            ],
+        ),
+        Message::tool("a", "stopped after 30 s", StepOutcome::TimedOut),
+        serde_json::from_value(json!({
+            "role": "tool",
+            "content": "error: the source is down",
+            "tool_call_id": "b",
+        }))
+        .unwrap(),
+        Message::assistant("Nothing."),
+    ];
+    let py = script(&record(&history), &meta(), &config);
+    assert!(
+        py.contains("`run_python` failed, so it is not reproduced"),
+        "{py}"
+    );
+    assert!(!py.contains(code), "a failed run is not replayed: {py}");
+    assert!(
+        py.contains("`fetch_sales` failed, so it is not reproduced:\n#\n# > the source is down"),
+        "{py}"
     );
 }
