@@ -174,6 +174,20 @@ pub(crate) fn check_generated(rel: &str, generated: &str) {
     );
 }
 
+/// Every key of `dataref.toml` and every environment variable, from the doc comments in
+/// dataref-config (`raw.rs`, `env.rs`).
+#[test]
+fn the_configuration_reference_is_what_the_code_says() {
+    check_generated(
+        "docs/src/reference/config.md",
+        &dataref_config::reference::config_markdown(),
+    );
+    check_generated(
+        "docs/src/reference/environment.md",
+        &dataref_config::reference::environment_markdown(),
+    );
+}
+
 /// `crates/README.md` names every crate of the workspace, once, in two lines at most (the
 /// detail lives in the architecture page and in each crate's docs).
 #[test]
@@ -185,17 +199,23 @@ fn the_crate_list_is_whole_and_short() {
         if let Some(rest) = line.strip_prefix("- **`") {
             let name = rest.split('`').next().unwrap_or_default().to_owned();
             entries.push((name, 1));
-        } else if line.starts_with("  ") && !line.trim().is_empty() {
-            if let Some(last) = entries.last_mut() {
-                last.1 += 1;
-            }
+        } else if line.starts_with("  ")
+            && !line.trim().is_empty()
+            && let Some(last) = entries.last_mut()
+        {
+            last.1 += 1;
         }
     }
     let mut crates: Vec<String> = std::fs::read_dir(root.join("crates"))
         .expect("read crates/")
         .map(|e| e.expect("an entry").path())
         .filter(|p| p.join("Cargo.toml").is_file())
-        .map(|p| p.file_name().expect("a name").to_string_lossy().into_owned())
+        .map(|p| {
+            p.file_name()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     crates.sort();
     let mut named: Vec<String> = entries.iter().map(|(n, _)| n.clone()).collect();
