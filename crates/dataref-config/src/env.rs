@@ -2,36 +2,61 @@
 //! config values (upstream `env`/`headers`, a source's `url`, `[http]` secrets), expanded
 //! from the environment when they are used, so secrets stay out of the file.
 
-/// Data directory (artifacts, index, workspaces, the managed Python runtime).
-/// Default: `$XDG_DATA_HOME/dataref`, else `~/.local/share/dataref`.
-pub const DATAREF_HOME: &str = "DATAREF_HOME";
-/// Path of `dataref.toml`. Without it (and without `--config`), dataref serves the built-in
-/// sample database.
-pub const DATAREF_CONFIG: &str = "DATAREF_CONFIG";
-/// The principal for stdio sessions. Default: `server.principal` in config, else `local`.
-pub const DATAREF_PRINCIPAL: &str = "DATAREF_PRINCIPAL";
-/// Log filter for stderr, in `tracing` `EnvFilter` syntax (e.g. `dataref=debug`).
-pub const DATAREF_LOG: &str = "DATAREF_LOG";
-/// Base URL of the OpenAI-compatible Chat Completions endpoint an agent profile uses when
-/// it names no `url` (e.g. `https://api.openai.com/v1`, `http://localhost:11434/v1`).
-/// Without either, no model is configured.
-pub const DATAREF_LLM_URL: &str = "DATAREF_LLM_URL";
-/// The model an agent profile uses when it names no `model` (e.g. `gpt-4o-mini`).
-pub const DATAREF_LLM_MODEL: &str = "DATAREF_LLM_MODEL";
-/// The API key sent to the model endpoint when a profile names no `api_key`. Read when the
-/// model is called, never kept in the resolved config (which holds `${DATAREF_LLM_API_KEY}`).
-pub const DATAREF_LLM_API_KEY: &str = "DATAREF_LLM_API_KEY";
-/// The object store's access key for `[shared]` (read from the environment only, never
-/// from the file, and never passed on to `run_python`'s sandbox).
-pub const AWS_ACCESS_KEY_ID: &str = "AWS_ACCESS_KEY_ID";
-/// The object store's secret key for `[shared]`.
-pub const AWS_SECRET_ACCESS_KEY: &str = "AWS_SECRET_ACCESS_KEY";
-/// A session token that goes with temporary object store credentials (optional).
-pub const AWS_SESSION_TOKEN: &str = "AWS_SESSION_TOKEN";
-/// Used to find the default data directory.
-pub const XDG_DATA_HOME: &str = "XDG_DATA_HOME";
-/// Used to find the default data directory.
-pub const HOME: &str = "HOME";
+/// Declares each variable as a `pub const` holding its own name, with its doc comment, and
+/// [`ALL`]: the same list as data, which the environment reference page is generated from
+/// ([`crate::reference::environment_markdown`]).
+macro_rules! variables {
+    ($($(#[doc = $doc:literal])+ $name:ident;)+) => {
+        $(
+            $(#[doc = $doc])+
+            pub const $name: &str = stringify!($name);
+        )+
+
+        /// Every variable above, in order: its name and its doc comment (lines joined by
+        /// `\n`).
+        pub const ALL: &[(&str, &str)] = &[$((stringify!($name), concat!($($doc, "\n"),+))),+];
+    };
+}
+
+variables! {
+    /// The data directory: artifacts, `index.sqlite`, workspaces, the sample, the managed
+    /// Python runtime, running jobs. `--home` wins. Default: `$XDG_DATA_HOME/dataref`, else
+    /// `/var/lib/dataref` when run as root, else `~/.local/share/dataref`. When dataref
+    /// runs as root, uid 65534 (the sandbox's) must be able to enter it (not under `/root`).
+    DATAREF_HOME;
+    /// The path of `dataref.toml`; `--config` wins. Without either, dataref serves the
+    /// built-in sample database.
+    DATAREF_CONFIG;
+    /// The principal of stdio sessions; `--principal` wins. Default: `server.principal` in
+    /// the config, else `local`.
+    DATAREF_PRINCIPAL;
+    /// The log filter for stderr, in `tracing`'s `EnvFilter` syntax (e.g. `dataref=debug`,
+    /// `dataref_mcp=debug` for what upstream commands write to stderr).
+    DATAREF_LOG;
+    /// The base URL of the OpenAI-compatible Chat Completions endpoint an agent profile uses
+    /// when it names no `url` (e.g. `https://api.openai.com/v1`,
+    /// `http://localhost:11434/v1`). Without either, no model is configured.
+    DATAREF_LLM_URL;
+    /// The model an agent profile uses when it names no `model` (e.g. `gpt-4o-mini`).
+    DATAREF_LLM_MODEL;
+    /// The API key sent to the model endpoint when a profile names no `api_key`. Read when
+    /// the model is called, never kept in the resolved config (which holds
+    /// `${DATAREF_LLM_API_KEY}`).
+    DATAREF_LLM_API_KEY;
+    /// The object store's access key for `[shared]` (read from the environment only, never
+    /// from the file, and never passed on to `run_python`'s sandbox).
+    AWS_ACCESS_KEY_ID;
+    /// The object store's secret key for `[shared]`, like `AWS_ACCESS_KEY_ID`.
+    AWS_SECRET_ACCESS_KEY;
+    /// A session token that goes with temporary object store credentials (optional).
+    AWS_SESSION_TOKEN;
+    /// Where the default data directory is (`$XDG_DATA_HOME/dataref`) when `DATAREF_HOME`
+    /// is not set.
+    XDG_DATA_HOME;
+    /// Where the default data directory of a user other than root is
+    /// (`~/.local/share/dataref`) when neither `DATAREF_HOME` nor `XDG_DATA_HOME` is set.
+    HOME;
+}
 
 /// The process environment as a lookup for [`expand`] and for resolution
 /// (`Config::from_toml_str_with_env` takes any other, e.g. in tests).

@@ -1,5 +1,6 @@
-//! `dataref.toml`: the raw file, its resolution into a typed [`Config`], and the names of
-//! the environment variables dataref reads ([`env`](mod@env)).
+//! `dataref.toml`: the raw file, its resolution into a typed [`Config`], the names of the
+//! environment variables dataref reads ([`env`](mod@env)), and the reference pages of both,
+//! generated from their doc comments ([`reference`](mod@reference)).
 //!
 //! The raw structs mirror the file and refuse unknown keys; `Config::resolve` checks
 //! everything that can be checked without opening a source (types, names, references
@@ -39,6 +40,7 @@ pub mod env;
 mod error;
 pub mod http_tool;
 mod raw;
+pub mod reference;
 mod resolve;
 mod shared;
 mod spill;

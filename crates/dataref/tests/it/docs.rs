@@ -174,6 +174,20 @@ pub(crate) fn check_generated(rel: &str, generated: &str) {
     );
 }
 
+/// Every key of `dataref.toml` and every environment variable, from the doc comments in
+/// dataref-config (`raw.rs`, `env.rs`).
+#[test]
+fn the_configuration_reference_is_what_the_code_says() {
+    check_generated(
+        "docs/src/reference/config.md",
+        &dataref_config::reference::config_markdown(),
+    );
+    check_generated(
+        "docs/src/reference/environment.md",
+        &dataref_config::reference::environment_markdown(),
+    );
+}
+
 /// `crates/README.md` names every crate of the workspace, once, in two lines at most (the
 /// detail lives in the architecture page and in each crate's docs).
 #[test]
