@@ -42,22 +42,13 @@ pub struct Message {
     pub outcome: Option<StepOutcome>,
 }
 
-/// How one tool call of a run ended: [`OutcomeKind`] when it ran (or was answered by the
-/// framework), or the loop's own refusal before it ran. Kept with the tool message, so what
-/// reads a session later (the page, the export) decides by the kind, never by the text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// How one tool call of a run ended: the framework's [`OutcomeKind`] when it ran (or was
+/// answered by the framework), or the loop's own refusal before it ran. Kept with the tool
+/// message, so what reads a session later (the page, the export) decides by the kind, never
+/// by the text. Stored as its name (`ok`, `tool_failed`, `refused`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StepOutcome {
-    Ok,
-    Spilled,
-    TooLarge,
-    UnknownTool,
-    InvalidArguments,
-    ToolFailed,
-    ServerFault,
-    Panicked,
-    TimedOut,
-    Cancelled,
+    Ran(OutcomeKind),
     /// Not run: a limit of the run (tool calls) or a repeated identical call.
     Refused,
     /// Not run: the profile's approval policy or the person said no.
@@ -68,52 +59,47 @@ impl StepOutcome {
     /// The call did not give a result to build on.
     pub fn is_error(self) -> bool {
         match self {
-            Self::Ok | Self::Spilled | Self::TooLarge => false,
-            Self::UnknownTool
-            | Self::InvalidArguments
-            | Self::ToolFailed
-            | Self::ServerFault
-            | Self::Panicked
-            | Self::TimedOut
-            | Self::Cancelled
-            | Self::Refused
-            | Self::Denied => true,
+            Self::Ran(k) => k.is_error(),
+            Self::Refused | Self::Denied => true,
         }
     }
 
-    /// `ok`, `refused`, …: the name events, logs and the page use.
+    /// `ok`, `refused`, …: the name events, logs, the page and the session rows use.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Ran(k) => k.as_str(),
             Self::Refused => "refused",
             Self::Denied => "denied",
-            Self::Ok => OutcomeKind::Ok.as_str(),
-            Self::Spilled => OutcomeKind::Spilled.as_str(),
-            Self::TooLarge => OutcomeKind::TooLarge.as_str(),
-            Self::UnknownTool => OutcomeKind::UnknownTool.as_str(),
-            Self::InvalidArguments => OutcomeKind::InvalidArguments.as_str(),
-            Self::ToolFailed => OutcomeKind::ToolFailed.as_str(),
-            Self::ServerFault => OutcomeKind::ServerFault.as_str(),
-            Self::Panicked => OutcomeKind::Panicked.as_str(),
-            Self::TimedOut => OutcomeKind::TimedOut.as_str(),
-            Self::Cancelled => OutcomeKind::Cancelled.as_str(),
+        }
+    }
+
+    /// The outcome [`as_str`](Self::as_str) names `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "refused" => Some(Self::Refused),
+            "denied" => Some(Self::Denied),
+            _ => OutcomeKind::parse(name).map(Self::Ran),
         }
     }
 }
 
 impl From<OutcomeKind> for StepOutcome {
     fn from(k: OutcomeKind) -> Self {
-        match k {
-            OutcomeKind::Ok => Self::Ok,
-            OutcomeKind::Spilled => Self::Spilled,
-            OutcomeKind::TooLarge => Self::TooLarge,
-            OutcomeKind::UnknownTool => Self::UnknownTool,
-            OutcomeKind::InvalidArguments => Self::InvalidArguments,
-            OutcomeKind::ToolFailed => Self::ToolFailed,
-            OutcomeKind::ServerFault => Self::ServerFault,
-            OutcomeKind::Panicked => Self::Panicked,
-            OutcomeKind::TimedOut => Self::TimedOut,
-            OutcomeKind::Cancelled => Self::Cancelled,
-        }
+        Self::Ran(k)
+    }
+}
+
+impl Serialize for StepOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for StepOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Self::parse(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown outcome `{name}`")))
     }
 }
 
@@ -191,5 +177,31 @@ impl Usage {
     pub fn add(&mut self, other: Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_is_stored_by_its_name_and_read_back() {
+        let all = OutcomeKind::ALL
+            .into_iter()
+            .map(StepOutcome::Ran)
+            .chain([StepOutcome::Refused, StepOutcome::Denied]);
+        for o in all {
+            let m = Message::tool("c", "x", o);
+            let text = serde_json::to_string(&m).unwrap();
+            assert!(
+                text.contains(&format!("\"outcome\":\"{}\"", o.as_str())),
+                "{text}"
+            );
+            assert_eq!(serde_json::from_str::<Message>(&text).unwrap(), m);
+        }
+        let old = r#"{"role":"tool","content":"error: x","tool_call_id":"c"}"#;
+        assert_eq!(serde_json::from_str::<Message>(old).unwrap().outcome, None);
+        let bad = r#"{"role":"tool","content":"x","outcome":"exploded"}"#;
+        assert!(serde_json::from_str::<Message>(bad).is_err());
     }
 }

@@ -16,6 +16,7 @@ use std::collections::HashSet;
 
 use crate::message::{Message, Role, StepOutcome, ToolDefinition};
 use crate::tokens::{REPLY_PRIMING, TokenCounter};
+use dataref_tool::OutcomeKind;
 
 /// The result given to a tool call that has none (the run stopped before it finished).
 pub const INTERRUPTED_RESULT: &str = "error: interrupted: this call did not finish (the run was stopped before its result); call it again if it is still needed";
@@ -87,7 +88,7 @@ pub fn repair(history: &mut Vec<Message>) {
                         None => ordered.push(Message::tool(
                             call.id.clone(),
                             INTERRUPTED_RESULT,
-                            StepOutcome::Cancelled,
+                            StepOutcome::Ran(OutcomeKind::Cancelled),
                         )),
                     }
                 }

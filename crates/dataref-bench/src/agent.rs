@@ -33,7 +33,7 @@ use dataref_app::Sample;
 use dataref_config::Config;
 use dataref_protocol::DataRef;
 use dataref_store::ArtifactStore;
-use dataref_tool::RunContext;
+use dataref_tool::{OutcomeKind, RunContext};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -297,7 +297,11 @@ fn exchange(rng: &mut Rng, calls: usize, out: &mut Vec<Message>) {
         let ids: Vec<String> = list.iter().map(|c| c.id.clone()).collect();
         out.push(Message::assistant_calls("", list));
         for id in ids {
-            out.push(Message::tool(id, tool_result(rng), StepOutcome::Ok));
+            out.push(Message::tool(
+                id,
+                tool_result(rng),
+                StepOutcome::Ran(OutcomeKind::Ok),
+            ));
         }
     }
     out.push(Message::assistant(answer(rng)));

@@ -93,6 +93,25 @@ pub enum OutcomeKind {
 }
 
 impl OutcomeKind {
+    /// Every kind, in the order above.
+    pub const ALL: [Self; 10] = [
+        Self::Ok,
+        Self::Spilled,
+        Self::TooLarge,
+        Self::UnknownTool,
+        Self::InvalidArguments,
+        Self::ToolFailed,
+        Self::ServerFault,
+        Self::Panicked,
+        Self::TimedOut,
+        Self::Cancelled,
+    ];
+
+    /// The kind [`as_str`](Self::as_str) names `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// The call failed: MCP's `isError`, an error observation for the agent loop.
     pub fn is_error(self) -> bool {
         match self {

@@ -9,6 +9,7 @@ use dataref_agent::llm::{
 };
 use dataref_agent::{AssistantToolCall, Message, StepOutcome, ToolDefinition, Usage};
 use dataref_test_support::model_server::{Call, Reply, ScriptedModel};
+use dataref_tool::OutcomeKind;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -496,7 +497,7 @@ async fn gateway_request_body_has_the_openai_shape() {
     req.messages.push(Message::tool(
         "call_9",
         "dataRef:sales-2024",
-        StepOutcome::Ok,
+        StepOutcome::Ran(OutcomeKind::Ok),
     ));
     let r = model
         .complete(&req, &NoText, &CancellationToken::new())

@@ -7,6 +7,7 @@ use std::time::Instant;
 use dataref_agent::message::{AssistantToolCall, Message, Role, StepOutcome, ToolDefinition};
 use dataref_agent::tokens::{REPLY_PRIMING, TokenCounter};
 use dataref_agent::window::{INTERRUPTED_RESULT, WindowError, cap_result, fit, repair};
+use dataref_tool::OutcomeKind;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::json;
@@ -92,8 +93,8 @@ fn repair_inserts_an_interrupted_result_in_call_order() {
     let mut history = vec![
         Message::user("q"),
         Message::assistant_calls("", vec![call("a"), call("b"), call("c")]),
-        Message::tool("c", "result c", StepOutcome::Ok),
-        Message::tool("a", "result a", StepOutcome::Ok),
+        Message::tool("c", "result c", StepOutcome::Ran(OutcomeKind::Ok)),
+        Message::tool("a", "result a", StepOutcome::Ran(OutcomeKind::Ok)),
         Message::user("next"),
     ];
     repair(&mut history);
@@ -127,7 +128,11 @@ fn repair_inserts_an_interrupted_result_in_call_order() {
     assert_eq!(history.len(), 3);
     assert_eq!(
         history[2],
-        Message::tool("x", INTERRUPTED_RESULT, StepOutcome::Cancelled)
+        Message::tool(
+            "x",
+            INTERRUPTED_RESULT,
+            StepOutcome::Ran(OutcomeKind::Cancelled)
+        )
     );
 }
 
@@ -135,15 +140,31 @@ fn repair_inserts_an_interrupted_result_in_call_order() {
 fn repair_drops_orphans_and_duplicates() {
     let mut history = vec![
         Message::system("a note in the history"),
-        Message::tool("ghost", "orphan before anything", StepOutcome::Ok),
+        Message::tool(
+            "ghost",
+            "orphan before anything",
+            StepOutcome::Ran(OutcomeKind::Ok),
+        ),
         Message::user("q"),
-        Message::tool("ghost", "orphan after a user message", StepOutcome::Ok),
+        Message::tool(
+            "ghost",
+            "orphan after a user message",
+            StepOutcome::Ran(OutcomeKind::Ok),
+        ),
         Message::assistant_calls("", vec![call("a")]),
-        Message::tool("a", "first", StepOutcome::Ok),
-        Message::tool("a", "second", StepOutcome::Ok),
-        Message::tool("z", "not a call of this message", StepOutcome::Ok),
+        Message::tool("a", "first", StepOutcome::Ran(OutcomeKind::Ok)),
+        Message::tool("a", "second", StepOutcome::Ran(OutcomeKind::Ok)),
+        Message::tool(
+            "z",
+            "not a call of this message",
+            StepOutcome::Ran(OutcomeKind::Ok),
+        ),
         Message::assistant("done"),
-        Message::tool("a", "late, after a text answer", StepOutcome::Ok),
+        Message::tool(
+            "a",
+            "late, after a text answer",
+            StepOutcome::Ran(OutcomeKind::Ok),
+        ),
     ];
     repair(&mut history);
     assert_eq!(
@@ -172,7 +193,7 @@ fn three_turns() -> Vec<Message> {
         Message::assistant(text(2, 100)),
         Message::user(text(3, 100)),
         Message::assistant_calls(text(4, 100), vec![call("c1")]),
-        Message::tool("c1", text(5, 100), StepOutcome::Ok),
+        Message::tool("c1", text(5, 100), StepOutcome::Ran(OutcomeKind::Ok)),
         Message::assistant(text(6, 100)),
         Message::user(text(7, 100)),
     ]
@@ -240,7 +261,11 @@ fn fit_drops_the_oldest_steps_of_a_long_run_but_never_the_newest() {
     for i in 0..4 {
         let id = format!("s{i}");
         history.push(Message::assistant_calls("", vec![call(&id)]));
-        history.push(Message::tool(&id, text(10 + i, 400), StepOutcome::Ok));
+        history.push(Message::tool(
+            &id,
+            text(10 + i, 400),
+            StepOutcome::Ran(OutcomeKind::Ok),
+        ));
     }
     let counts: Vec<usize> = history.iter().map(|m| c.count_message(m)).collect();
     let base = c.count_message(&system) + REPLY_PRIMING;
@@ -366,7 +391,7 @@ fn message_counts_are_cached_and_follow_openai() {
     assert!(
         c.count_message(&calls) > c.count_message(&Message::assistant_calls("", vec![call("a")]))
     );
-    let result = Message::tool("call_abc", "hello world", StepOutcome::Ok);
+    let result = Message::tool("call_abc", "hello world", StepOutcome::Ran(OutcomeKind::Ok));
     assert!(c.count_message(&result) > first);
     let all = [m.clone(), calls.clone(), result.clone()];
     assert_eq!(
@@ -434,7 +459,7 @@ fn fit_of_a_long_history_is_fast() {
             history.push(Message::tool(
                 &id,
                 text(turn * 3 + step, 780),
-                StepOutcome::Ok,
+                StepOutcome::Ran(OutcomeKind::Ok),
             ));
         }
     }
@@ -492,7 +517,7 @@ fn build(steps: &[Step]) -> Vec<Message> {
             Step::Orphan(w) => out.push(Message::tool(
                 format!("orphan{n}"),
                 text(n, *w),
-                StepOutcome::Ok,
+                StepOutcome::Ran(OutcomeKind::Ok),
             )),
             Step::Calls(calls, reversed) => {
                 let ids: Vec<String> = (0..calls.len()).map(|i| format!("c{n}_{i}")).collect();
@@ -503,7 +528,11 @@ fn build(steps: &[Step]) -> Vec<Message> {
                 let mut results = Vec::new();
                 for ((plan, w), id) in calls.iter().zip(&ids) {
                     for _ in 0..*plan {
-                        results.push(Message::tool(id, text(n, *w), StepOutcome::Ok));
+                        results.push(Message::tool(
+                            id,
+                            text(n, *w),
+                            StepOutcome::Ran(OutcomeKind::Ok),
+                        ));
                     }
                 }
                 if *reversed {

@@ -16,6 +16,7 @@ use dataref_builtins::replay::{ExportMeta, notebook, script};
 use dataref_config::{Config, SourceKind};
 use dataref_protocol::{DataRef, Timestamp};
 use dataref_sandbox::runtime::Runtime;
+use dataref_tool::OutcomeKind;
 use serde_json::{Value, json};
 
 /// In the fetch's sample only: must never reach the record.
@@ -84,7 +85,11 @@ fn canonical() -> Vec<Message> {
                 json!({"since": "2025-01-01"}),
             )],
         ),
-        Message::tool("call_1", fetched.to_string(), StepOutcome::Ok),
+        Message::tool(
+            "call_1",
+            fetched.to_string(),
+            StepOutcome::Ran(OutcomeKind::Ok),
+        ),
         Message::assistant_calls(
             "",
             vec![call(
@@ -93,7 +98,7 @@ fn canonical() -> Vec<Message> {
                 json!({"code": QOQ_CODE, "inputs": {"sales": sales}}),
             )],
         ),
-        Message::tool("call_2", ran.to_string(), StepOutcome::Ok),
+        Message::tool("call_2", ran.to_string(), StepOutcome::Ran(OutcomeKind::Ok)),
         Message::assistant_calls(
             "",
             vec![
@@ -114,9 +119,9 @@ fn canonical() -> Vec<Message> {
         Message::tool(
             "call_3",
             json!({"path": "charts/losers.png", "points": 10}).to_string(),
-            StepOutcome::Ok,
+            StepOutcome::Ran(OutcomeKind::Ok),
         ),
-        Message::tool("call_4", "", StepOutcome::Ok),
+        Message::tool("call_4", "", StepOutcome::Ran(OutcomeKind::Ok)),
         Message::assistant(ANSWER),
     ]
 }
@@ -289,12 +294,12 @@ fn postgres_sources_connect_from_the_environment() {
         Message::tool(
             "c1",
             json!({"dataRef": data_ref(1), "rows": 5}).to_string(),
-            StepOutcome::Ok,
+            StepOutcome::Ran(OutcomeKind::Ok),
         ),
         Message::tool(
             "c2",
             json!({"dataRef": data_ref(2), "rows": 1}).to_string(),
-            StepOutcome::Ok,
+            StepOutcome::Ran(OutcomeKind::Ok),
         ),
         Message::assistant("Done."),
     ];
@@ -355,20 +360,28 @@ fn failed_calls_become_notes_and_unknown_refs_comments() {
         Message::tool(
             "call_1",
             "error: `since`: expected a date `YYYY-MM-DD`, got `2024-13-01`\nhint: fix the date",
-            StepOutcome::InvalidArguments,
+            StepOutcome::Ran(OutcomeKind::InvalidArguments),
         ),
         Message::tool(
             "call_2",
             json!({"path": "tables/t.html", "rowsShown": 5}).to_string(),
-            StepOutcome::Ok,
+            StepOutcome::Ran(OutcomeKind::Ok),
         ),
         Message::tool(
             "call_3",
             json!({"dataRef": outside, "rows": 3}).to_string(),
-            StepOutcome::Ok,
+            StepOutcome::Ran(OutcomeKind::Ok),
         ),
-        Message::tool("call_4", json!({"ok": true}).to_string(), StepOutcome::Ok),
-        Message::tool("call_5", json!({"result": 3}).to_string(), StepOutcome::Ok),
+        Message::tool(
+            "call_4",
+            json!({"ok": true}).to_string(),
+            StepOutcome::Ran(OutcomeKind::Ok),
+        ),
+        Message::tool(
+            "call_5",
+            json!({"result": 3}).to_string(),
+            StepOutcome::Ran(OutcomeKind::Ok),
+        ),
         Message::assistant("I could not read 2024."),
     ];
     let nb = notebook(&record(&history), &meta(), &config);
@@ -498,7 +511,11 @@ fn a_failure_is_known_by_its_outcome_not_its_text() {
                 call("b", "fetch_sales", json!({"since": "2025-01-01"})),
             ],
         ),
-        Message::tool("a", "stopped after 30 s", StepOutcome::TimedOut),
+        Message::tool(
+            "a",
+            "stopped after 30 s",
+            StepOutcome::Ran(OutcomeKind::TimedOut),
+        ),
         serde_json::from_value(json!({
             "role": "tool",
             "content": "error: the source is down",
