@@ -25,6 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use dataref_agent::approval::Asked;
+use dataref_agent::approvals::{ApprovalStore, PendingCall};
 use dataref_agent::{
     AgentEvent, AgentHost, ApprovalRequest, Approver, Decision, EventSink, ProfileError, SendError,
     SessionError, SessionStore, Stopped,
@@ -41,10 +42,6 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-// The in-memory store, by name for the tests below.
-#[cfg(test)]
-use crate::approvals::Approvals;
-use crate::approvals::{ApprovalStore, PendingCall};
 use crate::body::{self, Body, Deadline};
 use crate::pipeline::BoxFuture;
 use crate::server::State;
@@ -786,6 +783,8 @@ pub(crate) fn send_error(e: &SendError) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
+    use dataref_agent::approvals::{ApprovalError, ApprovalWait, LocalApprovals};
+
     use super::*;
 
     #[test]
@@ -821,7 +820,7 @@ mod tests {
         }
     }
 
-    fn approver(approvals: &Arc<Approvals>, timeout: Duration) -> HttpApprover {
+    fn approver(approvals: &Arc<LocalApprovals>, timeout: Duration) -> HttpApprover {
         HttpApprover {
             approvals: approvals.clone(),
             principal: Principal::new("eu_analyst").unwrap(),
@@ -833,7 +832,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unanswered_approval_is_denied_after_the_timeout_and_forgotten() {
-        let approvals = Arc::new(Approvals::default());
+        let approvals = Arc::new(LocalApprovals::default());
         let a = approver(&approvals, Duration::from_millis(50));
         let Decision::Deny(Some(reason)) = a.decide(&request()).await else {
             panic!("not denied")
@@ -842,7 +841,7 @@ mod tests {
             reason.contains("nobody answered the approval within"),
             "{reason}"
         );
-        assert!(approvals.lock().is_empty());
+        assert_eq!(approvals.pending(), 0);
     }
 
     /// A shared store out of reach.
@@ -854,9 +853,8 @@ mod tests {
             &self,
             _call: &PendingCall,
             _timeout: Duration,
-        ) -> Result<Box<dyn crate::approvals::ApprovalWait>, crate::approvals::ApprovalError>
-        {
-            Err(crate::approvals::ApprovalError::Unavailable {
+        ) -> Result<Box<dyn ApprovalWait>, ApprovalError> {
+            Err(ApprovalError::Unavailable {
                 detail: "connection refused".into(),
             })
         }
@@ -865,7 +863,7 @@ mod tests {
             &self,
             _call: &PendingCall,
             _decision: Decision,
-        ) -> Result<bool, crate::approvals::ApprovalError> {
+        ) -> Result<bool, ApprovalError> {
             Ok(false)
         }
     }
@@ -874,7 +872,10 @@ mod tests {
     async fn a_question_the_store_cannot_take_is_refused_and_not_shown() {
         let a = HttpApprover {
             approvals: Arc::new(Unreachable),
-            ..approver(&Arc::new(Approvals::default()), Duration::from_secs(60))
+            ..approver(
+                &Arc::new(LocalApprovals::default()),
+                Duration::from_secs(60),
+            )
         };
         // `Decided`: the loop sends no `approval_needed` nobody could answer.
         let Asked::Decided(Decision::Deny(Some(reason))) = a.ask(&request()).await else {
@@ -885,25 +886,25 @@ mod tests {
 
     #[tokio::test]
     async fn only_the_same_principal_and_session_answer() {
-        let approvals = Arc::new(Approvals::default());
+        let approvals = Arc::new(LocalApprovals::default());
         let a = approver(&approvals, Duration::from_secs(60));
         let waiting = tokio::spawn(async move { a.decide(&request()).await });
-        let other = (
-            Principal::new("us_analyst").unwrap(),
-            "s-1".to_owned(),
-            "call_1".to_owned(),
-        );
-        let own = (
-            Principal::new("eu_analyst").unwrap(),
-            "s-1".to_owned(),
-            "call_1".to_owned(),
-        );
-        while approvals.lock().is_empty() {
+        let call = |who: &str| PendingCall {
+            principal: Principal::new(who).unwrap(),
+            session: "s-1".to_owned(),
+            call_id: "call_1".to_owned(),
+        };
+        let (other, own) = (call("us_analyst"), call("eu_analyst"));
+        while approvals.pending() == 0 {
             tokio::task::yield_now().await;
         }
-        assert!(!approvals.answer(&other, Decision::Approve));
-        assert!(approvals.answer(&own, Decision::Deny(Some("no".into()))));
+        let answer = |call, decision| {
+            let approvals = approvals.clone();
+            async move { approvals.answer(&call, decision).await.unwrap() }
+        };
+        assert!(!answer(other, Decision::Approve).await);
+        assert!(answer(own.clone(), Decision::Deny(Some("no".into()))).await);
         assert_eq!(waiting.await.unwrap(), Decision::Deny(Some("no".into())));
-        assert!(!approvals.answer(&own, Decision::Approve), "answered once");
+        assert!(!answer(own, Decision::Approve).await, "answered once");
     }
 }

@@ -58,7 +58,6 @@
 //! Must not import rmcp, the tools, the store or the sandbox: the agent runtime
 //! (`dataref-agent`) and the tool framework (`dataref-tool`) are what it runs agents on.
 mod agent_api;
-mod approvals;
 mod auth;
 mod body;
 mod conn;
@@ -85,7 +84,6 @@ use http::{Response, StatusCode, header};
 use serde_json::{Value, json};
 
 pub use agent_api::{APPROVAL_TIMEOUT, MAX_AGENT_BODY};
-pub use approvals::{ApprovalError, ApprovalStore, ApprovalWait, PendingCall};
 pub use auth::{NewToken, new_token};
 pub(crate) use body::Body;
 pub use files::SigningKey;

@@ -15,11 +15,11 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::approvals::{self, ApprovalStore};
 use crate::{
     Checked, DRAIN, HEADER_TIMEOUT, HttpError, HttpOptions, MCP_PATH, Replicated, agent_api, auth,
     check, check_listen, conn, files, guard, limits, pipeline, sessions,
 };
+use dataref_agent::approvals::{ApprovalStore, LocalApprovals};
 
 /// A bound, configured server; [`HttpServer::serve`] runs it.
 pub struct HttpServer {
@@ -152,7 +152,7 @@ impl HttpServer {
         self.with_agents_approvals(
             host,
             shared,
-            Arc::new(approvals::Approvals::default()),
+            Arc::new(LocalApprovals::default()),
             approval_timeout,
         )
     }

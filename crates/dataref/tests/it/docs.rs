@@ -195,7 +195,12 @@ fn the_crate_list_is_whole_and_short() {
         .expect("read crates/")
         .map(|e| e.expect("an entry").path())
         .filter(|p| p.join("Cargo.toml").is_file())
-        .map(|p| p.file_name().expect("a name").to_string_lossy().into_owned())
+        .map(|p| {
+            p.file_name()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     crates.sort();
     let mut named: Vec<String> = entries.iter().map(|(n, _)| n.clone()).collect();
