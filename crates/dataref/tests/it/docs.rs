@@ -185,10 +185,11 @@ fn the_crate_list_is_whole_and_short() {
         if let Some(rest) = line.strip_prefix("- **`") {
             let name = rest.split('`').next().unwrap_or_default().to_owned();
             entries.push((name, 1));
-        } else if line.starts_with("  ") && !line.trim().is_empty() {
-            if let Some(last) = entries.last_mut() {
-                last.1 += 1;
-            }
+        } else if line.starts_with("  ")
+            && !line.trim().is_empty()
+            && let Some(last) = entries.last_mut()
+        {
+            last.1 += 1;
         }
     }
     let mut crates: Vec<String> = std::fs::read_dir(root.join("crates"))
