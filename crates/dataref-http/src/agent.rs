@@ -6,7 +6,7 @@
 //!
 //! - `POST /agent/sessions` (a new session, its id made here) and
 //!   `POST /agent/sessions/{id}/messages` with `{"message": "…", "agent"?: "name"}`:
-//!   `text/event-stream` — `event: session` first, then one event per [`AgentEvent`]
+//!   `text/event-stream` — `event: session` first, then one event per [`AgentEvent`](dataref_agent::AgentEvent)
 //!   (`event: <type>`, `data: <the event>`), `event: done` last. A client that goes away
 //!   cancels the run. What fails before the run starts is a JSON 4xx: unknown agent 404,
 //!   a bad session id 400, an unknown session 404, a session busy with another message 409.

@@ -33,9 +33,8 @@ use crate::state::AppState;
 
 type Route = MethodRouter<Arc<AppState>>;
 
-/// The whole server: every route and its stack over `state`.
-pub(crate) fn router(state: &Arc<AppState>) -> Router {
-    let s = state;
+/// The whole server: every route and its stack over the state `s`.
+pub(crate) fn router(s: &Arc<AppState>) -> Router {
     let bearer = Auth {
         tokens: s.auth.clone(),
         links: None,
@@ -51,7 +50,7 @@ pub(crate) fn router(state: &Arc<AppState>) -> Router {
         limits::slot,
     );
     // Past the deadline, authentication and the rate limit: every request with a token.
-    let checked = (deadline, authenticate, rate);
+    let checked = (deadline, authenticate, rate.clone());
 
     // `any` is a fallback of its own: `layer`, not `route_layer`, puts the stack on it.
     let mcp = any(mcp::mcp).layer((
@@ -70,7 +69,7 @@ pub(crate) fn router(state: &Arc<AppState>) -> Router {
                 },
                 auth::authenticate,
             ),
-            from_fn_with_state(s.limits.clone(), limits::rate),
+            rate.clone(),
             from_fn_with_state(
                 Slots {
                     limits: s.limits.clone(),

@@ -103,7 +103,7 @@ impl HttpServer {
     /// Serves `host`'s agents too: the agent API under `/agent/…` and the OpenAI-compatible
     /// facade under `/v1/…`, each run in a context made from `shared` for the caller and
     /// the caller's workspace. An `ask` approval unanswered for
-    /// [`APPROVAL_TIMEOUT`](crate::APPROVAL_TIMEOUT) is refused. The first call wins.
+    /// [`APPROVAL_TIMEOUT`] is refused. The first call wins.
     pub fn with_agents(self, host: Arc<AgentHost>, shared: SharedContext) -> Self {
         self.with_agents_timeout(host, shared, APPROVAL_TIMEOUT)
     }
