@@ -20,6 +20,7 @@ pub mod window;
 pub use event::{AgentEvent, EventSink, NoEvents};
 pub use message::{AssistantToolCall, Message, Role, StepOutcome, ToolDefinition, Usage};
 pub mod approval;
+pub mod approvals;
 pub mod profile;
 pub mod run;
 pub mod session;

@@ -1,32 +1,43 @@
 //! The listener and its connections: [`HttpServer::bind`] checks the options and builds
-//! the state the pipeline shares, [`HttpServer::serve`] accepts connections (HTTP/1.1,
-//! a header timeout, a send timeout on the socket), runs each request through the
-//! pipeline ([`crate::pipeline`]) and drains at shutdown.
+//! the state the routes share ([`AppState`]), [`HttpServer::serve`] accepts connections
+//! (hyper's HTTP/1.1 server: a header timeout, a send timeout on the socket), runs each
+//! request through the router ([`crate::router`]) and drains at shutdown. axum's own
+//! `serve` sets neither timeout, so the connections are served here.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dataref_agent::AgentHost;
-use dataref_mcp::{DatarefServer, StreamableHttp};
+use dataref_agent::approvals::{ApprovalStore, LocalApprovals};
+use dataref_mcp::DatarefServer;
 use dataref_tool::SharedContext;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::approvals::{self, ApprovalStore};
-use crate::{
-    Checked, DRAIN, HEADER_TIMEOUT, HttpError, HttpOptions, MCP_PATH, Replicated, agent_api, auth,
-    check, check_listen, conn, files, guard, limits, pipeline, sessions,
-};
+use crate::agent::APPROVAL_TIMEOUT;
+use crate::error::HttpError;
+use crate::layer::deadline::SendTimeout;
+use crate::paths::MCP_PATH;
+use crate::router::router;
+use crate::state::{Agents, AppState, HttpOptions, Replicated, check_listen};
+
+/// How long open connections may take to finish after a shutdown signal.
+const DRAIN: Duration = Duration::from_secs(10);
+/// A request's headers must arrive within this (slow clients hold a connection otherwise).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often bindings of MCP sessions rmcp has closed (idle, deleted), idle limits and
+/// idle workspaces are dropped.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 /// A bound, configured server; [`HttpServer::serve`] runs it.
 pub struct HttpServer {
     listener: TcpListener,
     /// The address bound (the port of `:0` filled in).
     local: SocketAddr,
-    state: Arc<State>,
+    state: Arc<AppState>,
     /// Cancels rmcp's sessions and streams at shutdown.
     mcp_shutdown: CancellationToken,
     send_timeout: Duration,
@@ -38,28 +49,6 @@ impl std::fmt::Debug for HttpServer {
             .field("public_url", &self.state.public_url)
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) struct State {
-    pub(crate) server: DatarefServer,
-    pub(crate) mcp: StreamableHttp,
-    pub(crate) sessions: sessions::Sessions,
-    pub(crate) auth: auth::Authenticator,
-    pub(crate) guard: guard::Guard,
-    pub(crate) limits: Arc<dyn limits::Limiter>,
-    /// What `GET /ready` checks; `None`: ready while serving.
-    pub(crate) readiness: Option<Arc<dyn crate::Readiness>>,
-    /// The last answer of `readiness` and when it came (see [`crate::routes`]'s `ready`).
-    pub(crate) last_ready: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
-    pub(crate) signer: Arc<files::Signer>,
-    pub(crate) download_ttl: Duration,
-    pub(crate) body_timeout: Duration,
-    /// Requests being answered; a shutdown waits for them.
-    pub(crate) open: conn::Open,
-    /// Without a trailing `/`.
-    pub(crate) public_url: String,
-    /// The agents behind `/agent/…` and `/v1/…`, when [`HttpServer::with_agents`] gave some.
-    pub(crate) agents: OnceLock<Arc<agent_api::Agents>>,
 }
 
 impl HttpServer {
@@ -93,53 +82,30 @@ impl HttpServer {
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{local}"));
-        let Checked {
-            auth,
-            guard,
-            signer,
-        } = check(&options, &public_url, replicated.signing_key.as_ref())?;
-        let http = options.http;
-        server.set_download_links(Arc::new(files::Links {
-            signer: signer.clone(),
-            public_url: public_url.clone(),
-            ttl: http.download_ttl,
-        }));
         let mcp_shutdown = CancellationToken::new();
-        // Host and Origin are checked here for every route, before authentication.
-        let mcp = StreamableHttp::new(&server, mcp_shutdown.clone());
-        let state = Arc::new(State {
+        let send_timeout = options.http.send_timeout;
+        let state = Arc::new(AppState::new(
             server,
-            mcp,
-            sessions: sessions::Sessions::default(),
-            auth,
-            guard,
-            limits: replicated.limiter.unwrap_or_else(|| {
-                Arc::new(limits::LocalLimiter::with(limits::LimitConfig::of(&http)))
-            }),
-            readiness: replicated.readiness,
-            last_ready: tokio::sync::Mutex::new(None),
-            signer,
-            download_ttl: http.download_ttl,
-            body_timeout: http.body_timeout,
-            open: conn::Open::default(),
+            &options,
+            replicated,
             public_url,
-            agents: OnceLock::new(),
-        });
+            mcp_shutdown.clone(),
+        )?);
         Ok(Self {
             listener,
             local,
             state,
             mcp_shutdown,
-            send_timeout: http.send_timeout,
+            send_timeout,
         })
     }
 
     /// Serves `host`'s agents too: the agent API under `/agent/…` and the OpenAI-compatible
     /// facade under `/v1/…`, each run in a context made from `shared` for the caller and
     /// the caller's workspace. An `ask` approval unanswered for
-    /// [`APPROVAL_TIMEOUT`](crate::APPROVAL_TIMEOUT) is refused. The first call wins.
+    /// [`APPROVAL_TIMEOUT`] is refused. The first call wins.
     pub fn with_agents(self, host: Arc<AgentHost>, shared: SharedContext) -> Self {
-        self.with_agents_timeout(host, shared, agent_api::APPROVAL_TIMEOUT)
+        self.with_agents_timeout(host, shared, APPROVAL_TIMEOUT)
     }
 
     /// [`Self::with_agents`] with another approval timeout.
@@ -152,7 +118,7 @@ impl HttpServer {
         self.with_agents_approvals(
             host,
             shared,
-            Arc::new(approvals::Approvals::default()),
+            Arc::new(LocalApprovals::default()),
             approval_timeout,
         )
     }
@@ -167,13 +133,20 @@ impl HttpServer {
         approvals: Arc<dyn ApprovalStore>,
         approval_timeout: Duration,
     ) -> Self {
-        let _ = self.state.agents.set(Arc::new(agent_api::Agents::new(
+        let _ = self.state.agents.set(Arc::new(Agents::new(
             host,
             shared,
             approvals,
             approval_timeout,
         )));
         self
+    }
+
+    /// Every route and its stack as one service, without the socket: a request through it
+    /// (`tower::ServiceExt::oneshot`) is answered as one through [`Self::serve`] would be,
+    /// short of the connection's own limits (header and send timeouts, the drain).
+    pub fn router(&self) -> axum::Router {
+        router(&self.state)
     }
 
     /// The address actually bound (the port of `:0` filled in).
@@ -202,8 +175,8 @@ impl HttpServer {
             send_timeout,
             ..
         } = self;
-        let pruner = sessions::spawn_pruner(state.clone(), mcp_shutdown.clone());
-        let pipeline = pipeline::build(&state);
+        let pruner = spawn_pruner(state.clone(), mcp_shutdown.clone());
+        let router = router(&state);
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         loop {
             tokio::select! {
@@ -221,8 +194,8 @@ impl HttpServer {
                         .timer(TokioTimer::new())
                         .header_read_timeout(HEADER_TIMEOUT)
                         .serve_connection(
-                            TokioIo::new(conn::SendTimeout::new(stream, send_timeout)),
-                            TowerToHyperService::new(pipeline.clone()),
+                            TokioIo::new(SendTimeout::new(stream, send_timeout)),
+                            TowerToHyperService::new(router.clone()),
                         );
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {
@@ -270,4 +243,21 @@ impl HttpServer {
         }
         Ok(())
     }
+}
+
+/// Housekeeping every minute until `stop`: forgets what a fresh start would equal.
+fn spawn_pruner(state: Arc<AppState>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PRUNE_EVERY);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    state.sessions.prune(&state.mcp).await;
+                    state.limits.forget_idle();
+                    state.server.forget_idle_workspaces();
+                }
+                () = stop.cancelled() => return,
+            }
+        }
+    })
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dataref_agent::Decision;
-use dataref_http::{ApprovalError, ApprovalStore, ApprovalWait, PendingCall};
+use dataref_agent::approvals::{ApprovalError, ApprovalStore, ApprovalWait, PendingCall};
 
 use crate::Backend;
 use crate::error::SharedError;

@@ -259,7 +259,7 @@ impl Shared {
 
     /// The agent runs' pending approvals in the shared index: a run waits on the replica
     /// that runs it, the person's answer may come through any replica.
-    pub fn approvals(&self) -> Arc<dyn dataref_http::ApprovalStore> {
+    pub fn approvals(&self) -> Arc<dyn dataref_agent::approvals::ApprovalStore> {
         Arc::new(approvals::PgApprovals::new(self.backend.clone()))
     }
 

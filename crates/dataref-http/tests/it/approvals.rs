@@ -14,12 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use dataref_agent::approvals::{ApprovalError, ApprovalStore, ApprovalWait, PendingCall};
 use dataref_agent::llm::{ChatModel, ChatRequest, ChatResponse, LlmError, TextSink};
 use dataref_agent::{AgentHost, AssistantToolCall, Decision, Message};
 use dataref_config::{Approval, HttpConfig, PrincipalConfig};
-use dataref_http::{
-    ApprovalError, ApprovalStore, ApprovalWait, HttpOptions, HttpServer, PendingCall, Replicated,
-};
+use dataref_http::{HttpOptions, HttpServer, Replicated};
 use dataref_mcp::DatarefServer;
 use dataref_protocol::Principal;
 use dataref_tool::SharedContext;

@@ -1,5 +1,7 @@
 //! `serve --http` end to end: a real `HttpServer` on a loopback port, rmcp's Streamable
-//! HTTP client (both protocol revisions) and raw reqwest for the HTTP-level answers.
+//! HTTP client (both protocol revisions) and raw reqwest for the HTTP-level answers; the
+//! answers that need no connection (routing, the guard, the 401s, the page) through the
+//! same server's router with `oneshot`.
 #![expect(
     clippy::unwrap_used,
     reason = "test helpers fail the test on setup errors"
@@ -22,9 +24,11 @@ use dataref_mcp::rmcp::transport::streamable_http_client::StreamableHttpClientTr
 use dataref_mcp::rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use dataref_protocol::Principal;
 use dataref_tool::SharedContext;
+use http_body_util::BodyExt;
 use ring::{digest, hmac, rand, signature};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 
 use crate::support::Env;
 
@@ -111,6 +115,97 @@ async fn serve(env: &Env, http: HttpConfig) -> Served {
     let stop = CancellationToken::new();
     let task = tokio::spawn(http.serve(stop.clone()));
     Served { base, stop, task }
+}
+
+/// A server bound but not serving: each request goes through its router with `oneshot`,
+/// with the `Host` a client of `base` sends.
+struct Routed {
+    app: axum::Router,
+    /// `http://127.0.0.1:PORT`
+    base: String,
+}
+
+/// What a request through [`Routed`] got.
+struct Answer {
+    status: u16,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+async fn routed(env: &Env, http: HttpConfig) -> Routed {
+    let server = DatarefServer::per_request(env.registry.clone(), shared(env));
+    let options = HttpOptions {
+        http,
+        principals: principals(),
+        anonymous: Principal::new("local").unwrap(),
+    };
+    let http = HttpServer::bind(server, options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let base = format!("http://{}", http.local_addr().unwrap());
+    Routed {
+        app: http.router(),
+        base,
+    }
+}
+
+impl Routed {
+    fn mcp(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    /// `method path` with `headers` (a `Host` of its own replaces the server's) and `body`.
+    async fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: String,
+    ) -> Answer {
+        let mut request = http::Request::builder().method(method).uri(path);
+        if !headers.iter().any(|(name, _)| *name == "host") {
+            request = request.header("host", self.base.trim_start_matches("http://"));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = self
+            .app
+            .clone()
+            .oneshot(request.body(body).unwrap())
+            .await
+            .unwrap_or_else(|never| match never {});
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
+        self.send(http::Method::GET, path, headers, String::new())
+            .await
+    }
+
+    /// A raw `initialize` POST to `/mcp`, with `headers` besides the MCP ones.
+    async fn initialize(&self, headers: &[(&str, &str)]) -> Answer {
+        let mut all = vec![
+            ("accept", MCP_ACCEPT),
+            ("content-type", "application/json"),
+            ("mcp-protocol-version", "2025-11-25"),
+        ];
+        all.extend_from_slice(headers);
+        self.send(http::Method::POST, "/mcp", &all, initialize_body())
+            .await
+    }
 }
 
 async fn connect(url: &str, token: &str, version: &ProtocolVersion) -> Client {
@@ -429,9 +524,9 @@ async fn a_session_used_with_another_token_is_an_unknown_session() {
     served.stop().await;
 }
 
-fn assert_challenge(r: &reqwest::Response, base: &str, invalid: bool) {
-    assert_eq!(r.status(), 401);
-    let value = r.headers()["www-authenticate"].to_str().unwrap();
+fn assert_challenge(r: &Answer, base: &str, invalid: bool) {
+    assert_eq!(r.status, 401);
+    let value = r.headers["www-authenticate"].to_str().unwrap();
     let expected =
         format!("Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource\"");
     if invalid {
@@ -444,45 +539,33 @@ fn assert_challenge(r: &reqwest::Response, base: &str, invalid: bool) {
 #[tokio::test(flavor = "multi_thread")]
 async fn missing_or_bad_tokens_get_401_with_the_metadata_url() {
     let env = Env::new(100).unwrap();
-    let served = serve(&env, http_config()).await;
-    let c = http_client();
-    let none = post(&c, &served.mcp(), None, None, initialize_body()).await;
+    let served = routed(&env, http_config()).await;
+    let none = served.initialize(&[]).await;
     assert_challenge(&none, &served.base, false);
-    let body: Value = serde_json::from_str(&none.text().await.unwrap()).unwrap();
+    let body = none.json();
     assert!(
         body["hint"].as_str().unwrap().contains("dataref token new"),
         "{body}"
     );
 
-    let bad = post(
-        &c,
-        &served.mcp(),
-        Some("not-a-token"),
-        None,
-        initialize_body(),
-    )
-    .await;
+    let bad = served
+        .initialize(&[("authorization", "Bearer not-a-token")])
+        .await;
     assert_challenge(&bad, &served.base, true);
-    let body: Value = serde_json::from_str(&bad.text().await.unwrap()).unwrap();
-    assert_eq!(body["error"], "invalid_token");
+    assert_eq!(bad.json()["error"], "invalid_token");
 
     // A JWT when none are configured is just an unknown token.
-    let jwt = post(&c, &served.mcp(), Some("a.b.c"), None, initialize_body()).await;
+    let jwt = served
+        .initialize(&[("authorization", "Bearer a.b.c")])
+        .await;
     assert_challenge(&jwt, &served.base, true);
 
     // Downloads and signing ask for a token the same way.
-    let r = c
-        .get(format!("{}/files/x.csv", served.base))
-        .send()
-        .await
-        .unwrap();
+    let r = served.get("/files/x.csv", &[]).await;
     assert_challenge(&r, &served.base, false);
-    let r = c
-        .post(format!("{}/files/sign", served.base))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let r = served
+        .send(http::Method::POST, "/files/sign", &[], "{}".into())
+        .await;
     assert_challenge(&r, &served.base, false);
 
     // The metadata itself needs no token.
@@ -490,18 +573,13 @@ async fn missing_or_bad_tokens_get_401_with_the_metadata_url() {
         ("/.well-known/oauth-protected-resource", served.base.clone()),
         ("/.well-known/oauth-protected-resource/mcp", served.mcp()),
     ] {
-        let r = c
-            .get(format!("{}{path}", served.base))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        let doc: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        let r = served.get(path, &[]).await;
+        assert_eq!(r.status, 200);
+        let doc = r.json();
         assert_eq!(doc["resource"], resource.as_str());
         assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
         assert_eq!(doc["resource_name"], "dataref");
     }
-    served.stop().await;
 }
 
 fn jwt(header: &Value, claims: &Value, sign: impl Fn(&[u8]) -> Vec<u8>) -> String {
@@ -675,23 +753,21 @@ async fn jwts_hs256_and_rs256_are_checked() {
 #[tokio::test(flavor = "multi_thread")]
 async fn foreign_hosts_and_origins_get_403_on_every_route() {
     let env = Env::new(100).unwrap();
-    let served = serve(&env, http_config()).await;
-    let c = http_client();
+    let served = routed(&env, http_config()).await;
+    let bearer = format!("Bearer {EU}");
     for path in [
         "/mcp",
         "/files/x.csv",
         "/.well-known/oauth-protected-resource",
     ] {
-        let url = format!("{}{path}", served.base);
-        let r = c
-            .get(&url)
-            .bearer_auth(EU)
-            .header("host", "evil.example.com")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 403, "{path}");
-        let body: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        let r = served
+            .get(
+                path,
+                &[("authorization", &bearer), ("host", "evil.example.com")],
+            )
+            .await;
+        assert_eq!(r.status, 403, "{path}");
+        let body = r.json();
         assert!(
             body["message"]
                 .as_str()
@@ -703,31 +779,25 @@ async fn foreign_hosts_and_origins_get_403_on_every_route() {
             body["hint"].as_str().unwrap().contains("allowed_hosts"),
             "{body}"
         );
-        let r = c
-            .get(&url)
-            .bearer_auth(EU)
-            .header("origin", "https://evil.example.com")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 403, "{path}");
-        assert!(r.text().await.unwrap().contains("allowed_origins"));
+        let r = served
+            .get(
+                path,
+                &[
+                    ("authorization", &bearer),
+                    ("origin", "https://evil.example.com"),
+                ],
+            )
+            .await;
+        assert_eq!(r.status, 403, "{path}");
+        assert!(r.body.contains("allowed_origins"));
     }
     // The server's own origin passes.
-    let r = post(&c, &served.mcp(), Some(EU), None, initialize_body()).await;
-    assert_eq!(r.status(), 200);
-    let r = c
-        .post(served.mcp())
-        .bearer_auth(EU)
-        .header("origin", served.base.as_str())
-        .header("accept", MCP_ACCEPT)
-        .header("content-type", "application/json")
-        .body(initialize_body())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    served.stop().await;
+    let r = served.initialize(&[("authorization", &bearer)]).await;
+    assert_eq!(r.status, 200);
+    let r = served
+        .initialize(&[("authorization", &bearer), ("origin", &served.base)])
+        .await;
+    assert_eq!(r.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -948,65 +1018,56 @@ async fn the_2026_revision_is_stateless() {
 #[tokio::test(flavor = "multi_thread")]
 async fn routes_answer_by_path_and_method_before_any_token_is_asked_for() {
     let env = Env::new(100).unwrap();
-    let served = serve(&env, http_config()).await;
-    let c = http_client();
-    for token in [None, Some(EU)] {
-        let send = |method: reqwest::Method, path: &str| {
-            let r = c.request(method, format!("{}{path}", served.base));
-            match token {
-                Some(t) => r.bearer_auth(t),
-                None => r,
-            }
-            .send()
+    let served = routed(&env, http_config()).await;
+    let bearer = format!("Bearer {EU}");
+    for token in [None, Some(bearer.as_str())] {
+        let headers: Vec<(&str, &str)> = token.map(|t| ("authorization", t)).into_iter().collect();
+        let send = |method: http::Method, path: &'static str| {
+            served.send(method, path, &headers, String::new())
         };
-        let r = send(reqwest::Method::GET, "/nowhere").await.unwrap();
-        assert_eq!(r.status(), 404, "{token:?}");
-        let body: Value = r.json().await.unwrap();
+        let r = send(http::Method::GET, "/nowhere").await;
+        assert_eq!(r.status, 404, "{token:?}");
+        let body = r.json();
         assert_eq!(body["error"], "not_found");
         assert_eq!(body["message"], "nothing is served at `/nowhere`");
         assert_eq!(body["hint"], "the MCP endpoint is `/mcp`");
 
-        let r = send(reqwest::Method::GET, "/files/sign").await.unwrap();
-        assert_eq!(r.status(), 405, "{token:?}");
-        assert_eq!(r.headers()["allow"], "POST");
-        let r = send(reqwest::Method::POST, "/files/a.csv").await.unwrap();
-        assert_eq!(r.status(), 405, "{token:?}");
-        assert_eq!(r.headers()["allow"], "GET");
-        let r = send(
-            reqwest::Method::POST,
-            "/.well-known/oauth-protected-resource",
-        )
-        .await
-        .unwrap();
-        assert_eq!(r.status(), 405, "{token:?}");
-        assert_eq!(r.headers()["allow"], "GET");
+        let r = send(http::Method::GET, "/files/sign").await;
+        assert_eq!(r.status, 405, "{token:?}");
+        assert_eq!(r.headers["allow"], "POST");
+        let r = send(http::Method::POST, "/files/a.csv").await;
+        assert_eq!(r.status, 405, "{token:?}");
+        assert_eq!(r.headers["allow"], "GET");
+        // `HEAD` where only `GET` is served is a method like any other.
+        let r = send(http::Method::HEAD, "/files/a.csv").await;
+        assert_eq!(r.status, 405, "{token:?}");
+        assert_eq!(r.headers["allow"], "GET");
+        let r = send(http::Method::HEAD, "/agent/agents").await;
+        assert_eq!(r.status, 405, "{token:?}");
+        assert_eq!(r.headers["allow"], "GET");
+        let r = send(http::Method::POST, "/.well-known/oauth-protected-resource").await;
+        assert_eq!(r.status, 405, "{token:?}");
+        assert_eq!(r.headers["allow"], "GET");
 
-        let r = send(reqwest::Method::GET, "/files/bad%zz").await.unwrap();
-        assert_eq!(r.status(), 404, "{token:?}");
-        let body: Value = r.json().await.unwrap();
+        let r = send(http::Method::GET, "/files/bad%zz").await;
+        assert_eq!(r.status, 404, "{token:?}");
+        let body = r.json();
         assert!(
             body["hint"].as_str().unwrap().contains("POST /files/sign"),
             "{body}"
         );
 
         let r = send(
-            reqwest::Method::GET,
+            http::Method::GET,
             "/.well-known/oauth-protected-resource/mcp",
         )
-        .await
-        .unwrap();
-        assert_eq!(r.status(), 200, "{token:?}");
-        let body: Value = r.json().await.unwrap();
-        assert_eq!(body["resource"], served.mcp());
+        .await;
+        assert_eq!(r.status, 200, "{token:?}");
+        assert_eq!(r.json()["resource"], served.mcp());
     }
     // A download without a token or a signature is asked for one.
-    let r = c
-        .get(format!("{}/files/a.csv", served.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-    served.stop().await;
+    let r = served.get("/files/a.csv", &[]).await;
+    assert_eq!(r.status, 401);
 }
 
 /// `/` is the page: served without a token (it holds no data), with a policy that allows
@@ -1015,11 +1076,10 @@ async fn routes_answer_by_path_and_method_before_any_token_is_asked_for() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_is_served_with_a_strict_policy_and_no_token() {
     let env = Env::new(100).unwrap();
-    let served = serve(&env, http_config()).await;
-    let c = http_client();
-    let r = c.get(format!("{}/", served.base)).send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let h = r.headers().clone();
+    let served = routed(&env, http_config()).await;
+    let r = served.get("/", &[]).await;
+    assert_eq!(r.status, 200);
+    let h = &r.headers;
     assert_eq!(h["content-type"], "text/html; charset=utf-8");
     assert_eq!(h["x-content-type-options"], "nosniff");
     let csp = h["content-security-policy"].to_str().unwrap().to_owned();
@@ -1035,9 +1095,10 @@ async fn the_page_is_served_with_a_strict_policy_and_no_token() {
         assert!(csp.contains(part), "{part} in {csp}");
     }
     assert!(!csp.contains("unsafe"), "{csp}");
-    assert_eq!(r.text().await.unwrap(), dataref_mcp::VIEW_HTML);
-    let r = c.post(format!("{}/", served.base)).send().await.unwrap();
-    assert_eq!(r.status(), 405);
-    assert_eq!(r.headers()["allow"], "GET, HEAD");
-    served.stop().await;
+    assert_eq!(r.body, dataref_mcp::VIEW_HTML);
+    let r = served
+        .send(http::Method::POST, "/", &[], String::new())
+        .await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.headers["allow"], "GET, HEAD");
 }

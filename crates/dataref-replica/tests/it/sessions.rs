@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dataref_agent::approvals::PendingCall;
 use dataref_agent::{
     AgentHost, Decision, Message, RequestStats, RunOutcome, SendError, SessionError, Usage,
 };
 use dataref_config::Config;
-use dataref_http::PendingCall;
 use dataref_protocol::{Principal, Timestamp};
 use dataref_replica::Shared;
 use dataref_tool::ToolRegistry;

@@ -39,6 +39,7 @@ const ASIDE: &[&str] = &["dataref-test-support", "dataref-bench"];
 /// Heavy crates and the only crates allowed to name them as normal dependencies.
 const OWNERS: &[(&str, &[&str])] = &[
     ("rmcp", &["dataref-mcp"]),
+    ("axum", &["dataref-http"]),
     ("hyper", &["dataref-http"]),
     ("ring", &["dataref-http"]),
     ("plotters", &["dataref-chart"]),

@@ -12,13 +12,29 @@
 //! absolute form (`GET http://name/…`) names the host itself (RFC 9112 §3.2.2 puts it above
 //! `Host`), so it must name the same host as `Host`, which is then checked as usual.
 
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
 use dataref_config::HttpConfig;
-use http::{HeaderMap, Response, StatusCode, Uri, header};
+use dataref_protocol::truncate_echo as truncate;
+use http::{HeaderMap, StatusCode, Uri, header};
 use serde_json::json;
 
-use dataref_protocol::truncate_echo as truncate;
+use crate::response::{json_response, refused_unread};
 
-use crate::{Body, json_response};
+/// The layer, on every route: a request the guard refuses is answered here.
+pub(crate) async fn check(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match guard.check(request.uri(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused_unread(request.headers(), refused.response()),
+    }
+}
 
 pub(crate) struct Guard {
     hosts: Vec<(String, Option<u16>)>,
@@ -118,7 +134,7 @@ impl Guard {
 }
 
 impl Refused {
-    pub(crate) fn response(&self) -> Response<Body> {
+    fn response(&self) -> Response {
         let (message, hint) = match self {
             Self::Repeated(name) => {
                 return bad_request(
@@ -154,7 +170,7 @@ impl Refused {
 }
 
 /// A malformed request (not a rebinding attempt): `400` with the message and a hint.
-fn bad_request(message: String, hint: &str) -> Response<Body> {
+fn bad_request(message: String, hint: &str) -> Response {
     tracing::warn!(%message, "refused a request");
     json_response(
         StatusCode::BAD_REQUEST,

@@ -1,22 +1,85 @@
 //! Who is calling: `Authorization: Bearer <token>`, the token's SHA-256 looked up in
-//! `[principals]` (or a JWT, [`crate::jwt`]), and the 401 that tells a client where to
-//! learn how to get one.
+//! `[principals]` (or a JWT, [`super::jwt`]), or for downloads a signed link
+//! ([`crate::links`]); and the 401 that tells a client where to learn how to get one. The
+//! principal goes into the request's extensions as a [`Caller`], where the later layers
+//! and [`dataref_mcp::DatarefServer::per_request`] find it.
 //!
 //! Tokens are compared by their digests: a lookup in a map keyed by SHA-256 leaks nothing
 //! useful through timing, since nobody can choose a token with a given digest prefix.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use dataref_config::{HttpConfig, PrincipalConfig};
+use dataref_mcp::Caller;
 use dataref_protocol::Principal;
-use http::{HeaderMap, Response, StatusCode, header};
+use http::{HeaderMap, StatusCode, header};
 use ring::digest;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::json;
 
-use crate::{Body, HttpError, METADATA_PATH, json_response, jwt};
+use super::jwt;
+use crate::error::HttpError;
+use crate::links::{self, Signer};
+use crate::paths::METADATA_PATH;
+use crate::response::{json_response, now_secs, refused_unread};
+
+/// What the authentication layer accepts: a bearer token or JWT, and for downloads a
+/// signed link too.
+#[derive(Clone)]
+pub(crate) struct Auth {
+    pub(crate) tokens: Arc<Authenticator>,
+    /// `Some`: a signed link (`?principal=…&expires=…&sig=…`) names the caller as well.
+    pub(crate) links: Option<Arc<Signer>>,
+}
+
+/// The layer: the caller into the request's extensions, or the refusal.
+pub(crate) async fn authenticate(
+    State(auth): State<Auth>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let signed = auth
+        .links
+        .as_ref()
+        .and_then(|signer| links::signed_principal(signer, &request));
+    let principal = match signed {
+        Some(Ok(principal)) => principal,
+        Some(Err(refused)) => return refused_unread(request.headers(), refused),
+        None => match auth.tokens.authenticate(request.headers()) {
+            Ok(principal) => principal,
+            Err(failure) => {
+                return refused_unread(request.headers(), auth.tokens.challenge(&failure));
+            }
+        },
+    };
+    request.extensions_mut().insert(Caller(principal));
+    next.run(request).await
+}
+
+/// The caller [`authenticate`] put into the request; a request that passed no
+/// authentication layer is a fault of ours (500), never served as nobody.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response itself, made once per refused request"
+)]
+pub(crate) fn caller(request: &Request) -> Result<Principal, Response> {
+    match request.extensions().get::<Caller>() {
+        Some(Caller(principal)) => Ok(principal.clone()),
+        None => {
+            tracing::error!("a request passed the authentication layer without a principal");
+            Err(json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error": "internal", "message": "the request carries no authenticated principal; the details are in the server log"}),
+            ))
+        }
+    }
+}
 
 pub(crate) struct Authenticator {
     mode: Mode,
@@ -91,9 +154,7 @@ impl Authenticator {
         if let Some(verifier) = jwt
             && jwt::looks_like_jwt(token)
         {
-            return verifier
-                .verify(token, crate::now_secs())
-                .map_err(Failure::Invalid);
+            return verifier.verify(token, now_secs()).map_err(Failure::Invalid);
         }
         by_digest
             .get(&sha256(token.as_bytes()))
@@ -102,7 +163,7 @@ impl Authenticator {
     }
 
     /// 401 with `WWW-Authenticate` and a JSON body saying what to send.
-    pub(crate) fn challenge(&self, failure: &Failure) -> Response<Body> {
+    fn challenge(&self, failure: &Failure) -> Response {
         let (value, body) = match failure {
             Failure::Missing => (
                 self.challenge.clone(),

@@ -1,10 +1,12 @@
 //! The agent over HTTP: `/agent/…`, behind the same Host/Origin checks, authentication and
-//! limits as `/mcp` (`pipeline.rs` gives these routes their own stacks). Every message goes
-//! through [`AgentHost::send`]; the OpenAI-compatible facade is [`crate::openai_facade`].
+//! limits as `/mcp` ([`crate::router`] gives these routes their stacks: a request that
+//! starts a run takes an in-flight slot, as a tool call does). Every message goes through
+//! [`AgentHost::send`](dataref_agent::AgentHost::send); runs stream as SSE ([`sse`]); the
+//! OpenAI-compatible facade is [`openai`].
 //!
 //! - `POST /agent/sessions` (a new session, its id made here) and
 //!   `POST /agent/sessions/{id}/messages` with `{"message": "…", "agent"?: "name"}`:
-//!   `text/event-stream` — `event: session` first, then one event per [`AgentEvent`]
+//!   `text/event-stream` — `event: session` first, then one event per [`AgentEvent`](dataref_agent::AgentEvent)
 //!   (`event: <type>`, `data: <the event>`), `event: done` last. A client that goes away
 //!   cancels the run. What fails before the run starts is a JSON 4xx: unknown agent 404,
 //!   a bad session id 400, an unknown session 404, a session busy with another message 409.
@@ -17,142 +19,153 @@
 //! Sessions are keyed by principal: another principal's session, or approval, is the same
 //! 404 as one that does not exist.
 
-use std::pin::Pin;
+pub(crate) mod openai;
+mod sse;
+
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path};
+use axum::response::Response;
 use bytes::Bytes;
 use dataref_agent::approval::Asked;
+use dataref_agent::approvals::{ApprovalStore, PendingCall};
 use dataref_agent::{
-    AgentEvent, AgentHost, ApprovalRequest, Approver, Decision, EventSink, ProfileError, SendError,
-    SessionError, SessionStore, Stopped,
+    ApprovalRequest, Approver, Decision, ProfileError, SendError, SessionError, SessionStore,
+    Stopped,
 };
 use dataref_mcp::Caller;
 use dataref_protocol::Principal;
-use dataref_tool::SharedContext;
 use dataref_workspace::Workspace;
-use http::{Method, Request, Response, StatusCode, header};
-use http_body::Frame;
+use http::StatusCode;
+use http::request::Parts;
 use http_body_util::BodyExt;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
-// The in-memory store, by name for the tests below.
-#[cfg(test)]
-use crate::approvals::Approvals;
-use crate::approvals::{ApprovalStore, PendingCall};
-use crate::body::{self, Body, Deadline};
-use crate::pipeline::BoxFuture;
-use crate::server::State;
-use crate::{json_response, openai_facade};
+use crate::response::json_response;
+use crate::state::{Agents, AppState};
+use sse::{SseEvents, sse_event, sse_response};
 
 /// The largest request body of the agent routes (a message, a facade conversation).
 pub const MAX_AGENT_BODY: usize = 1024 * 1024;
 /// How long a run waits for the person's answer to an `approval_needed` before the call
 /// is refused (the refusal says so).
 pub const APPROVAL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// An SSE comment this often keeps proxies from closing a quiet stream (a long tool call)
-/// and finds a client that went away.
-const KEEPALIVE: Duration = Duration::from_secs(15);
 
-/// An agent route, parsed from the path by [`Route::parse`]; in the request's extensions
-/// for the handler.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Route {
-    /// `/agent/agents`
-    Agents,
-    /// `/agent/sessions`
-    Sessions,
-    /// `/agent/sessions/{id}`
-    Session(String),
-    /// `/agent/sessions/{id}/messages`
-    Messages(String),
-    /// `/agent/sessions/{id}/approvals/{call_id}`
-    Approval(String, String),
-    /// `/v1/chat/completions`
-    Completions,
-    /// `/v1/models`
-    Models,
+/// `GET /agent/agents`.
+pub(crate) async fn agents(call: Call) -> Response {
+    call.list_agents()
 }
 
-impl Route {
-    /// The agent route at `path`, or `None` (not an agent path).
-    pub(crate) fn parse(path: &str) -> Option<Self> {
-        match path {
-            "/v1/chat/completions" => return Some(Self::Completions),
-            "/v1/models" => return Some(Self::Models),
-            "/agent/agents" => return Some(Self::Agents),
-            "/agent/sessions" => return Some(Self::Sessions),
-            _ => {}
+/// `GET /agent/sessions`.
+pub(crate) async fn sessions(call: Call) -> Response {
+    call.list_sessions().await
+}
+
+/// `POST /agent/sessions`: a message to a new session, its id made here.
+pub(crate) async fn start(call: Call, body: Body) -> Response {
+    call.message(SessionStore::new_id(), true, body).await
+}
+
+/// `GET /agent/sessions/{id}`.
+pub(crate) async fn session(call: Call, Ids(id): Ids<String>) -> Response {
+    call.session(&id).await
+}
+
+/// `DELETE /agent/sessions/{id}`.
+pub(crate) async fn delete(call: Call, Ids(id): Ids<String>) -> Response {
+    call.delete(&id).await
+}
+
+/// `POST /agent/sessions/{id}/messages`.
+pub(crate) async fn message(call: Call, Ids(id): Ids<String>, body: Body) -> Response {
+    call.message(id, false, body).await
+}
+
+/// `POST /agent/sessions/{id}/approvals/{call_id}`.
+pub(crate) async fn approve(
+    call: Call,
+    Ids((id, call_id)): Ids<(String, String)>,
+    body: Body,
+) -> Response {
+    call.approve(&id, call_id, body).await
+}
+
+/// The ids in an agent path (`{id}`, `{call_id}`), percent-decoded. One that is not UTF-8
+/// is a bad session id (400), as any other malformed one is.
+pub(crate) struct Ids<T>(T);
+
+impl<T, S> FromRequestParts<S> for Ids<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(ids)) => Ok(Self(ids)),
+            Err(_) => Err(session_error(&SessionError::BadId(
+                dataref_protocol::truncate_echo(parts.uri.path()),
+            ))),
         }
-        let rest = path.strip_prefix("/agent/sessions/")?;
-        let parts: Vec<&str> = rest.split('/').collect();
-        match parts.as_slice() {
-            [id] if !id.is_empty() => Some(Self::Session((*id).to_owned())),
-            [id, "messages"] => Some(Self::Messages((*id).to_owned())),
-            [id, "approvals", call] if !call.is_empty() => {
-                Some(Self::Approval((*id).to_owned(), (*call).to_owned()))
-            }
-            _ => None,
-        }
-    }
-
-    /// The methods this route answers, as `Allow` lists them.
-    pub(crate) fn allows(&self) -> &'static str {
-        match self {
-            Self::Agents | Self::Models => "GET",
-            Self::Sessions => "GET, POST",
-            Self::Session(_) => "GET, DELETE",
-            Self::Messages(_) | Self::Approval(..) | Self::Completions => "POST",
-        }
-    }
-
-    pub(crate) fn allows_method(&self, method: &Method) -> bool {
-        self.allows().split(", ").any(|m| m == method.as_str())
-    }
-
-    /// Whether the request starts a run (and so takes one of the caller's in-flight slots,
-    /// like a tool call).
-    pub(crate) fn starts_run(&self, method: &Method) -> bool {
-        method == Method::POST
-            && matches!(self, Self::Sessions | Self::Messages(_) | Self::Completions)
-    }
-
-    fn is_facade(&self) -> bool {
-        matches!(self, Self::Completions | Self::Models)
     }
 }
 
-/// The agents a server runs and what their HTTP routes share.
-pub(crate) struct Agents {
-    pub(crate) host: Arc<AgentHost>,
-    pub(crate) shared: SharedContext,
-    /// Where runs' approvals wait for their answers (this server's memory, or shared by
-    /// the replicas).
-    pub(crate) approvals: Arc<dyn ApprovalStore>,
-    pub(crate) approval_timeout: Duration,
-    /// Cancelled when the server stops: every run's token is a child of it.
-    pub(crate) shutdown: CancellationToken,
+/// One authenticated request to the agent routes: the caller, and the agents this server
+/// runs (extracting it refuses the request when there are none).
+pub(crate) struct Call {
+    pub(crate) state: Arc<AppState>,
+    pub(crate) agents: Arc<Agents>,
+    pub(crate) principal: Principal,
 }
 
-impl Agents {
-    pub(crate) fn new(
-        host: Arc<AgentHost>,
-        shared: SharedContext,
-        approvals: Arc<dyn ApprovalStore>,
-        approval_timeout: Duration,
-    ) -> Self {
-        Self {
-            host,
-            shared,
-            approvals,
-            approval_timeout,
-            shutdown: CancellationToken::new(),
-        }
+/// Why no [`Call`] could be made of a request.
+pub(crate) enum NoCall {
+    /// It passed no authentication layer: a fault of ours.
+    Unauthenticated,
+    /// This server runs no agents.
+    NoAgents,
+}
+
+impl Call {
+    /// The caller and the agents of a request past authentication.
+    pub(crate) fn of(parts: &Parts, state: &Arc<AppState>) -> Result<Self, NoCall> {
+        let Some(Caller(principal)) = parts.extensions.get::<Caller>().cloned() else {
+            tracing::error!("an agent request passed the authentication layer without a principal");
+            return Err(NoCall::Unauthenticated);
+        };
+        let agents = state.agents.get().cloned().ok_or(NoCall::NoAgents)?;
+        Ok(Self {
+            state: state.clone(),
+            agents,
+            principal,
+        })
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for Call {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Response> {
+        Self::of(parts, state).map_err(|no| match no {
+            NoCall::Unauthenticated => internal(),
+            NoCall::NoAgents => error(
+                StatusCode::NOT_FOUND,
+                "no_agents",
+                "this server runs no agents".into(),
+                "the agent API is part of `dataref serve --http`".into(),
+            ),
+        })
     }
 }
 
@@ -209,72 +222,6 @@ impl Approver for HttpApprover {
     }
 }
 
-/// The agent routes' handler (both stacks: with and without an in-flight slot).
-pub(crate) fn handle(state: Arc<State>, request: Request<Deadline>) -> BoxFuture {
-    Box::pin(async move {
-        let Some(route) = request.extensions().get::<Route>().cloned() else {
-            tracing::error!("an agent request reached its handler without its route");
-            return Ok(internal());
-        };
-        let Some(Caller(principal)) = request.extensions().get::<Caller>().cloned() else {
-            tracing::error!("an agent request passed the authentication layer without a principal");
-            return Ok(internal());
-        };
-        let Some(agents) = state.agents.get().cloned() else {
-            return Ok(if route.is_facade() {
-                openai_facade::error(
-                    StatusCode::NOT_FOUND,
-                    "this server runs no agents",
-                    "invalid_request_error",
-                    "no_agents",
-                )
-            } else {
-                error(
-                    StatusCode::NOT_FOUND,
-                    "no_agents",
-                    "this server runs no agents".into(),
-                    "the agent API is part of `dataref serve --http`".into(),
-                )
-            });
-        };
-        let method = request.method().clone();
-        let call = Call {
-            state,
-            agents,
-            principal,
-        };
-        Ok(match (route, method) {
-            (Route::Agents, _) => call.list_agents(),
-            (Route::Sessions, Method::GET) => call.list_sessions().await,
-            (Route::Sessions, _) => {
-                let id = SessionStore::new_id();
-                call.message(id, true, request.into_body()).await
-            }
-            (Route::Session(id), Method::DELETE) => call.delete(&id).await,
-            (Route::Session(id), _) => call.session(&id).await,
-            (Route::Messages(id), _) => call.message(id, false, request.into_body()).await,
-            (Route::Approval(id, call_id), _) => {
-                call.approve(&id, call_id, request.into_body()).await
-            }
-            (Route::Completions, _) => {
-                let header = request
-                    .headers()
-                    .get(openai_facade::SESSION_HEADER)
-                    .map(|v| v.to_str().map(str::to_owned));
-                openai_facade::completions(call, header, request.into_body()).await
-            }
-            (Route::Models, _) => openai_facade::models(&call),
-        })
-    })
-}
-
-/// One authenticated request to the agent routes.
-pub(crate) struct Call {
-    pub(crate) state: Arc<State>,
-    pub(crate) agents: Arc<Agents>,
-    pub(crate) principal: Principal,
-}
-
 /// The body of a message.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -298,7 +245,7 @@ impl Call {
         clippy::result_large_err,
         reason = "the refusal is the response itself, made once per refused request"
     )]
-    pub(crate) fn workspace(&self) -> Result<Arc<Workspace>, Response<Body>> {
+    pub(crate) fn workspace(&self) -> Result<Arc<Workspace>, Response> {
         match self.state.server.workspace_of(&self.principal) {
             Ok(Some(w)) => Ok(w),
             Ok(None) => {
@@ -312,7 +259,7 @@ impl Call {
         }
     }
 
-    fn list_agents(&self) -> Response<Body> {
+    fn list_agents(&self) -> Response {
         let host = &self.agents.host;
         let agents: Vec<Value> = host
             .names()
@@ -334,7 +281,7 @@ impl Call {
         )
     }
 
-    async fn list_sessions(&self) -> Response<Body> {
+    async fn list_sessions(&self) -> Response {
         let principal = self.principal.clone();
         match self.sessions(move |s| s.list(&principal)).await {
             Ok(list) => json_response(StatusCode::OK, json!({"sessions": list})),
@@ -342,7 +289,7 @@ impl Call {
         }
     }
 
-    async fn session(&self, id: &str) -> Response<Body> {
+    async fn session(&self, id: &str) -> Response {
         let (principal, id) = (self.principal.clone(), id.to_owned());
         let read = self
             .sessions(move |s| {
@@ -359,7 +306,7 @@ impl Call {
         }
     }
 
-    async fn delete(&self, id: &str) -> Response<Body> {
+    async fn delete(&self, id: &str) -> Response {
         // Not while it answers a message.
         let claim = match self.agents.host.claim(&self.principal, id).await {
             Ok(c) => c,
@@ -370,7 +317,7 @@ impl Call {
         claim.release().await;
         match deleted {
             Ok(()) => {
-                let mut r = Response::new(body::full(Bytes::new()));
+                let mut r = Response::new(Body::empty());
                 *r.status_mut() = StatusCode::NO_CONTENT;
                 r
             }
@@ -395,7 +342,7 @@ impl Call {
             })
     }
 
-    async fn approve(&self, id: &str, call_id: String, body: Deadline) -> Response<Body> {
+    async fn approve(&self, id: &str, call_id: String, body: Body) -> Response {
         if let Err(e) = SessionStore::check_id(id) {
             return session_error(&e);
         }
@@ -448,7 +395,7 @@ impl Call {
 
     /// A message to a new (`new`) or existing session: everything that can be refused is
     /// refused here, as JSON; then the run streams.
-    async fn message(self, id: String, new: bool, body: Deadline) -> Response<Body> {
+    async fn message(self, id: String, new: bool, body: Body) -> Response {
         let body: MessageBody = match read_body(body).await.and_then(|b| parse(&b)) {
             Ok(b) => b,
             Err(e) => return e.response("send `{\"message\": \"…\"}`, optionally with `\"agent\": \"NAME\"` (see `GET /agent/agents`)"),
@@ -558,85 +505,6 @@ impl Call {
     }
 }
 
-/// Sends each event of a run as one SSE event named by its `type`.
-struct SseEvents(mpsc::UnboundedSender<Bytes>);
-
-impl EventSink for SseEvents {
-    fn event(&self, event: AgentEvent) {
-        let value = serde_json::to_value(&event).unwrap_or(Value::Null);
-        let name = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("event")
-            .to_owned();
-        let _ = self.0.send(sse_event(&name, &value));
-    }
-}
-
-/// `event: NAME` and `data: JSON`.
-pub(crate) fn sse_event(name: &str, data: &Value) -> Bytes {
-    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
-}
-
-/// A `text/event-stream` response of what comes through `rx`; dropping the body (the
-/// client went away, or the stream ended) cancels `cancel`.
-pub(crate) fn sse_response(
-    rx: mpsc::UnboundedReceiver<Bytes>,
-    cancel: CancellationToken,
-) -> Response<Body> {
-    let start = tokio::time::Instant::now() + KEEPALIVE;
-    let mut keepalive = tokio::time::interval_at(start, KEEPALIVE);
-    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let body = SseBody {
-        rx,
-        keepalive,
-        _cancel: cancel.drop_guard(),
-    };
-    let mut r = Response::new(body.boxed());
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-store"),
-    );
-    h.insert("x-accel-buffering", header::HeaderValue::from_static("no"));
-    r
-}
-
-struct SseBody {
-    rx: mpsc::UnboundedReceiver<Bytes>,
-    keepalive: tokio::time::Interval,
-    _cancel: DropGuard,
-}
-
-impl http_body::Body for SseBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        let this = self.get_mut();
-        match this.rx.poll_recv(cx) {
-            Poll::Ready(Some(bytes)) => {
-                this.keepalive.reset();
-                Poll::Ready(Some(Ok(Frame::data(bytes))))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match this.keepalive.poll_tick(cx) {
-                Poll::Ready(_) => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
-                    b": keep-alive\n\n",
-                ))))),
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-}
-
 /// Why a request body could not be used.
 pub(crate) enum BodyError {
     TooLarge,
@@ -645,7 +513,7 @@ pub(crate) enum BodyError {
 }
 
 impl BodyError {
-    fn response(&self, hint: &str) -> Response<Body> {
+    fn response(&self, hint: &str) -> Response {
         match self {
             Self::TooLarge => error(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -671,7 +539,7 @@ impl BodyError {
 
 /// The whole body, at most [`MAX_AGENT_BODY`] (one that did not arrive within the body
 /// deadline is answered 408 by its layer).
-pub(crate) async fn read_body(body: Deadline) -> Result<Bytes, BodyError> {
+pub(crate) async fn read_body(body: Body) -> Result<Bytes, BodyError> {
     // A `Content-Length` over the limit is refused before a byte of it is read.
     if http_body::Body::size_hint(&body).lower() > MAX_AGENT_BODY as u64 {
         return Err(BodyError::TooLarge);
@@ -691,19 +559,14 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, B
 }
 
 /// A JSON error as the other routes send them: `error`, `message`, `hint`.
-pub(crate) fn error(
-    status: StatusCode,
-    code: &str,
-    message: String,
-    hint: String,
-) -> Response<Body> {
+pub(crate) fn error(status: StatusCode, code: &str, message: String, hint: String) -> Response {
     json_response(
         status,
         json!({"error": code, "message": message, "hint": hint}),
     )
 }
 
-fn internal() -> Response<Body> {
+pub(crate) fn internal() -> Response {
     error(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
@@ -712,7 +575,7 @@ fn internal() -> Response<Body> {
     )
 }
 
-pub(crate) fn session_error(e: &SessionError) -> Response<Body> {
+pub(crate) fn session_error(e: &SessionError) -> Response {
     let (status, code, hint) = match e {
         SessionError::NotFound(_) => (
             StatusCode::NOT_FOUND,
@@ -745,7 +608,7 @@ pub(crate) fn session_error(e: &SessionError) -> Response<Body> {
     error(status, code, e.to_string(), hint.to_owned())
 }
 
-fn profile_error(e: &ProfileError) -> Response<Body> {
+fn profile_error(e: &ProfileError) -> Response {
     let (status, code) = match e {
         ProfileError::NoSuchAgent(..) => (StatusCode::NOT_FOUND, "unknown_agent"),
         ProfileError::NoEndpoint { .. } => (StatusCode::SERVICE_UNAVAILABLE, "no_model_endpoint"),
@@ -771,7 +634,7 @@ pub(crate) fn public_message(e: &SendError) -> String {
     }
 }
 
-pub(crate) fn send_error(e: &SendError) -> Response<Body> {
+pub(crate) fn send_error(e: &SendError) -> Response {
     match e {
         SendError::Agent(p) => profile_error(p),
         SendError::Session(s) => session_error(s),
@@ -786,31 +649,9 @@ pub(crate) fn send_error(e: &SendError) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use dataref_agent::approvals::{ApprovalError, ApprovalWait, LocalApprovals};
 
-    #[test]
-    fn routes_by_path() {
-        assert_eq!(Route::parse("/agent/sessions"), Some(Route::Sessions));
-        assert_eq!(
-            Route::parse("/agent/sessions/s-1/messages"),
-            Some(Route::Messages("s-1".into()))
-        );
-        assert_eq!(
-            Route::parse("/agent/sessions/s-1/approvals/call_1"),
-            Some(Route::Approval("s-1".into(), "call_1".into()))
-        );
-        assert_eq!(
-            Route::parse("/agent/sessions/s-1"),
-            Some(Route::Session("s-1".into()))
-        );
-        assert_eq!(Route::parse("/agent/sessions/"), None);
-        assert_eq!(Route::parse("/agent/sessions/s-1/other"), None);
-        assert_eq!(Route::parse("/v1/models"), Some(Route::Models));
-        assert!(Route::Sessions.starts_run(&Method::POST));
-        assert!(!Route::Sessions.starts_run(&Method::GET));
-        assert!(Route::Session("x".into()).allows_method(&Method::DELETE));
-        assert!(!Route::Agents.allows_method(&Method::POST));
-    }
+    use super::*;
 
     fn request() -> ApprovalRequest {
         ApprovalRequest {
@@ -821,7 +662,7 @@ mod tests {
         }
     }
 
-    fn approver(approvals: &Arc<Approvals>, timeout: Duration) -> HttpApprover {
+    fn approver(approvals: &Arc<LocalApprovals>, timeout: Duration) -> HttpApprover {
         HttpApprover {
             approvals: approvals.clone(),
             principal: Principal::new("eu_analyst").unwrap(),
@@ -833,7 +674,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unanswered_approval_is_denied_after_the_timeout_and_forgotten() {
-        let approvals = Arc::new(Approvals::default());
+        let approvals = Arc::new(LocalApprovals::default());
         let a = approver(&approvals, Duration::from_millis(50));
         let Decision::Deny(Some(reason)) = a.decide(&request()).await else {
             panic!("not denied")
@@ -842,7 +683,7 @@ mod tests {
             reason.contains("nobody answered the approval within"),
             "{reason}"
         );
-        assert!(approvals.lock().is_empty());
+        assert_eq!(approvals.pending(), 0);
     }
 
     /// A shared store out of reach.
@@ -854,9 +695,8 @@ mod tests {
             &self,
             _call: &PendingCall,
             _timeout: Duration,
-        ) -> Result<Box<dyn crate::approvals::ApprovalWait>, crate::approvals::ApprovalError>
-        {
-            Err(crate::approvals::ApprovalError::Unavailable {
+        ) -> Result<Box<dyn ApprovalWait>, ApprovalError> {
+            Err(ApprovalError::Unavailable {
                 detail: "connection refused".into(),
             })
         }
@@ -865,7 +705,7 @@ mod tests {
             &self,
             _call: &PendingCall,
             _decision: Decision,
-        ) -> Result<bool, crate::approvals::ApprovalError> {
+        ) -> Result<bool, ApprovalError> {
             Ok(false)
         }
     }
@@ -874,7 +714,10 @@ mod tests {
     async fn a_question_the_store_cannot_take_is_refused_and_not_shown() {
         let a = HttpApprover {
             approvals: Arc::new(Unreachable),
-            ..approver(&Arc::new(Approvals::default()), Duration::from_secs(60))
+            ..approver(
+                &Arc::new(LocalApprovals::default()),
+                Duration::from_secs(60),
+            )
         };
         // `Decided`: the loop sends no `approval_needed` nobody could answer.
         let Asked::Decided(Decision::Deny(Some(reason))) = a.ask(&request()).await else {
@@ -885,25 +728,25 @@ mod tests {
 
     #[tokio::test]
     async fn only_the_same_principal_and_session_answer() {
-        let approvals = Arc::new(Approvals::default());
+        let approvals = Arc::new(LocalApprovals::default());
         let a = approver(&approvals, Duration::from_secs(60));
         let waiting = tokio::spawn(async move { a.decide(&request()).await });
-        let other = (
-            Principal::new("us_analyst").unwrap(),
-            "s-1".to_owned(),
-            "call_1".to_owned(),
-        );
-        let own = (
-            Principal::new("eu_analyst").unwrap(),
-            "s-1".to_owned(),
-            "call_1".to_owned(),
-        );
-        while approvals.lock().is_empty() {
+        let call = |who: &str| PendingCall {
+            principal: Principal::new(who).unwrap(),
+            session: "s-1".to_owned(),
+            call_id: "call_1".to_owned(),
+        };
+        let (other, own) = (call("us_analyst"), call("eu_analyst"));
+        while approvals.pending() == 0 {
             tokio::task::yield_now().await;
         }
-        assert!(!approvals.answer(&other, Decision::Approve));
-        assert!(approvals.answer(&own, Decision::Deny(Some("no".into()))));
+        let answer = |call, decision| {
+            let approvals = approvals.clone();
+            async move { approvals.answer(&call, decision).await.unwrap() }
+        };
+        assert!(!answer(other, Decision::Approve).await);
+        assert!(answer(own.clone(), Decision::Deny(Some("no".into()))).await);
         assert_eq!(waiting.await.unwrap(), Decision::Deny(Some("no".into())));
-        assert!(!approvals.answer(&own, Decision::Approve), "answered once");
+        assert!(!answer(own, Decision::Approve).await, "answered once");
     }
 }

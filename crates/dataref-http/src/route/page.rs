@@ -11,12 +11,12 @@
 
 use std::sync::LazyLock;
 
+use axum::body::Body;
+use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-
-use crate::body::{self, Body};
+use http::{HeaderValue, StatusCode, header};
 
 /// The document and its policy, made once.
 struct Page {
@@ -44,7 +44,7 @@ fn sha256(text: &str) -> String {
 /// The policy for `html`: its one script and its one style by hash (`'none'` for a
 /// missing one, so a document that breaks the rule shows unstyled and inert rather than
 /// loosening the policy).
-pub(crate) fn policy(html: &str) -> String {
+fn policy(html: &str) -> String {
     let hashed = |tag| only_element(html, tag).map_or_else(|| "'none'".to_owned(), sha256);
     format!(
         "default-src 'none'; script-src {}; style-src {}; img-src 'self' data: blob:; \
@@ -65,22 +65,10 @@ impl Page {
     }
 }
 
-/// The answer to a request for `/`.
-pub(crate) fn respond<B>(request: &Request<B>) -> Response<Body> {
+/// `GET /` (and `HEAD`, answered by the router without the body).
+pub(crate) async fn page() -> Response {
     let page = &*PAGE;
-    let head = request.method() == Method::HEAD;
-    if !head && request.method() != Method::GET {
-        let mut r = Response::new(body::full(Bytes::new()));
-        *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-        r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return r;
-    }
-    let mut r = Response::new(body::full(if head {
-        Bytes::new()
-    } else {
-        page.html.clone()
-    }));
+    let mut r = Response::new(Body::from(page.html.clone()));
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -100,6 +88,15 @@ pub(crate) fn respond<B>(request: &Request<B>) -> Response<Body> {
         "cross-origin-opener-policy",
         HeaderValue::from_static("same-origin"),
     );
+    r
+}
+
+/// Any other method on `/`: 405, no body.
+pub(crate) async fn not_allowed() -> Response {
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
     r
 }
 

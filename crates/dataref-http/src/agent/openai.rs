@@ -13,40 +13,62 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use axum::body::Body;
+use axum::extract::FromRequestParts;
+use axum::response::Response;
 use bytes::Bytes;
 use dataref_agent::SessionClaim;
 use dataref_agent::{
     AgentEvent, EventSink, Message, NoEvents, NoOneToAsk, RunInput, RunOutcome, SendError,
     SessionError, SessionStore, Stopped,
 };
-use http::{HeaderValue, Response, StatusCode};
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent_api::{self, Agents, BodyError, Call};
-use crate::body::{Body, Deadline};
-use crate::{json_response, now_secs};
+use super::sse::sse_response;
+use super::{BodyError, Call, NoCall, internal, public_message, read_body};
+use crate::response::{json_response, now_secs};
+use crate::state::{Agents, AppState};
 
 /// The header that makes a facade run continue (and be kept in) one of the caller's
 /// sessions.
-pub(crate) const SESSION_HEADER: &str = "x-dataref-session";
+const SESSION_HEADER: &str = "x-dataref-session";
+
+/// A [`Call`] whose refusals are in OpenAI's shape.
+pub(crate) struct FacadeCall(Call);
+
+impl FromRequestParts<Arc<AppState>> for FacadeCall {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Response> {
+        Call::of(parts, state).map(Self).map_err(|no| match no {
+            NoCall::Unauthenticated => internal(),
+            NoCall::NoAgents => error(
+                StatusCode::NOT_FOUND,
+                "this server runs no agents",
+                "invalid_request_error",
+                "no_agents",
+            ),
+        })
+    }
+}
 
 /// An error in OpenAI's shape.
-pub(crate) fn error(
-    status: StatusCode,
-    message: impl Into<String>,
-    kind: &str,
-    code: &str,
-) -> Response<Body> {
+fn error(status: StatusCode, message: impl Into<String>, kind: &str, code: &str) -> Response {
     json_response(
         status,
         json!({"error": {"message": message.into(), "type": kind, "param": null, "code": code}}),
     )
 }
 
-fn invalid(message: impl Into<String>, code: &str) -> Response<Body> {
+fn invalid(message: impl Into<String>, code: &str) -> Response {
     error(
         StatusCode::BAD_REQUEST,
         message,
@@ -74,7 +96,7 @@ struct StreamOptions {
 }
 
 /// `GET /v1/models`: the agent profiles.
-pub(crate) fn models(call: &Call) -> Response<Body> {
+pub(crate) async fn models(FacadeCall(call): FacadeCall) -> Response {
     let data: Vec<Value> = call
         .agents
         .host
@@ -106,7 +128,7 @@ fn text_of(content: &Value) -> Option<String> {
     clippy::result_large_err,
     reason = "the refusal is the response itself, made once per refused request"
 )]
-fn conversation(messages: &[Value]) -> Result<(String, Vec<Message>), Response<Body>> {
+fn conversation(messages: &[Value]) -> Result<(String, Vec<Message>), Response> {
     let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
     let Some(last) = messages
         .iter()
@@ -158,7 +180,7 @@ fn usage_json(run: &RunOutcome) -> Value {
     })
 }
 
-fn send_error(e: &SendError) -> Response<Body> {
+fn send_error(e: &SendError) -> Response {
     match e {
         SendError::Busy(_) => error(
             StatusCode::CONFLICT,
@@ -243,23 +265,23 @@ impl Run {
     }
 }
 
-/// `POST /v1/chat/completions`. `header` is `X-Dataref-Session`, when sent.
+/// `POST /v1/chat/completions`.
 pub(crate) async fn completions(
-    call: Call,
-    header: Option<Result<String, http::header::ToStrError>>,
-    body: Deadline,
-) -> Response<Body> {
-    let request: CompletionRequest = match agent_api::read_body(body)
-        .await
-        .and_then(|b| agent_api::parse(&b))
-    {
+    FacadeCall(call): FacadeCall,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let header = headers
+        .get(SESSION_HEADER)
+        .map(|v| v.to_str().map(str::to_owned));
+    let request: CompletionRequest = match read_body(body).await.and_then(|b| super::parse(&b)) {
         Ok(r) => r,
         Err(BodyError::TooLarge) => {
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
                     "the request is larger than {} KiB",
-                    agent_api::MAX_AGENT_BODY / 1024
+                    super::MAX_AGENT_BODY / 1024
                 ),
                 "invalid_request_error",
                 "payload_too_large",
@@ -382,7 +404,7 @@ pub(crate) async fn completions(
 
 /// `stream: false`: the run to its end, then one `chat.completion`. The run is a task of
 /// its own; the client going away cancels it (and a kept session records that).
-async fn whole(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response<Body> {
+async fn whole(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response {
     let _cancel_if_gone = cancel.drop_guard();
     let task = tokio::spawn(async move { run.go(&NoEvents).await });
     let outcome = match task.await {
@@ -516,11 +538,11 @@ impl EventSink for ChunkEvents {
 
 /// `stream: true`: `chat.completion.chunk`s as the run goes, the finish chunk, the usage
 /// chunk when asked for, `data: [DONE]`.
-fn streamed(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response<Body> {
+fn streamed(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response {
     let chunks = Arc::new(chunks);
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let _ = tx.send(chunks.chunk(json!({"role": "assistant", "content": ""}), None));
-    let response = agent_api::sse_response(rx, cancel);
+    let response = sse_response(rx, cancel);
     tokio::spawn(async move {
         let events = ChunkEvents {
             chunks: chunks.clone(),
@@ -538,7 +560,7 @@ fn streamed(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response<Bod
             Err(e) => {
                 tracing::error!(error = %e, "a streamed facade run failed");
                 let _ = tx.send(data(&json!({"error": {
-                    "message": agent_api::public_message(&e),
+                    "message": public_message(&e),
                     "type": "server_error",
                     "param": null,
                     "code": "run_failed",

@@ -1,20 +1,24 @@
 //! Where a run's pending approvals wait for the person's answer.
 //!
-//! A run that needs an `ask` tool approved waits on the replica that runs it, while the
-//! answer (`POST /agent/sessions/{id}/approvals/{call_id}`) may reach any replica. One
-//! server keeps them in memory ([`Approvals`]); replicas behind a load balancer share them
-//! through an [`ApprovalStore`] every replica reaches (`dataref-replica`). Either way only a
-//! pending call of the same principal and session is answered: another principal's call
-//! is the same "none pending" as an unknown one.
+//! A run that needs an `ask` tool approved waits on the process that runs it, while the
+//! answer (over HTTP: `POST /agent/sessions/{id}/approvals/{call_id}`, `dataref-http`) may
+//! reach any replica. One server keeps them in memory ([`LocalApprovals`]); replicas behind
+//! a load balancer share them through an [`ApprovalStore`] every replica reaches
+//! (`dataref-replica`). Either way only a pending call of the same principal and session is
+//! answered: another principal's call is the same "none pending" as an unknown one.
+//!
+//! It is the agent's concept ([`Decision`] is what a run waits for), so it lives here: the
+//! HTTP server asks it, the shared backend implements it, neither depends on the other for it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dataref_agent::Decision;
 use dataref_protocol::Principal;
 use tokio::sync::oneshot;
+
+use crate::Decision;
 
 /// A call waiting for an answer, and who may give it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -75,27 +79,32 @@ pub trait ApprovalWait: Send {
 }
 
 /// Who may answer which pending approval: principal, session, call id.
-pub(crate) type ApprovalKey = (Principal, String, String);
+type ApprovalKey = (Principal, String, String);
 
 type Pending = HashMap<ApprovalKey, oneshot::Sender<Decision>>;
 
-/// The approvals of one server, in memory: each answered by one POST to this server.
+/// The approvals of one server, in memory: each answered through this server.
 #[derive(Default)]
-pub(crate) struct Approvals {
+pub struct LocalApprovals {
     pending: Arc<Mutex<Pending>>,
 }
 
-impl Approvals {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Pending> {
-        lock(&self.pending)
+impl std::fmt::Debug for LocalApprovals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalApprovals")
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+impl LocalApprovals {
+    /// How many calls wait for an answer now.
+    pub fn pending(&self) -> usize {
+        self.lock().len()
     }
 
-    /// Answers the pending approval; `false` when none is pending under this key.
-    pub(crate) fn answer(&self, key: &ApprovalKey, decision: Decision) -> bool {
-        match self.lock().remove(key) {
-            Some(tx) => tx.send(decision).is_ok(),
-            None => false,
-        }
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        lock(&self.pending)
     }
 }
 
@@ -113,7 +122,7 @@ fn key(call: &PendingCall) -> ApprovalKey {
 }
 
 #[async_trait]
-impl ApprovalStore for Approvals {
+impl ApprovalStore for LocalApprovals {
     async fn ask(
         &self,
         call: &PendingCall,
@@ -130,7 +139,10 @@ impl ApprovalStore for Approvals {
     }
 
     async fn answer(&self, call: &PendingCall, decision: Decision) -> Result<bool, ApprovalError> {
-        Ok(Approvals::answer(self, &key(call), decision))
+        Ok(match self.lock().remove(&key(call)) {
+            Some(tx) => tx.send(decision).is_ok(),
+            None => false,
+        })
     }
 }
 

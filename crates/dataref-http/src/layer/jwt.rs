@@ -18,7 +18,7 @@ use ring::signature::{RSA_PKCS1_2048_8192_SHA256, RsaPublicKeyComponents};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::HttpError;
+use crate::error::{HttpError, expand_setting};
 
 /// Longer tokens are refused before any decoding.
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
@@ -78,7 +78,7 @@ impl Verifier {
     ) -> Result<Self, HttpError> {
         let key = match &config.key {
             JwtKey::Hs256 { secret } => {
-                let secret = crate::expand_setting("http.jwt.secret", secret, lookup)?;
+                let secret = expand_setting("http.jwt.secret", secret, lookup)?;
                 if secret.len() < 32 {
                     return Err(HttpError::Setting {
                         key: "http.jwt.secret",

@@ -14,13 +14,65 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
 use dataref_config::HttpConfig;
 use dataref_protocol::Principal;
-use http::{Response, StatusCode, header};
+use http::{Method, StatusCode, header};
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{Body, json_response};
+use super::auth::caller;
+use crate::response::{holding, json_response, refused_unread};
+
+/// The rate layer: one token from the caller's bucket.
+pub(crate) async fn rate(
+    State(limits): State<Arc<dyn Limiter>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let admitted = match caller(&request) {
+        Ok(principal) => limits
+            .admit(&principal)
+            .await
+            .map_err(|refused| refused.response()),
+        Err(fault) => Err(fault),
+    };
+    match admitted {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused_unread(request.headers(), refused),
+    }
+}
+
+/// Which of the caller's in-flight slots a route's requests hold.
+#[derive(Clone)]
+pub(crate) struct Slots {
+    pub(crate) limits: Arc<dyn Limiter>,
+    pub(crate) kind: SlotKind,
+}
+
+/// The slot layer: one of the caller's in-flight slots, held until the response's last
+/// byte. Tool calls are MCP POSTs and agent runs (an MCP GET is the long-lived
+/// notification stream and a DELETE ends a session, neither of which should take a slot);
+/// downloads have slots of their own.
+pub(crate) async fn slot(State(slots): State<Slots>, request: Request, next: Next) -> Response {
+    if slots.kind == SlotKind::ToolCall && request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let permit = match caller(&request) {
+        Ok(principal) => slots
+            .limits
+            .slot(&principal, slots.kind)
+            .await
+            .map_err(|refused| refused.response()),
+        Err(fault) => Err(fault),
+    };
+    match permit {
+        Ok(permit) => holding(next.run(request).await, permit),
+        Err(refused) => refused_unread(request.headers(), refused),
+    }
+}
 
 /// Counts a principal's requests and in-flight slots against [`LimitConfig`].
 #[async_trait]
@@ -297,7 +349,7 @@ impl Limiter for LocalLimiter {
 }
 
 impl Refused {
-    pub(crate) fn response(&self) -> Response<Body> {
+    fn response(&self) -> Response {
         let (status, retry_after, body) = match self {
             Self::Rate {
                 retry_after,

@@ -1,0 +1,195 @@
+//! Downloads of workspace files (charts, exports) by their owner.
+//!
+//! - `GET /files/{path}` with the bearer token: the caller's own file, resolved and opened
+//!   beneath the caller's workspace root, streamed with `Content-Type` from the extension
+//!   and `Content-Disposition: attachment` (never rendered on this origin, so an SVG or HTML
+//!   file cannot run script here).
+//! - `POST /files/sign` with the bearer token and `{"path": "…"}`: a link a host can hand
+//!   to the person, `…/files/{path}?principal=…&expires=…&sig=…` ([`crate::links`]). A GET
+//!   with a valid, unexpired signature needs no token.
+//!
+//! Another principal's file, a missing file, a bad signature and an expired link all get
+//! the same 404: nothing tells a guesser which it was.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::response::Response;
+use dataref_mcp::Caller;
+use dataref_protocol::{Principal, mime_type, percent_encode};
+use dataref_workspace::Workspace;
+use http::{HeaderValue, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use crate::links::{FilePath, not_found, signed_url};
+use crate::response::{self, json_response, now_secs};
+use crate::state::AppState;
+
+/// `POST /files/sign` bodies are one small JSON object.
+const MAX_SIGN_BODY: usize = 16 * 1024;
+
+/// `POST /files/sign`, past authentication and the rate limit.
+pub(crate) async fn sign(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let Some(principal) = caller(&request) else {
+        return server_fault();
+    };
+    let body = match http_body_util::Limited::new(request.into_body(), MAX_SIGN_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        // A body past `body_timeout` is answered 408 by the deadline layer.
+        Err(_) => {
+            return bad_request("the body is not a JSON object of at most 16 KiB");
+        }
+    };
+    let requested = match serde_json::from_slice::<Value>(&body)
+        .ok()
+        .as_ref()
+        .and_then(|v| v.get("path"))
+        .and_then(Value::as_str)
+    {
+        Some(p) => p.to_owned(),
+        None => {
+            return bad_request("send `{\"path\": \"<workspace-relative path>\"}`");
+        }
+    };
+    let Some(workspace) = workspace(&state, &principal) else {
+        return server_fault();
+    };
+    let checked = tokio::task::spawn_blocking(move || {
+        let path = workspace.resolve(&requested).ok()?;
+        workspace.open_read(&path).ok()?;
+        Some(path.as_str().to_owned())
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some(path) = checked else {
+        return not_found();
+    };
+    let ttl = i64::try_from(state.download_ttl.as_secs()).unwrap_or(i64::MAX);
+    let expires = now_secs().saturating_add(ttl);
+    let url = signed_url(&state.signer, &state.public_url, &principal, &path, expires);
+    json_response(
+        StatusCode::OK,
+        json!({"url": url, "path": path, "expires_at": expires}),
+    )
+}
+
+/// `GET /files/{path}`, past authentication (signed link or token), the rate limit and a
+/// download slot (held, with the open-request count, until the file has been sent, the
+/// client left, or it stopped reading for `send_timeout`).
+pub(crate) async fn download(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let (Some(principal), Some(FilePath(path))) = (
+        caller(&request),
+        request.extensions().get::<FilePath>().cloned(),
+    ) else {
+        return server_fault();
+    };
+    let Some(workspace) = workspace(&state, &principal) else {
+        return server_fault();
+    };
+    let opened = tokio::task::spawn_blocking(move || {
+        let p = workspace.resolve(&path).ok()?;
+        let file = workspace.open_read(&p).ok()?;
+        let len = file.metadata().ok().filter(|m| m.is_file())?.len();
+        Some((p.as_str().to_owned(), file, len))
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some((path, file, len)) = opened else {
+        return not_found();
+    };
+    let mut r = Response::new(response::file(file, len));
+    let h = r.headers_mut();
+    let mime = mime_type(&path, None).unwrap_or("application/octet-stream");
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if let Ok(v) = HeaderValue::from_str(&disposition(&path)) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    r
+}
+
+/// The principal the authentication layer put into the request.
+fn caller(request: &Request) -> Option<Principal> {
+    request
+        .extensions()
+        .get::<Caller>()
+        .map(|Caller(p)| p.clone())
+}
+
+fn workspace(state: &AppState, principal: &Principal) -> Option<Arc<Workspace>> {
+    match state.server.workspace_of(principal) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!(%principal, error = %e, "opening a workspace for a download failed");
+            None
+        }
+    }
+}
+
+/// `attachment` with an ASCII fallback name and the UTF-8 one (RFC 6266).
+fn disposition(path: &str) -> String {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!(
+        "attachment; filename=\"{ascii}\"; filename*=UTF-8''{}",
+        percent_encode(name).replace('/', "%2F")
+    )
+}
+
+fn bad_request(hint: &str) -> Response {
+    json_response(
+        StatusCode::BAD_REQUEST,
+        json!({"error": "bad_request", "message": "cannot read the request", "hint": hint}),
+    )
+}
+
+fn server_fault() -> Response {
+    json_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        json!({"error": "internal", "message": "the workspace could not be opened; the details are in the server log"}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disposition_names() {
+        assert_eq!(
+            disposition("charts/q1 sales.png"),
+            "attachment; filename=\"q1 sales.png\"; filename*=UTF-8''q1%20sales.png"
+        );
+        assert_eq!(
+            disposition("exports/ümsatz\".csv"),
+            "attachment; filename=\"_msatz_.csv\"; filename*=UTF-8''%C3%BCmsatz%22.csv"
+        );
+    }
+}
