@@ -304,7 +304,7 @@ fn utf8_len(first: u8) -> usize {
 }
 
 /// The same SQL for psycopg's `pyformat` style, as a session's replay runs it: each `:name`
-/// found by the scan [`number_params`] uses becomes `%(name)s`, and every `%` is doubled
+/// found by the scan the source binds parameters with becomes `%(name)s`, and every `%` is doubled
 /// (psycopg reads `%` everywhere, literals and comments included). `%` changes no state of
 /// the scan, so doubling first finds the same placeholders.
 pub fn pyformat_params(sql: &str) -> String {
