@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 use dataref_protocol::record::{Entry, RecordedCall};
 use dataref_tool::{CALL_TOOL, CallToolArgs};
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::builtin::{ChartArgs, ExportArgs, QueryArgs, RunPythonArgs, TableArgs};
 
@@ -163,12 +163,8 @@ pub(crate) struct Replay<'a> {
 
 /// A call's arguments as its tool reads them, or the note saying why the step is not
 /// reproduced (a failed call's arguments never reach here).
-fn typed<T: DeserializeOwned>(
-    n: usize,
-    tool: &str,
-    args: &Map<String, Value>,
-) -> Result<T, String> {
-    serde_json::from_value(Value::Object(args.clone())).map_err(|e| {
+fn typed<'a, T: Deserialize<'a>>(n: usize, tool: &str, args: &'a Value) -> Result<T, String> {
+    T::deserialize(args).map_err(|e| {
         format!(
             "**Step {n}:** {} was called with arguments it does not take ({}); it is not \
              reproduced.",
@@ -210,39 +206,35 @@ impl Replay<'_> {
             ));
             return;
         }
-        let args = match serde_json::from_str::<Value>(&call.arguments) {
-            Ok(Value::Object(m)) => m,
-            _ => {
-                self.md(format!(
-                    "**Step {n}:** {} was called with arguments that are not a JSON object; \
-                     it is not reproduced.",
-                    tick(tool)
-                ));
-                return;
-            }
+        let value = serde_json::from_str::<Value>(&call.arguments).unwrap_or(Value::Null);
+        let Some(args) = value.as_object() else {
+            return self.md(format!(
+                "**Step {n}:** {} was called with arguments that are not a JSON object; it is \
+                 not reproduced.",
+                tick(tool)
+            ));
         };
         let parsed = parse_result(raw);
         let parsed = parsed.as_ref();
-        if let Some(q) = self
-            .config
-            .queries
-            .values()
-            .find(|q| q.tool_name() == *tool)
-        {
-            let q = q.clone();
-            return self.fetch(n, &q, &args, parsed, raw);
+        let config = self.config;
+        if let Some(q) = config.queries.values().find(|q| q.tool_name() == *tool) {
+            return self.fetch(n, q, args, parsed, raw);
         }
         let done = match tool.as_str() {
-            "query" => typed::<QueryArgs>(n, tool, &args).map(|a| a.replay(n, parsed, raw, self)),
+            "query" => typed::<QueryArgs>(n, tool, &value).map(|a| a.replay(n, parsed, raw, self)),
             "run_python" => {
-                typed::<RunPythonArgs>(n, tool, &args).map(|a| a.replay(n, parsed, raw, self))
+                typed::<RunPythonArgs>(n, tool, &value).map(|a| a.replay(n, parsed, raw, self))
             }
-            "render_chart" => typed::<ChartArgs>(n, tool, &args).map(|a| a.replay(n, parsed, self)),
-            "render_table" => typed::<TableArgs>(n, tool, &args).map(|a| a.replay(n, self)),
-            "export_data" => typed::<ExportArgs>(n, tool, &args).map(|a| a.replay(n, parsed, self)),
-            CALL_TOOL => typed::<CallToolArgs>(n, tool, &args).map(|a| self.call_tool(n, &a)),
+            "render_chart" => {
+                typed::<ChartArgs>(n, tool, &value).map(|a| a.replay(n, parsed, self))
+            }
+            "render_table" => typed::<TableArgs>(n, tool, &value).map(|a| a.replay(n, self)),
+            "export_data" => {
+                typed::<ExportArgs>(n, tool, &value).map(|a| a.replay(n, parsed, self))
+            }
+            CALL_TOOL => typed::<CallToolArgs>(n, tool, &value).map(|a| self.call_tool(n, &a)),
             _ => {
-                self.other(n, tool, &args);
+                self.other(n, tool, args);
                 Ok(())
             }
         };

@@ -162,8 +162,8 @@ impl FromRequestParts<Arc<AppState>> for Call {
             NoCall::NoAgents => error(
                 StatusCode::NOT_FOUND,
                 "no_agents",
-                "this server runs no agents".into(),
-                "the agent API is part of `dataref serve --http`".into(),
+                "this server runs no agents",
+                "the agent API is part of `dataref serve --http`",
             ),
         })
     }
@@ -384,7 +384,7 @@ impl Call {
                     "no approval is pending for call `{}` of session `{id}`",
                     dataref_protocol::truncate_echo(&call_id)
                 ),
-                "answer while the run's stream shows `approval_needed` for that call; an unanswered one is refused after its timeout".into(),
+                "answer while the run's stream shows `approval_needed` for that call; an unanswered one is refused after its timeout",
             );
         }
         json_response(
@@ -404,8 +404,8 @@ impl Call {
             return error(
                 StatusCode::BAD_REQUEST,
                 "bad_request",
-                "the message is empty".into(),
-                "send `{\"message\": \"…\"}` with what you want to ask".into(),
+                "the message is empty",
+                "send `{\"message\": \"…\"}` with what you want to ask",
             );
         }
         let host = &self.agents.host;
@@ -519,12 +519,12 @@ impl BodyError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
                 format!("the body is larger than {} KiB", MAX_AGENT_BODY / 1024),
-                "send a shorter message; files belong in the workspace, not the message".into(),
+                "send a shorter message; files belong in the workspace, not the message",
             ),
             Self::Unreadable => error(
                 StatusCode::BAD_REQUEST,
                 "bad_request",
-                "the request body could not be read".into(),
+                "the request body could not be read",
                 hint.to_owned(),
             ),
             Self::Invalid(detail) => error(
@@ -558,20 +558,14 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, B
     serde_json::from_slice(bytes).map_err(|e| BodyError::Invalid(e.to_string()))
 }
 
-/// A JSON error as the other routes send them: `error`, `message`, `hint`.
-pub(crate) fn error(status: StatusCode, code: &str, message: String, hint: String) -> Response {
-    json_response(
-        status,
-        json!({"error": code, "message": message, "hint": hint}),
-    )
-}
+pub(crate) use crate::response::error;
 
 pub(crate) fn internal() -> Response {
     error(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
-        "the request could not be answered".into(),
-        "the details are in the server log".into(),
+        "the request could not be answered",
+        "the details are in the server log",
     )
 }
 

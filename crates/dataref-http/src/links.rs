@@ -19,10 +19,9 @@ use dataref_protocol::{Principal, percent_decode, percent_encode};
 use http::StatusCode;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
-use serde_json::json;
 
 use crate::error::{HttpError, expand_setting};
-use crate::response::{json_response, now_secs};
+use crate::response::{error, now_secs};
 
 const SIG_VERSION: &str = "dataref-download-v1";
 
@@ -227,13 +226,12 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
 }
 
 pub(crate) fn not_found() -> Response {
-    json_response(
+    error(
         StatusCode::NOT_FOUND,
-        json!({
-            "error": "not_found",
-            "message": "no such file, or the link is not valid (wrong or expired signature)",
-            "hint": "check the path (relative to your workspace, see `list_files`), or ask for a new link with `POST /files/sign`",
-        }),
+        "not_found",
+        "no such file, or the link is not valid (wrong or expired signature)",
+        "check the path (relative to your workspace, see `list_files`), or ask for a new link \
+         with `POST /files/sign`",
     )
 }
 

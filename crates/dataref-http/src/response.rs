@@ -29,6 +29,19 @@ pub(crate) fn json_response(status: StatusCode, value: Value) -> Response {
     r
 }
 
+/// A JSON error as every route sends them: `error` (a stable code), `message`, `hint`.
+pub(crate) fn error(
+    status: StatusCode,
+    code: &str,
+    message: impl Into<String>,
+    hint: impl Into<String>,
+) -> Response {
+    json_response(
+        status,
+        json!({"error": code, "message": message.into(), "hint": hint.into()}),
+    )
+}
+
 /// 405 for a path that answers `allowed` only.
 pub(crate) fn method_not_allowed(allowed: &'static str) -> Response {
     let mut r = json_response(

@@ -11,22 +11,19 @@ pub(crate) mod ready;
 use axum::extract::Request;
 use axum::response::Response;
 use http::StatusCode;
-use serde_json::json;
 
 use crate::paths::MCP_PATH;
-use crate::response::json_response;
+use crate::response::error;
 
 /// Any path nothing is served at: 404 naming the MCP endpoint.
 pub(crate) async fn not_found(request: Request) -> Response {
-    json_response(
+    error(
         StatusCode::NOT_FOUND,
-        json!({
-            "error": "not_found",
-            "message": format!(
-                "nothing is served at `{}`",
-                dataref_protocol::truncate_echo(request.uri().path())
-            ),
-            "hint": format!("the MCP endpoint is `{MCP_PATH}`"),
-        }),
+        "not_found",
+        format!(
+            "nothing is served at `{}`",
+            dataref_protocol::truncate_echo(request.uri().path())
+        ),
+        format!("the MCP endpoint is `{MCP_PATH}`"),
     )
 }

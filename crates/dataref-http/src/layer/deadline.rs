@@ -19,11 +19,11 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use http_body::{Frame, SizeHint};
-use serde_json::json;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use crate::response::json_response;
+use crate::response::error;
 
 /// The request body must arrive whole within `limit` ([`with_deadline`]); when it did not,
 /// the answer is 408 and the connection is closed, whatever the handler made of the broken
@@ -44,13 +44,14 @@ pub(crate) async fn body(State(limit): State<Duration>, request: Request, next: 
 /// (what is left of the body is never read).
 fn timed_out_response(limit: Duration) -> Response {
     tracing::info!("refused a request whose body did not arrive within {limit:?}");
-    let mut r = json_response(
+    let mut r = error(
         StatusCode::REQUEST_TIMEOUT,
-        json!({
-            "error": "request_timeout",
-            "message": format!("the request body did not arrive within {} s", limit.as_secs_f64()),
-            "hint": "send the whole body at once; an operator may raise `[http] body_timeout`",
-        }),
+        "request_timeout",
+        format!(
+            "the request body did not arrive within {} s",
+            limit.as_secs_f64()
+        ),
+        "send the whole body at once; an operator may raise `[http] body_timeout`",
     );
     r.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));

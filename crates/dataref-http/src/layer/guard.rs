@@ -20,9 +20,8 @@ use axum::response::Response;
 use dataref_config::HttpConfig;
 use dataref_protocol::truncate_echo as truncate;
 use http::{HeaderMap, StatusCode, Uri, header};
-use serde_json::json;
 
-use crate::response::{json_response, refused_unread};
+use crate::response::{error, refused_unread};
 
 /// The layer, on every route: a request the guard refuses is answered here.
 pub(crate) async fn check(
@@ -162,20 +161,14 @@ impl Refused {
             ),
         };
         tracing::warn!(%message, "refused a request (possible DNS rebinding)");
-        json_response(
-            StatusCode::FORBIDDEN,
-            json!({"error": "forbidden", "message": message, "hint": hint}),
-        )
+        error(StatusCode::FORBIDDEN, "forbidden", message, hint)
     }
 }
 
 /// A malformed request (not a rebinding attempt): `400` with the message and a hint.
 fn bad_request(message: String, hint: &str) -> Response {
     tracing::warn!(%message, "refused a request");
-    json_response(
-        StatusCode::BAD_REQUEST,
-        json!({"error": "bad_request", "message": message, "hint": hint}),
-    )
+    error(StatusCode::BAD_REQUEST, "bad_request", message, hint)
 }
 
 fn matches(allowed: &Origin, origin: &Origin) -> bool {

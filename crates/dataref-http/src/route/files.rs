@@ -23,7 +23,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 use crate::links::{FilePath, not_found, signed_url};
-use crate::response::{self, json_response, now_secs};
+use crate::response::{self, error, json_response, now_secs};
 use crate::state::AppState;
 
 /// `POST /files/sign` bodies are one small JSON object.
@@ -164,9 +164,11 @@ fn disposition(path: &str) -> String {
 }
 
 fn bad_request(hint: &str) -> Response {
-    json_response(
+    error(
         StatusCode::BAD_REQUEST,
-        json!({"error": "bad_request", "message": "cannot read the request", "hint": hint}),
+        "bad_request",
+        "cannot read the request",
+        hint,
     )
 }
 

@@ -1032,22 +1032,22 @@ async fn routes_answer_by_path_and_method_before_any_token_is_asked_for() {
         assert_eq!(body["message"], "nothing is served at `/nowhere`");
         assert_eq!(body["hint"], "the MCP endpoint is `/mcp`");
 
-        let r = send(http::Method::GET, "/files/sign").await;
-        assert_eq!(r.status, 405, "{token:?}");
-        assert_eq!(r.headers["allow"], "POST");
-        let r = send(http::Method::POST, "/files/a.csv").await;
-        assert_eq!(r.status, 405, "{token:?}");
-        assert_eq!(r.headers["allow"], "GET");
         // `HEAD` where only `GET` is served is a method like any other.
-        let r = send(http::Method::HEAD, "/files/a.csv").await;
-        assert_eq!(r.status, 405, "{token:?}");
-        assert_eq!(r.headers["allow"], "GET");
-        let r = send(http::Method::HEAD, "/agent/agents").await;
-        assert_eq!(r.status, 405, "{token:?}");
-        assert_eq!(r.headers["allow"], "GET");
-        let r = send(http::Method::POST, "/.well-known/oauth-protected-resource").await;
-        assert_eq!(r.status, 405, "{token:?}");
-        assert_eq!(r.headers["allow"], "GET");
+        for (method, path, allow) in [
+            (http::Method::GET, "/files/sign", "POST"),
+            (http::Method::POST, "/files/a.csv", "GET"),
+            (http::Method::HEAD, "/files/a.csv", "GET"),
+            (http::Method::HEAD, "/agent/agents", "GET"),
+            (
+                http::Method::POST,
+                "/.well-known/oauth-protected-resource",
+                "GET",
+            ),
+        ] {
+            let r = send(method.clone(), path).await;
+            assert_eq!(r.status, 405, "{method} {path} {token:?}");
+            assert_eq!(r.headers["allow"], allow, "{method} {path}");
+        }
 
         let r = send(http::Method::GET, "/files/bad%zz").await;
         assert_eq!(r.status, 404, "{token:?}");
