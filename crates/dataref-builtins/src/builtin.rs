@@ -7,6 +7,7 @@ mod export_data;
 mod fetch;
 mod files;
 mod list_artifacts;
+mod load_file;
 mod query;
 mod render_chart;
 mod render_table;
@@ -28,6 +29,7 @@ pub(crate) use export_data::ExportArgs;
 pub use fetch::FetchTool;
 pub use files::{CopyFileTool, ListFilesTool, ReadFileTool, mime_type_for};
 pub use list_artifacts::ListArtifactsTool;
+pub use load_file::LoadFileTool;
 pub(crate) use query::QueryArgs;
 pub use query::QueryTool;
 pub(crate) use render_chart::ChartArgs;
@@ -41,7 +43,7 @@ pub use view::{MAX_PAGE_ROWS, ViewArtifactsTool, ViewChartTool, ViewRowsTool};
 
 /// Every built-in tool for `config`: one `fetch_<name>` per configured query, `query` when
 /// a source allows SQL, `describe_data`, `list_artifacts`, `run_sql` (unless `[sql] enabled = false`), `run_python` (unless
-/// `[python] enabled = false`), `read_file`, `list_files`, `copy_file`, and one tool per
+/// `[python] enabled = false`), `load_file`, `read_file`, `list_files`, `copy_file`, and one tool per
 /// `[http_tools.NAME]`. `run_python`
 /// gets a sandbox of its own that starts nothing until its first call.
 pub fn builtin_registry(config: &Config) -> Result<ToolRegistry, ToolsError> {
@@ -99,6 +101,7 @@ pub fn builtin_registry_builder(
     if let Some(sandbox) = python {
         b.register(Arc::new(RunPythonTool::new(sandbox, config.python.clone())));
     }
+    b.register(Arc::new(LoadFileTool::new()));
     b.register(Arc::new(ReadFileTool::new()));
     b.register(Arc::new(ListFilesTool::new()));
     b.register(Arc::new(CopyFileTool::new()));

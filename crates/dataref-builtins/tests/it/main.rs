@@ -16,6 +16,7 @@ mod charts;
 mod export;
 mod files;
 mod http_tool;
+mod load;
 mod postgres;
 mod python;
 mod replay;

@@ -122,6 +122,11 @@ async fn one_result_per_built_in_tool() {
         r#"{"source": "sample", "sql": "SELECT COUNT(*) AS orders FROM sales"}"#,
     )
     .expect("write args");
+    std::fs::write(
+        work.path().join("targets.csv"),
+        "region;target;due\nEMEA;1.250.000,50;2025-12-31\nAPAC;980.000;2025-12-31\n",
+    )
+    .expect("write targets");
     // A pid alone may come back on a long-lived machine; with the time it does not.
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -198,6 +203,7 @@ async fn one_result_per_built_in_tool() {
         ),
         ("render_table", json!({"dataRef": by_region})),
         ("export_data", json!({"source": by_region, "format": "csv"})),
+        ("load_file", json!({"path": "targets.csv"})),
         ("read_file", json!({"path": "notes.txt"})),
         (
             "copy_file",

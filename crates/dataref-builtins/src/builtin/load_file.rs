@@ -1,0 +1,168 @@
+//! `load_file(path, …)`: a workspace file — uploaded, exported, spilled or written by
+//! `run_python` — read by `dataref-load` and streamed into a new table of the caller's,
+//! described like a producer's result. Nothing is stored unless every row was read.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use dataref_load::{ColumnKind, Decimal, Format, LoadError, LoadOptions, Sheet, TextEncoding};
+use dataref_protocol::{Description, ToolSpec};
+use dataref_store::{Lineage, SampleOptions, describe};
+use dataref_tool::{RunContext, ToolError, ToolOutput, TypedTool};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::support::{blocking, output, spec_for};
+
+const DESCRIPTION: &str = "Store a workspace file (CSV, TSV, XLSX, Parquet, Arrow, JSON, NDJSON) \
+as a table, like a query's result. Encoding, delimiter, header and types are detected; \
+override them only when wrong.";
+
+/// Rows in the description's sample: a producer's default (`[sources.*] sample_rows`).
+const SAMPLE_ROWS: usize = 2;
+/// Characters of a sampled value, as a producer's default.
+const SAMPLE_VALUE_CHARS: usize = 80;
+
+/// Arguments of `load_file`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadFileArgs {
+    /// Relative to your workspace.
+    path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    format: Option<Format>,
+    /// XLSX: name or 0-based index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sheet: Option<Sheet>,
+    /// First row is the header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    header: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1))]
+    delimiter: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    encoding: Option<TextEncoding>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decimal: Option<Decimal>,
+    /// Column → type, where detection is wrong.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    columns: BTreeMap<String, ColumnKind>,
+}
+
+impl LoadFileArgs {
+    fn options(&self) -> Result<LoadOptions, ToolError> {
+        let delimiter = match self.delimiter.as_deref() {
+            None => None,
+            Some(d) => match d.as_bytes() {
+                [b] if b.is_ascii() && *b != b'"' && *b != b'\n' && *b != b'\r' => Some(*b),
+                _ => {
+                    return Err(ToolError::respond(
+                        format!("`{d}` cannot be a delimiter"),
+                        Some("pass one ASCII character, such as `,`, `;`, `|` or a tab".into()),
+                    ));
+                }
+            },
+        };
+        Ok(LoadOptions {
+            format: self.format,
+            delimiter,
+            header: self.header,
+            encoding: self.encoding,
+            decimal: self.decimal,
+            sheet: self.sheet.clone(),
+            columns: self.columns.clone(),
+            ..LoadOptions::default()
+        })
+    }
+}
+
+pub struct LoadFileTool {
+    spec: ToolSpec,
+}
+
+impl LoadFileTool {
+    pub fn new() -> Self {
+        Self {
+            spec: spec_for::<LoadFileArgs, Description>("load_file", DESCRIPTION, false, false)
+                .with_view(dataref_protocol::VIEW_URI),
+        }
+    }
+}
+
+impl Default for LoadFileTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl TypedTool for LoadFileTool {
+    /// A synopsis made for the model: never spilled by default.
+    fn result_is_synopsis(&self) -> bool {
+        true
+    }
+
+    type Args = LoadFileArgs;
+
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn run(&self, a: LoadFileArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
+        let options = a.options()?;
+        let workspace = ctx.workspace.clone();
+        let store = ctx.store.clone();
+        let owner = ctx.principal.clone();
+        let progress = ctx.progress.clone();
+        let cancel = ctx.cancel.clone();
+        let lineage = Lineage::new("load_file", serde_json::to_value(&a).unwrap_or_default());
+        let d = blocking("load_file", move || {
+            let path = workspace.resolve(&a.path)?;
+            let file = workspace.open_read(&path)?;
+            let is_cancelled = || cancel.is_cancelled();
+            let mut opened = dataref_load::open(file, path.as_str(), &options, &is_cancelled)
+                .map_err(|e| load_error(&a.path, e))?;
+            // Dropped without `finish` on any error: the partial table is removed.
+            let mut writer = store.create_table(&owner, opened.batches.schema(), lineage)?;
+            let total = opened.rows.map(|r| r as f64);
+            while let Some(batch) = opened
+                .batches
+                .next_batch()
+                .map_err(|e| load_error(&a.path, e))?
+            {
+                if cancel.is_cancelled() {
+                    return Err(load_error(&a.path, LoadError::Cancelled));
+                }
+                writer.write(&batch)?;
+                let rows = writer.rows();
+                progress.report(rows as f64, total, Some(format!("{rows} rows loaded")));
+            }
+            let meta = writer.finish()?;
+            let table = store.map_table(&owner, &meta.data_ref)?.head(SAMPLE_ROWS)?;
+            let mut d = describe(
+                &table,
+                SampleOptions {
+                    rows: SAMPLE_ROWS,
+                    max_value_chars: SAMPLE_VALUE_CHARS,
+                },
+            );
+            d.notes = opened.notes;
+            Ok(d)
+        })
+        .await?;
+        output(d)
+    }
+}
+
+/// A load's error as the model sees it: the file named, what went wrong where, and what
+/// to change.
+fn load_error(path: &str, e: LoadError) -> ToolError {
+    match e {
+        LoadError::Cancelled => ToolError::respond("the load was cancelled", None),
+        LoadError::Io(io) => ToolError::Fatal(format!("reading `{path}`: {io}")),
+        other => {
+            let hint = other.hint();
+            ToolError::respond(format!("`{path}`: {other}"), hint)
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! CSV and TSV: two passes over the file. The first finds the encoding, the delimiter, the
+//! header and every column's type over all rows; the second builds batches. Memory holds one
+//! batch, whatever the file's size.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Field, Schema, SchemaRef};
+
+use crate::infer::{
+    Builder, Cell, ColumnKind, Decimal, Guess, Resolved, column_names, looks_like_header,
+};
+use crate::text::{self, Sniffed, TextEncoding};
+use crate::{BATCH_ROWS, Batches, Format, LoadError, LoadOptions, Opened, resolve_columns};
+
+/// Bytes read for sniffing the encoding and the delimiter.
+const SAMPLE_BYTES: usize = 64 << 10;
+
+pub(crate) fn open(
+    mut file: File,
+    format: Format,
+    options: &LoadOptions,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Opened, LoadError> {
+    let label = format.label();
+    let mut head = Vec::with_capacity(SAMPLE_BYTES);
+    (&mut file)
+        .take(SAMPLE_BYTES as u64)
+        .read_to_end(&mut head)?;
+    if head.is_empty() {
+        return Err(LoadError::Empty);
+    }
+    let complete = head.len() < SAMPLE_BYTES;
+    let mut sniffed = text::sniff_encoding(&head, options.encoding, label)?;
+    let first = loop {
+        match first_pass(&file, sniffed, &head, complete, format, options, cancelled) {
+            Err(FirstPassError::NotUtf8) if sniffed.tentative => {
+                sniffed = Sniffed {
+                    encoding: TextEncoding::Windows1252,
+                    bom: 0,
+                    tentative: false,
+                };
+            }
+            Err(FirstPassError::NotUtf8) => {
+                return Err(LoadError::Encoding {
+                    at: "the file".into(),
+                    encoding: "UTF-8",
+                });
+            }
+            Err(FirstPassError::Load(e)) => return Err(e),
+            Ok(first) => break first,
+        }
+    };
+    let FirstPass {
+        delimiter,
+        width,
+        rows,
+        first_row,
+        guesses,
+    } = first;
+    let prefer_comma = match options.decimal {
+        Some(d) => d == Decimal::Comma,
+        None => delimiter == b';',
+    };
+    let header = match options.header {
+        Some(h) => h,
+        None => {
+            let cells: Vec<Cell<'_>> = first_row.iter().map(|s| Cell::Text(s)).collect();
+            looks_like_header(&cells, &guesses, prefer_comma)
+        }
+    };
+    let mut guesses = guesses;
+    if !header {
+        for (g, v) in guesses.iter_mut().zip(&first_row) {
+            g.see(Cell::Text(v));
+        }
+    }
+    let names = column_names(header.then(|| first_row.clone()), width);
+    let resolved = resolve_columns(&names, &guesses, &options.columns, prefer_comma)?;
+    let schema = Arc::new(Schema::new(
+        names
+            .iter()
+            .zip(&resolved)
+            .map(|(n, r)| Field::new(n, r.data_type(), true))
+            .collect::<Vec<_>>(),
+    ));
+    let mut notes = Vec::new();
+    let mut how = vec![match delimiter {
+        b'\t' => "tab-delimited".to_owned(),
+        d => format!("delimiter `{}`", char::from(d)),
+    }];
+    if sniffed.encoding != TextEncoding::Utf8 {
+        how.push(format!("read as {}", sniffed.encoding.name()));
+    }
+    if resolved
+        .iter()
+        .any(|r| r.kind == ColumnKind::Float && r.comma)
+    {
+        how.push("decimal comma".into());
+    }
+    how.push(if header {
+        "first line is the header".into()
+    } else {
+        "no header line".into()
+    });
+    notes.push(format!("{label}: {}", how.join(", ")));
+    let reader = text::utf8_reader(file, sniffed)?;
+    let mut records = csv_reader(reader, delimiter);
+    if header {
+        let mut skip = csv::ByteRecord::new();
+        records.read_byte_record(&mut skip).map_err(csv_error)?;
+    }
+    let data_rows = if header { rows - 1 } else { rows };
+    Ok(Opened {
+        format,
+        rows: Some(data_rows),
+        notes,
+        batches: Box::new(DelimitedBatches {
+            records,
+            schema,
+            resolved,
+            names,
+            width,
+            record: csv::ByteRecord::new(),
+        }),
+    })
+}
+
+fn csv_reader(reader: Box<dyn Read + Send>, delimiter: u8) -> csv::Reader<Box<dyn Read + Send>> {
+    csv::ReaderBuilder::new()
+        .delimiter(delimiter)
+        .has_headers(false)
+        .flexible(true)
+        .buffer_capacity(1 << 16)
+        .from_reader(reader)
+}
+
+struct FirstPass {
+    delimiter: u8,
+    width: usize,
+    rows: u64,
+    first_row: Vec<String>,
+    guesses: Vec<Guess>,
+}
+
+enum FirstPassError {
+    NotUtf8,
+    Load(LoadError),
+}
+
+impl From<LoadError> for FirstPassError {
+    fn from(e: LoadError) -> Self {
+        Self::Load(e)
+    }
+}
+
+fn first_pass(
+    file: &File,
+    sniffed: Sniffed,
+    head: &[u8],
+    complete: bool,
+    format: Format,
+    options: &LoadOptions,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<FirstPass, FirstPassError> {
+    let file = file.try_clone().map_err(LoadError::Io)?;
+    let delimiter = match (options.delimiter, format) {
+        (Some(d), _) => d,
+        (None, Format::Tsv) => b'\t',
+        (None, _) => {
+            let mut sample = String::new();
+            let mut r = text::utf8_reader(file.try_clone().map_err(LoadError::Io)?, sniffed)
+                .map_err(LoadError::Io)?
+                .take(head.len() as u64);
+            // A cut multi-byte character at the end of the sample is dropped, not an error.
+            let mut bytes = Vec::new();
+            if r.read_to_end(&mut bytes).is_ok() {
+                sample = match String::from_utf8(bytes) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let valid = e.utf8_error().valid_up_to();
+                        let mut b = e.into_bytes();
+                        b.truncate(valid);
+                        String::from_utf8(b).unwrap_or_default()
+                    }
+                };
+            }
+            text::sniff_delimiter(&sample, complete)
+        }
+    };
+    let reader = text::utf8_reader(file, sniffed).map_err(LoadError::Io)?;
+    let mut records = csv_reader(reader, delimiter);
+    let mut record = csv::ByteRecord::new();
+    let mut rows = 0u64;
+    let mut first_row = Vec::new();
+    let mut guesses: Vec<Guess> = Vec::new();
+    loop {
+        match records.read_byte_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                if let csv::ErrorKind::Io(io) = e.kind()
+                    && io.kind() == io::ErrorKind::InvalidData
+                {
+                    return Err(LoadError::Encoding {
+                        at: format!("after line {}", line_of(&record)),
+                        encoding: sniffed.encoding.name(),
+                    }
+                    .into());
+                }
+                return Err(csv_error(e).into());
+            }
+        }
+        let Ok(fields) = record_strs(&record) else {
+            return Err(match sniffed.tentative {
+                true => FirstPassError::NotUtf8,
+                false => LoadError::Encoding {
+                    at: format!("line {}", line_of(&record)),
+                    encoding: sniffed.encoding.name(),
+                }
+                .into(),
+            });
+        };
+        if rows == 0 {
+            first_row = fields.iter().map(|s| (*s).to_owned()).collect();
+            guesses = vec![Guess::new(options.decimal); fields.len()];
+        } else {
+            if fields.len() != first_row.len() {
+                return Err(LoadError::Ragged {
+                    at: format!("line {}", line_of(&record)),
+                    found: fields.len(),
+                    expected: first_row.len(),
+                }
+                .into());
+            }
+            for (g, v) in guesses.iter_mut().zip(&fields) {
+                g.see(Cell::Text(v));
+            }
+        }
+        rows += 1;
+        if rows.is_multiple_of(BATCH_ROWS as u64) && cancelled() {
+            return Err(LoadError::Cancelled.into());
+        }
+    }
+    if rows == 0 {
+        return Err(LoadError::Empty.into());
+    }
+    Ok(FirstPass {
+        delimiter,
+        width: first_row.len(),
+        rows,
+        first_row,
+        guesses,
+    })
+}
+
+fn record_strs(record: &csv::ByteRecord) -> Result<Vec<&str>, std::str::Utf8Error> {
+    record.iter().map(std::str::from_utf8).collect()
+}
+
+fn line_of(record: &csv::ByteRecord) -> u64 {
+    record.position().map_or(0, csv::Position::line)
+}
+
+fn csv_error(e: csv::Error) -> LoadError {
+    let at = e
+        .position()
+        .map_or_else(|| "the file".to_owned(), |p| format!("line {}", p.line()));
+    match e.into_kind() {
+        csv::ErrorKind::Io(io) => LoadError::Io(io),
+        other => LoadError::malformed("CSV", format!("{at}: {other:?}")),
+    }
+}
+
+struct DelimitedBatches {
+    records: csv::Reader<Box<dyn Read + Send>>,
+    schema: SchemaRef,
+    resolved: Vec<Resolved>,
+    names: Vec<String>,
+    width: usize,
+    record: csv::ByteRecord,
+}
+
+impl Batches for DelimitedBatches {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, LoadError> {
+        let mut builders: Vec<Builder> = self
+            .resolved
+            .iter()
+            .map(|r| Builder::new(*r, BATCH_ROWS))
+            .collect();
+        let mut n = 0;
+        while n < BATCH_ROWS {
+            if !self
+                .records
+                .read_byte_record(&mut self.record)
+                .map_err(csv_error)?
+            {
+                break;
+            }
+            let line = line_of(&self.record);
+            if self.record.len() != self.width {
+                return Err(LoadError::Ragged {
+                    at: format!("line {line}"),
+                    found: self.record.len(),
+                    expected: self.width,
+                });
+            }
+            for (i, (b, raw)) in builders.iter_mut().zip(self.record.iter()).enumerate() {
+                let value = std::str::from_utf8(raw).map_err(|_| LoadError::Encoding {
+                    at: format!("line {line}"),
+                    encoding: "UTF-8",
+                })?;
+                b.push(Cell::Text(value))
+                    .map_err(|expected| LoadError::Value {
+                        at: format!("line {line}"),
+                        column: self.names[i].clone(),
+                        value: clip(value),
+                        expected,
+                    })?;
+            }
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let columns = builders.iter_mut().map(Builder::finish).collect();
+        Ok(Some(
+            RecordBatch::try_new(self.schema.clone(), columns)
+                .map_err(|e| LoadError::malformed("CSV", e))?,
+        ))
+    }
+}
+
+/// A value quoted in an error: at most 80 characters.
+pub(crate) fn clip(value: &str) -> String {
+    match value.char_indices().nth(80) {
+        Some((i, _)) => format!("{}…", &value[..i]),
+        None => value.to_owned(),
+    }
+}
+
+/// Declared types by column name, checked against the file's columns.
+pub(crate) fn declared_kinds<'a>(
+    columns: &'a BTreeMap<String, ColumnKind>,
+    names: &[String],
+) -> Result<&'a BTreeMap<String, ColumnKind>, LoadError> {
+    for c in columns.keys() {
+        if !names.contains(c) {
+            return Err(LoadError::UnknownColumn {
+                column: c.clone(),
+                available: names.to_vec(),
+            });
+        }
+    }
+    Ok(columns)
+}
