@@ -11,7 +11,7 @@ use dataref_protocol::Principal;
 
 use crate::error::{ConfigError, invalid};
 use crate::raw::{RawHttp, RawJwt, RawPrincipal};
-use crate::units::duration;
+use crate::units::{duration, size};
 
 /// One principal that may call over HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,8 +60,11 @@ pub struct HttpConfig {
     /// hold the slots of tool calls; more get 429. Default 8.
     pub max_downloads: usize,
     /// A request body must have arrived whole within this; a slower one gets 408 and its
-    /// connection is closed. Default 30 s.
+    /// connection is closed. An upload may take longer, but not this long without a byte.
+    /// Default 30 s.
     pub body_timeout: Duration,
+    /// Bytes of one upload (`PUT /files/…`), at most. Default 256 MiB.
+    pub max_upload_bytes: u64,
     /// A response (a download, a tool call's stream) the client stops reading for this
     /// long is abandoned and its connection closed. Default 30 s.
     pub send_timeout: Duration,
@@ -86,6 +89,7 @@ impl Default for HttpConfig {
             signing_key: None,
             max_downloads: 8,
             body_timeout: Duration::from_secs(30),
+            max_upload_bytes: 256 << 20,
             send_timeout: Duration::from_secs(30),
             jwt: None,
             in_file: false,
@@ -259,6 +263,14 @@ pub(crate) fn resolve_http(raw: RawHttp, base: &Path) -> Result<HttpConfig, Conf
             ));
         }
     }
+    let max_upload_bytes = size("http.max_upload", &raw.max_upload, d.max_upload_bytes)?;
+    if max_upload_bytes == 0 {
+        return Err(invalid(
+            "http.max_upload",
+            "must be more than zero",
+            "the default is `256MiB`",
+        ));
+    }
     let jwt = raw.jwt.map(|j| resolve_jwt(j, base)).transpose()?;
     Ok(HttpConfig {
         listen,
@@ -272,6 +284,7 @@ pub(crate) fn resolve_http(raw: RawHttp, base: &Path) -> Result<HttpConfig, Conf
         signing_key: raw.signing_key,
         max_downloads,
         body_timeout,
+        max_upload_bytes,
         send_timeout,
         jwt,
         in_file: true,

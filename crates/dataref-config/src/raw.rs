@@ -516,9 +516,13 @@ pub(crate) struct RawHttp {
     /// Downloads one principal may have in flight, apart from `max_concurrent`; more get
     /// 429. Default 8, from 1 to 1024.
     pub max_downloads: Option<usize>,
-    /// A request body must have arrived whole within this, or gets 408. Default `30s`, at
+    /// A request body must have arrived whole within this, or gets 408. An upload
+    /// (`PUT /files/…`) may take longer, but not this long without a byte. Default `30s`, at
     /// most `1h`.
     pub body_timeout: Option<RawDuration>,
+    /// The largest file one upload (`PUT /files/…`) may be; the workspace quota still
+    /// holds. Default `256MiB`.
+    pub max_upload: Option<RawSize>,
     /// A response the client stops reading for this long is abandoned. Default `30s`, at
     /// most `1h`.
     pub send_timeout: Option<RawDuration>,

@@ -7,7 +7,8 @@
 //!    ├─ /                     the page: GET (and HEAD), no token
 //!    ├─ /mcp                  deadline → auth → rate → slot (POST) → session → rmcp
 //!    ├─ /files/sign           deadline → auth → rate → sign
-//!    ├─ /files/{path}         path → auth (signed link or token) → rate → download slot → file
+//!    ├─ /files/{path}         GET: path → auth (signed link or token) → rate → transfer slot → file
+//!    │                        PUT: path → auth (token) → rate → transfer slot → upload
 //!    ├─ /agent/…, /v1/…       deadline → auth → rate [→ slot, for a request that starts a run]
 //!    └─ anything else         404 naming the MCP endpoint
 //! ```
@@ -19,7 +20,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
-use axum::routing::{MethodRouter, any, delete, get, post};
+use axum::routing::{MethodRouter, any, delete, get, post, put};
 
 use crate::agent::{self, openai};
 use crate::layer::auth::{self, Auth};
@@ -40,7 +41,7 @@ pub(crate) fn router(s: &Arc<AppState>) -> Router {
         links: None,
     };
     let deadline = from_fn_with_state(s.body_timeout, deadline::body);
-    let authenticate = from_fn_with_state(bearer, auth::authenticate);
+    let authenticate = from_fn_with_state(bearer.clone(), auth::authenticate);
     let rate = from_fn_with_state(s.limits.clone(), limits::rate);
     let tool_call = from_fn_with_state(
         Slots {
@@ -59,26 +60,42 @@ pub(crate) fn router(s: &Arc<AppState>) -> Router {
         from_fn_with_state(s.sessions.clone(), session::bind),
     ));
     let sign = only(post(files::sign).route_layer(checked.clone()), "POST");
-    let download = only(
-        get(files::download).route_layer((
-            from_fn(links::file_path),
-            from_fn_with_state(
-                Auth {
-                    tokens: s.auth.clone(),
-                    links: Some(s.signer.clone()),
-                },
-                auth::authenticate,
-            ),
-            rate.clone(),
-            from_fn_with_state(
-                Slots {
-                    limits: s.limits.clone(),
-                    kind: SlotKind::Download,
-                },
-                limits::slot,
-            ),
-        )),
-        "GET",
+    // Uploads: the bearer token only (a signed link reads, never writes), and no whole-body
+    // deadline (a large file on a slow link takes longer): the handler abandons a stall.
+    let upload = put(files::upload).route_layer((
+        from_fn(links::file_path),
+        from_fn_with_state(bearer.clone(), auth::authenticate),
+        rate.clone(),
+        from_fn_with_state(
+            Slots {
+                limits: s.limits.clone(),
+                kind: SlotKind::Download,
+            },
+            limits::slot,
+        ),
+    ));
+    let files = only(
+        get(files::download)
+            .route_layer((
+                from_fn(links::file_path),
+                from_fn_with_state(
+                    Auth {
+                        tokens: s.auth.clone(),
+                        links: Some(s.signer.clone()),
+                    },
+                    auth::authenticate,
+                ),
+                rate.clone(),
+                from_fn_with_state(
+                    Slots {
+                        limits: s.limits.clone(),
+                        kind: SlotKind::Download,
+                    },
+                    limits::slot,
+                ),
+            ))
+            .merge(upload),
+        "GET, PUT",
     );
     // A run holds one of the caller's in-flight slots for as long as it streams, as a tool
     // call does; listing, history and approvals take none (an approval must get through
@@ -89,7 +106,7 @@ pub(crate) fn router(s: &Arc<AppState>) -> Router {
         .route("/", get(page::page).fallback(page::not_allowed))
         .route(MCP_PATH, mcp)
         .route("/files/sign", sign)
-        .route("/files/{*path}", download)
+        .route("/files/{*path}", files)
         .route("/agent/agents", agent(get(agent::agents), "GET"))
         .route(
             "/agent/sessions",

@@ -83,6 +83,8 @@ pub(crate) struct AppState {
     pub(crate) signer: Arc<Signer>,
     pub(crate) download_ttl: Duration,
     pub(crate) body_timeout: Duration,
+    /// Bytes of one upload, at most.
+    pub(crate) max_upload_bytes: u64,
     /// Requests being answered; a shutdown waits for them.
     pub(crate) open: Open,
     /// Without a trailing `/`.
@@ -129,6 +131,7 @@ impl AppState {
             signer,
             download_ttl: http.download_ttl,
             body_timeout: http.body_timeout,
+            max_upload_bytes: http.max_upload_bytes,
             open: Open::default(),
             public_url,
             agents: OnceLock::new(),

@@ -1,4 +1,5 @@
-//! Downloads of workspace files (charts, exports) by their owner.
+//! Downloads of workspace files (charts, exports) by their owner, and uploads into the
+//! owner's workspace.
 //!
 //! - `GET /files/{path}` with the bearer token: the caller's own file, resolved and opened
 //!   beneath the caller's workspace root, streamed with `Content-Type` from the extension
@@ -7,6 +8,13 @@
 //! - `POST /files/sign` with the bearer token and `{"path": "…"}`: a link a host can hand
 //!   to the person, `…/files/{path}?principal=…&expires=…&sig=…` ([`crate::links`]). A GET
 //!   with a valid, unexpired signature needs no token.
+//!
+//! - `PUT /files/{path}` with the bearer token (never a signed link): the body streamed into
+//!   the caller's workspace through one atomic write, so the file appears whole or not at
+//!   all. At most `[http] max_upload` bytes (a `Content-Length` over it is refused before a
+//!   byte is read) and within the workspace quota; a body that stalls for `body_timeout` is
+//!   abandoned. An existing file is kept (409) unless `?overwrite=true`. 201 with `{path,
+//!   bytes}`; then `load_file` makes it a table.
 //!
 //! Another principal's file, a missing file, a bad signature and an expired link all get
 //! the same 404: nothing tells a guesser which it was.
@@ -17,10 +25,11 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use dataref_mcp::Caller;
 use dataref_protocol::{Principal, mime_type, percent_encode};
-use dataref_workspace::Workspace;
+use dataref_workspace::{Overwrite, Workspace, WorkspacePathError};
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use std::io::Write;
 
 use crate::links::{FilePath, not_found, signed_url};
 use crate::response::{self, error, json_response, now_secs};
@@ -124,6 +133,138 @@ pub(crate) async fn download(State(state): State<Arc<AppState>>, request: Reques
         HeaderValue::from_static("private, no-store"),
     );
     r
+}
+
+/// Frames in flight between the request body and the writing thread.
+const UPLOAD_QUEUE: usize = 8;
+
+/// `PUT /files/{path}`, past authentication (token only), the rate limit and a transfer
+/// slot. The body goes frame by frame to a blocking thread that writes the workspace file;
+/// any error, an overrun of the cap or a stall drops the write, leaving nothing behind.
+pub(crate) async fn upload(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let (Some(principal), Some(FilePath(path))) = (
+        caller(&request),
+        request.extensions().get::<FilePath>().cloned(),
+    ) else {
+        return server_fault();
+    };
+    let cap = state.max_upload_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cap) {
+        return too_large(cap);
+    }
+    let overwrite = match request.uri().query() {
+        Some(q) if q.split('&').any(|p| p == "overwrite=true") => Overwrite::Replace,
+        _ => Overwrite::Refuse,
+    };
+    let Some(workspace) = workspace(&state, &principal) else {
+        return server_fault();
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<bytes::Bytes>>(UPLOAD_QUEUE);
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut file = workspace.create_atomic(&path, overwrite)?;
+        let shown = file.path().as_str().to_owned();
+        let mut written = 0u64;
+        // `None` ends a whole body; a closed channel without it abandons the write.
+        while let Some(frame) = rx.blocking_recv() {
+            let Some(bytes) = frame else {
+                let p = file.commit()?;
+                return Ok(Some((p.as_str().to_owned(), written)));
+            };
+            file.write_all(&bytes)
+                .map_err(|e| WorkspacePathError::write_failed(&shown, e))?;
+            written += bytes.len() as u64;
+        }
+        Ok::<_, WorkspacePathError>(None)
+    });
+    let mut body = request.into_body();
+    let mut received = 0u64;
+    let failure = loop {
+        match tokio::time::timeout(state.body_timeout, body.frame()).await {
+            Err(_) => break Some(stalled(state.body_timeout)),
+            Ok(None) => {
+                let _ = tx.send(None).await;
+                break None;
+            }
+            Ok(Some(Err(_))) => break Some(bad_request("the upload's body could not be read")),
+            Ok(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                received += data.len() as u64;
+                if received > cap {
+                    break Some(too_large(cap));
+                }
+                // The writer stopped (an error it reports below): stop reading.
+                if tx.send(Some(data)).await.is_err() {
+                    break None;
+                }
+            }
+        }
+    };
+    drop(tx);
+    let written = writer.await;
+    if let Some(response) = failure {
+        return response;
+    }
+    match written {
+        Ok(Ok(Some((path, bytes)))) => {
+            json_response(StatusCode::CREATED, json!({"path": path, "bytes": bytes}))
+        }
+        Ok(Ok(None)) => bad_request("the upload ended before its body did"),
+        Ok(Err(e)) => workspace_refusal(&e),
+        Err(e) => {
+            tracing::error!(%principal, error = %e, "an upload's writer ended abnormally");
+            server_fault()
+        }
+    }
+}
+
+/// A workspace's refusal of an upload as the person should read it.
+fn workspace_refusal(e: &WorkspacePathError) -> Response {
+    let hint = e.hint().unwrap_or_default();
+    let (status, code) = match e {
+        WorkspacePathError::AlreadyExists { .. } => (StatusCode::CONFLICT, "exists"),
+        WorkspacePathError::QuotaExceeded { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "quota"),
+        e if e.is_caller_error() => (StatusCode::BAD_REQUEST, "bad_path"),
+        e if e.is_transient() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        _ => {
+            tracing::error!(error = %e, "an upload could not be written");
+            return server_fault();
+        }
+    };
+    let hint = match e {
+        WorkspacePathError::AlreadyExists { .. } => {
+            "send it to another path, or add `?overwrite=true` to replace it".to_owned()
+        }
+        _ => hint,
+    };
+    error(status, code, e.to_string(), hint)
+}
+
+fn too_large(cap: u64) -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!("an upload is at most {cap} bytes"),
+        "split the file, or ask the operator to raise `[http] max_upload`",
+    )
+}
+
+fn stalled(after: std::time::Duration) -> Response {
+    error(
+        StatusCode::REQUEST_TIMEOUT,
+        "stalled",
+        format!(
+            "the upload sent nothing for {} s, so it was abandoned",
+            after.as_secs()
+        ),
+        "send the file again; nothing of it was kept",
+    )
 }
 
 /// The principal the authentication layer put into the request.

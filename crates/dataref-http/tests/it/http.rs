@@ -957,6 +957,152 @@ async fn downloads_have_slots_of_their_own() {
     served.stop().await;
 }
 
+/// Uploads land whole in the caller's own workspace or not at all: over the cap (declared
+/// or streamed), a stall, a path out of the workspace, no token, a signed link and an
+/// existing name are refused with nothing kept; the other principal cannot see the file;
+/// `load_file` makes it a table.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_land_whole_in_the_callers_workspace_or_not_at_all() {
+    let env = Env::new(100).unwrap();
+    let mut http = http_config();
+    http.max_upload_bytes = 64 << 10;
+    http.body_timeout = Duration::from_secs(1);
+    let served = serve(&env, http).await;
+    let c = http_client();
+    let eu_dir = env.home.path().join("workspaces").join("eu_analyst");
+    let url = |p: &str| format!("{}/files/{p}", served.base);
+    let put = |p: &str, token: Option<&'static str>, body: Vec<u8>| {
+        let mut r = c.put(url(p)).body(body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    let csv = b"region;revenue\nEMEA;1.234,50\nAPAC;99,25\n".to_vec();
+
+    let r = put("uploads/sales.csv", Some(EU), csv.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"path": "uploads/sales.csv", "bytes": csv.len()})
+    );
+    assert_eq!(
+        std::fs::read(eu_dir.join("uploads/sales.csv")).unwrap(),
+        csv
+    );
+
+    // The name is taken: kept, unless the caller asks to replace it.
+    let r = put("uploads/sales.csv", Some(EU), b"x\n1\n".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["hint"].as_str().unwrap().contains("?overwrite=true"),
+        "{body}"
+    );
+    assert_eq!(
+        std::fs::read(eu_dir.join("uploads/sales.csv")).unwrap(),
+        csv
+    );
+    let r = put("uploads/sales.csv?overwrite=true", Some(EU), csv.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+
+    // Over the cap by its Content-Length: refused before a byte is read.
+    let r = put("big.csv", Some(EU), vec![b'a'; (64 << 10) + 1])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // Out of the workspace, no token, another principal's token on a signed path.
+    let r = put("..%2F..%2Fescape.csv", Some(EU), csv.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = put("/abs.csv", Some(EU), csv.clone()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = put("anon.csv", None, csv.clone()).await.unwrap();
+    assert_eq!(r.status(), 401);
+    let signed = c
+        .post(format!("{}/files/sign", served.base))
+        .bearer_auth(EU)
+        .json(&json!({"path": "uploads/sales.csv"}))
+        .send()
+        .await
+        .unwrap();
+    let link: Value = signed.json().await.unwrap();
+    let link = link["url"].as_str().unwrap().to_owned();
+    let r = c.put(&link).body(b"evil\n".to_vec()).send().await.unwrap();
+    assert_eq!(r.status(), 401, "a signed link reads; it never writes");
+    let r = c
+        .get(url("uploads/sales.csv"))
+        .bearer_auth(US)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "the other principal cannot see it");
+
+    // Streamed without a length, past the cap; then a body that stalls. Neither is kept.
+    let addr = served.base.trim_start_matches("http://").to_owned();
+    for (name, chunks, stall) in [("stream.csv", 80, false), ("stall.csv", 1, true)] {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "PUT /files/{name} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {EU}\r\n\
+             Transfer-Encoding: chunked\r\n\r\n"
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut s, head.as_bytes())
+            .await
+            .unwrap();
+        let chunk = format!("400\r\n{}\r\n", "b".repeat(1024));
+        for _ in 0..chunks {
+            if tokio::io::AsyncWriteExt::write_all(&mut s, chunk.as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        let mut answer = vec![0u8; 4096];
+        let n = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::io::AsyncReadExt::read(&mut s, &mut answer),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+        let want = if stall { "408" } else { "413" };
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {want}")),
+            "{name}: {answer}"
+        );
+        assert!(!eu_dir.join(name).exists(), "{name} was kept");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(&eu_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+
+    // The uploaded file becomes a table of the caller's.
+    let client = connect(&served.mcp(), EU, &ProtocolVersion::V_2025_11_25).await;
+    let r = call(&client, "load_file", json!({"path": "uploads/sales.csv"})).await;
+    assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    let d: Value = serde_json::from_str(&text(&r)).unwrap();
+    assert_eq!(d["rows"], 2);
+    assert_eq!(
+        d["columns"],
+        json!({"region": "string", "revenue": "float"})
+    );
+    client.cancel().await.ok();
+    served.stop().await;
+}
+
 /// 2026-07-28 requests are served statelessly: each POST stands alone, answered without
 /// a session id, and runs as the principal of its own token.
 #[tokio::test(flavor = "multi_thread")]
@@ -1035,8 +1181,8 @@ async fn routes_answer_by_path_and_method_before_any_token_is_asked_for() {
         // `HEAD` where only `GET` is served is a method like any other.
         for (method, path, allow) in [
             (http::Method::GET, "/files/sign", "POST"),
-            (http::Method::POST, "/files/a.csv", "GET"),
-            (http::Method::HEAD, "/files/a.csv", "GET"),
+            (http::Method::POST, "/files/a.csv", "GET, PUT"),
+            (http::Method::HEAD, "/files/a.csv", "GET, PUT"),
             (http::Method::HEAD, "/agent/agents", "GET"),
             (
                 http::Method::POST,
