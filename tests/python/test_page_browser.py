@@ -9,6 +9,8 @@ scripted OpenAI-compatible server.
 - the grid on the 1M-row table: pages, sorts and filters while the browser never receives
   more than a page of rows (the bytes of every answer counted on the wire);
 - a download through a signed link, and the Files list of the workspace;
+- a file uploaded (the button's input) or dropped becomes a table under its name, with the
+  file's numbers exact; one the loader refuses says why;
 - a line chart over dates zooms by a drag and resets by a double-click;
 - a second principal sees none of the first's sessions or tables, and its calls on the
   first's table get the answer an unknown table gets;
@@ -547,6 +549,44 @@ def test_files_are_listed_and_downloaded(served, browser):
     assert any(p.startswith("charts/") and p.endswith(".png") for p in new), (paths, new)
     assert listed()[0] in new, (listed(), new)
     shot(page, "files")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_a_file_uploaded_or_dropped_becomes_a_table(served, browser):
+    page = open_page(browser, served, "eu_analyst")
+    expect(page.get_by_test_id("files")).to_be_visible(timeout=30_000)
+    # Excel's "CSV" in much of Europe: Windows-1252, `;`, decimal commas.
+    csv = "Région;target\nEMEA;1.250.000,50\nAPAC;980.000\n".encode("cp1252")
+    page.get_by_test_id("file-upload-input").set_input_files(
+        files=[{"name": "targets.csv", "mimeType": "text/csv", "buffer": csv}])
+    row = page.locator('[data-testid=upload-row][data-name="targets.csv"]')
+    expect(row.get_by_test_id("upload-status")).to_have_text("2 rows", timeout=60_000)
+    named = page.get_by_test_id("artifact-item").filter(
+        has=page.get_by_test_id("artifact-name").filter(has_text="targets.csv"))
+    expect(named).to_be_visible(timeout=30_000)
+    files = page.get_by_test_id("file-list")
+    expect(files.locator('[data-testid=file-item][data-path="uploads/targets.csv"]')) \
+        .to_be_visible(timeout=30_000)
+    # The table holds the file's numbers exactly.
+    ref = named.first.get_attribute("data-ref")
+    summed = served.call("eu_analyst", "run_sql", {
+        "sql": "SELECT sum(target) AS total, min(\"Région\") AS first FROM t",
+        "inputs": {"t": ref}, "store_as": "value"})
+    assert summed["structuredContent"]["values"] == [[2230000.5, "APAC"]], summed
+    # A drop on the Files section goes the same way; a file the loader refuses says why.
+    page.evaluate("""() => {
+        const dt = new DataTransfer();
+        dt.items.add(new File([new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0, 0, 0, 0])],
+                              'photo.csv', {type: 'text/csv'}));
+        const target = document.querySelector('[data-testid=files]');
+        target.dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));
+    }""")
+    bad = page.locator('[data-testid=upload-row][data-name="photo.csv"]') \
+        .get_by_test_id("upload-status")
+    expect(bad).to_contain_text("not loaded", timeout=60_000)
+    expect(bad).to_contain_text("NUL bytes")
+    shot(page, "upload")
     assert not page.errors, page.errors
     page.context.close()
 

@@ -143,7 +143,9 @@ pub struct LoadOptions {
     /// Declared types by column name (text formats and XLSX).
     pub columns: BTreeMap<String, ColumnKind>,
     /// An XLSX file's parts, unpacked, at most this many bytes (a zip bomb is refused
-    /// before it is unpacked).
+    /// before it is unpacked). A sheet is read whole (calamine holds every cell, about
+    /// 32 bytes each, plus its text), so this bounds the memory of one load: the default,
+    /// 128 MiB, is a sheet of some 4M cells and a few hundred MB at most.
     pub max_unpacked_bytes: u64,
 }
 
@@ -157,7 +159,7 @@ impl Default for LoadOptions {
             decimal: None,
             sheet: None,
             columns: BTreeMap::new(),
-            max_unpacked_bytes: 512 << 20,
+            max_unpacked_bytes: 128 << 20,
         }
     }
 }
