@@ -279,7 +279,7 @@ fn workspace(state: &AppState, principal: &Principal) -> Option<Arc<Workspace>> 
     match state.server.workspace_of(principal) {
         Ok(w) => w,
         Err(e) => {
-            tracing::error!(%principal, error = %e, "opening a workspace for a download failed");
+            tracing::error!(%principal, error = %e, "opening a workspace for a transfer failed");
             None
         }
     }
