@@ -60,39 +60,33 @@ pub(crate) fn router(s: &Arc<AppState>) -> Router {
         from_fn_with_state(s.sessions.clone(), session::bind),
     ));
     let sign = only(post(files::sign).route_layer(checked.clone()), "POST");
+    // Downloads and uploads hold a transfer slot, apart from the tool calls' slots.
+    let transfer = from_fn_with_state(
+        Slots {
+            limits: s.limits.clone(),
+            kind: SlotKind::Download,
+        },
+        limits::slot,
+    );
     // Uploads: the bearer token only (a signed link reads, never writes), and no whole-body
     // deadline (a large file on a slow link takes longer): the handler abandons a stall.
     let upload = put(files::upload).route_layer((
         from_fn(links::file_path),
         from_fn_with_state(bearer.clone(), auth::authenticate),
         rate.clone(),
-        from_fn_with_state(
-            Slots {
-                limits: s.limits.clone(),
-                kind: SlotKind::Download,
-            },
-            limits::slot,
-        ),
+        transfer.clone(),
     ));
+    let signed_or_bearer = Auth {
+        tokens: s.auth.clone(),
+        links: Some(s.signer.clone()),
+    };
     let files = only(
         get(files::download)
             .route_layer((
                 from_fn(links::file_path),
-                from_fn_with_state(
-                    Auth {
-                        tokens: s.auth.clone(),
-                        links: Some(s.signer.clone()),
-                    },
-                    auth::authenticate,
-                ),
+                from_fn_with_state(signed_or_bearer, auth::authenticate),
                 rate.clone(),
-                from_fn_with_state(
-                    Slots {
-                        limits: s.limits.clone(),
-                        kind: SlotKind::Download,
-                    },
-                    limits::slot,
-                ),
+                transfer,
             ))
             .merge(upload),
         "GET, PUT",

@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
-use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 
 use crate::infer::{
-    Builder, Cell, ColumnKind, Decimal, Guess, Resolved, column_names, looks_like_header,
+    Cell, ColumnKind, Decimal, Guess, Resolved, builders, column_names, finish_batch,
+    looks_like_header, schema_of,
 };
 use crate::text::{self, Sniffed, TextEncoding};
 use crate::{BATCH_ROWS, Batches, Format, LoadError, LoadOptions, Opened, resolve_columns};
@@ -80,13 +80,7 @@ pub(crate) fn open(
     }
     let names = column_names(header.then(|| first_row.clone()), width);
     let resolved = resolve_columns(&names, &guesses, &options.columns, prefer_comma)?;
-    let schema = Arc::new(Schema::new(
-        names
-            .iter()
-            .zip(&resolved)
-            .map(|(n, r)| Field::new(n, r.data_type(), true))
-            .collect::<Vec<_>>(),
-    ));
+    let schema = schema_of(&names, &resolved);
     let mut notes = Vec::new();
     let mut how = vec![match delimiter {
         b'\t' => "tab-delimited".to_owned(),
@@ -290,11 +284,7 @@ impl Batches for DelimitedBatches {
     }
 
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, LoadError> {
-        let mut builders: Vec<Builder> = self
-            .resolved
-            .iter()
-            .map(|r| Builder::new(*r, BATCH_ROWS))
-            .collect();
+        let mut builders = builders(&self.resolved, BATCH_ROWS);
         let mut n = 0;
         while n < BATCH_ROWS {
             if !self
@@ -330,11 +320,7 @@ impl Batches for DelimitedBatches {
         if n == 0 {
             return Ok(None);
         }
-        let columns = builders.iter_mut().map(Builder::finish).collect();
-        Ok(Some(
-            RecordBatch::try_new(self.schema.clone(), columns)
-                .map_err(|e| LoadError::malformed("CSV", e))?,
-        ))
+        finish_batch(&self.schema, &mut builders, "CSV").map(Some)
     }
 }
 

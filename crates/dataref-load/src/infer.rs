@@ -16,14 +16,16 @@
 
 use std::sync::Arc;
 
-use arrow_array::ArrayRef;
 use arrow_array::builder::{
     BooleanBuilder, Date32Builder, Float64Builder, Int64Builder, StringBuilder,
     TimestampMicrosecondBuilder,
 };
-use arrow_schema::{DataType, TimeUnit};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use dataref_protocol::days_from_civil;
 use serde::{Deserialize, Serialize};
+
+use crate::LoadError;
 
 /// A column's type, as the model and `describe_data` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
@@ -618,6 +620,32 @@ impl Builder {
             Self::Timestamp(b, _) => Arc::new(b.finish()),
         }
     }
+}
+
+/// The schema of columns `names` of types `resolved`, every column nullable.
+pub(crate) fn schema_of(names: &[String], resolved: &[Resolved]) -> SchemaRef {
+    Arc::new(Schema::new(
+        names
+            .iter()
+            .zip(resolved)
+            .map(|(n, r)| Field::new(n, r.data_type(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// One builder per column, for a batch of up to `rows` rows.
+pub(crate) fn builders(resolved: &[Resolved], rows: usize) -> Vec<Builder> {
+    resolved.iter().map(|r| Builder::new(*r, rows)).collect()
+}
+
+/// The batch the builders hold, of `schema` (`label` names the format in an error).
+pub(crate) fn finish_batch(
+    schema: &SchemaRef,
+    builders: &mut [Builder],
+    label: &'static str,
+) -> Result<RecordBatch, LoadError> {
+    let columns = builders.iter_mut().map(Builder::finish).collect();
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| LoadError::malformed(label, e))
 }
 
 /// `f` as an integer when it is one that both types hold exactly.

@@ -6,14 +6,13 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 use serde_json::Value;
 
 use crate::delimited::clip;
-use crate::infer::{Builder, Cell, Guess, Resolved, column_names};
+use crate::infer::{Cell, Guess, Resolved, builders, column_names, finish_batch, schema_of};
 use crate::{BATCH_ROWS, Batches, Format, LoadError, LoadOptions, Opened, resolve_columns};
 
 /// More distinct keys than this is a map, not records.
@@ -55,7 +54,7 @@ fn next_record(
             format!(
                 "record {} is {}, not an object of named values",
                 n + 1,
-                kind_of(&other)
+                dataref_protocol::json_kind(&other)
             ),
         )),
         Some(Err(e)) => {
@@ -69,17 +68,6 @@ fn next_record(
                 format!("record {}: {e}", n + 1),
             ))
         }
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -152,13 +140,7 @@ pub(crate) fn open(
     // Keys are names as written; an empty key still needs a column name.
     let fixed = column_names(Some(names.clone()), names.len());
     let resolved = resolve_columns(&fixed, &guesses, &options.columns, false)?;
-    let schema = Arc::new(Schema::new(
-        fixed
-            .iter()
-            .zip(&resolved)
-            .map(|(n, r)| Field::new(n, r.data_type(), true))
-            .collect::<Vec<_>>(),
-    ));
+    let schema = schema_of(&fixed, &resolved);
     Ok(Opened {
         format,
         rows: Some(rows),
@@ -191,11 +173,7 @@ impl Batches for JsonBatches {
     }
 
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, LoadError> {
-        let mut builders: Vec<Builder> = self
-            .resolved
-            .iter()
-            .map(|r| Builder::new(*r, BATCH_ROWS))
-            .collect();
+        let mut builders = builders(&self.resolved, BATCH_ROWS);
         let mut n = 0;
         let mut present = vec![false; self.names.len()];
         let mut scratch = String::new();
@@ -235,11 +213,7 @@ impl Batches for JsonBatches {
         if n == 0 {
             return Ok(None);
         }
-        let columns = builders.iter_mut().map(Builder::finish).collect();
-        Ok(Some(
-            RecordBatch::try_new(self.schema.clone(), columns)
-                .map_err(|e| LoadError::malformed(self.label, e))?,
-        ))
+        finish_batch(&self.schema, &mut builders, self.label).map(Some)
     }
 }
 

@@ -5,15 +5,17 @@
 
 use std::fs::File;
 use std::io::{BufReader, Seek, SeekFrom};
-use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 use calamine::{Data, Range, Reader, Xlsx};
 use dataref_protocol::days_from_civil;
 
 use crate::delimited::clip;
-use crate::infer::{Builder, Cell, Guess, Resolved, column_names, looks_like_header, whole};
+use crate::infer::{
+    Cell, Guess, Resolved, builders, column_names, finish_batch, looks_like_header, schema_of,
+    whole,
+};
 use crate::{BATCH_ROWS, Batches, Format, LoadError, LoadOptions, Opened, Sheet, resolve_columns};
 
 pub(crate) fn open(mut file: File, options: &LoadOptions) -> Result<Opened, LoadError> {
@@ -83,13 +85,7 @@ pub(crate) fn open(mut file: File, options: &LoadOptions) -> Result<Opened, Load
     }
     let names = column_names(header.then_some(header_texts), width);
     let resolved = resolve_columns(&names, &guesses, &options.columns, false)?;
-    let schema = Arc::new(Schema::new(
-        names
-            .iter()
-            .zip(&resolved)
-            .map(|(n, r)| Field::new(n, r.data_type(), true))
-            .collect::<Vec<_>>(),
-    ));
+    let schema = schema_of(&names, &resolved);
     let data: Vec<usize> = if header {
         kept[1..].to_vec()
     } else {
@@ -206,11 +202,7 @@ impl Batches for XlsxBatches {
         if self.next >= end {
             return Ok(None);
         }
-        let mut builders: Vec<Builder> = self
-            .resolved
-            .iter()
-            .map(|r| Builder::new(*r, end - self.next))
-            .collect();
+        let mut builders = builders(&self.resolved, end - self.next);
         let rows: Vec<&[Data]> = self.range.rows().collect();
         let mut scratch = String::new();
         for &i in &self.data[self.next..end] {
@@ -225,10 +217,6 @@ impl Batches for XlsxBatches {
             }
         }
         self.next = end;
-        let columns = builders.iter_mut().map(Builder::finish).collect();
-        Ok(Some(
-            RecordBatch::try_new(self.schema.clone(), columns)
-                .map_err(|e| LoadError::malformed("XLSX", e))?,
-        ))
+        finish_batch(&self.schema, &mut builders, "XLSX").map(Some)
     }
 }

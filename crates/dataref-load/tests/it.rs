@@ -131,6 +131,10 @@ fn utf16_and_utf8_with_bom_and_tabs() {
 
 #[test]
 fn a_file_without_a_header_and_declared_types() {
+    // Blank lines and a last line without a newline, as hand-edited files have them.
+    let (_, b) = one("gaps.csv", b"a,b\r\n1,2\r\n\r\n3,4");
+    assert_eq!(b.num_rows(), 2);
+    assert_eq!(b.column(0).as_primitive::<Int64Type>().value(1), 3);
     let (o, b) = one("pairs.csv", b"1,2\n3,4\n");
     assert_eq!(o.notes, ["CSV: delimiter `,`, no header line"]);
     assert_eq!(b.num_rows(), 2);
@@ -287,11 +291,12 @@ fn json_arrays_and_ndjson() {
     assert!(err("deep.json", deep.as_bytes(), &o).contains("recursion limit"));
 }
 
-fn parquet_bytes() -> Vec<u8> {
+/// The sample batch as our exporter writes it in `format`: real Parquet and XLSX files.
+fn exported(format: dataref_export::Format) -> Vec<u8> {
     let batch = sample_batch();
     let mut out = std::io::Cursor::new(Vec::new());
     dataref_export::export(
-        dataref_export::Format::Parquet,
+        format,
         &batch.schema(),
         &[batch],
         &dataref_export::ExportOptions::default(),
@@ -300,6 +305,10 @@ fn parquet_bytes() -> Vec<u8> {
     )
     .unwrap();
     out.into_inner()
+}
+
+fn parquet_bytes() -> Vec<u8> {
+    exported(dataref_export::Format::Parquet)
 }
 
 fn sample_batch() -> RecordBatch {
@@ -381,18 +390,7 @@ fn damaged_columnar_files_are_refused() {
 }
 
 fn xlsx_bytes() -> Vec<u8> {
-    let batch = sample_batch();
-    let mut out = std::io::Cursor::new(Vec::new());
-    dataref_export::export(
-        dataref_export::Format::Xlsx,
-        &batch.schema(),
-        &[batch],
-        &dataref_export::ExportOptions::default(),
-        &mut out,
-        &|| false,
-    )
-    .unwrap();
-    out.into_inner()
+    exported(dataref_export::Format::Xlsx)
 }
 
 #[test]

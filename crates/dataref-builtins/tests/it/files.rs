@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 use super::{Fixture, error_text, fixture_with};
 
 /// Default limits (16,000-character results, a long timeout): what a server runs with.
-fn fixture() -> Fixture {
+pub(super) fn fixture() -> Fixture {
     fixture_with(|_| {})
 }
 
-fn write(f: &Fixture, path: &str, bytes: &[u8]) {
+pub(super) fn write(f: &Fixture, path: &str, bytes: &[u8]) {
     f.ctx
         .workspace
         .write_atomic(path, bytes, Overwrite::Refuse)

@@ -4,21 +4,10 @@
 //! refused with nothing half-stored.
 
 use dataref_tool::{CallOutcome, ToolCall};
-use dataref_workspace::Overwrite;
 use serde_json::{Value, json};
 
-use super::{Fixture, error_text, fixture_with, run};
-
-fn fixture() -> Fixture {
-    fixture_with(|_| {})
-}
-
-fn write(f: &Fixture, path: &str, bytes: &[u8]) {
-    f.ctx
-        .workspace
-        .write_atomic(path, bytes, Overwrite::Refuse)
-        .unwrap();
-}
+use super::files::{fixture, write};
+use super::{Fixture, error_text, run};
 
 async fn load(f: &Fixture, args: Value) -> CallOutcome {
     run(f, ToolCall::new("load_file", args)).await

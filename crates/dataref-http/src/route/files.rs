@@ -247,16 +247,24 @@ fn workspace_refusal(e: &WorkspacePathError) -> Response {
 }
 
 fn too_large(cap: u64) -> Response {
-    error(
+    closing(error(
         StatusCode::PAYLOAD_TOO_LARGE,
         "too_large",
         format!("an upload is at most {cap} bytes"),
         "split the file, or ask the operator to raise `[http] max_upload`",
-    )
+    ))
+}
+
+/// `r` with `Connection: close`: the rest of the body is not read, so the connection cannot
+/// carry another request, and a client must not put one on it.
+fn closing(mut r: Response) -> Response {
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 fn stalled(after: std::time::Duration) -> Response {
-    error(
+    closing(error(
         StatusCode::REQUEST_TIMEOUT,
         "stalled",
         format!(
@@ -264,7 +272,7 @@ fn stalled(after: std::time::Duration) -> Response {
             after.as_secs()
         ),
         "send the file again; nothing of it was kept",
-    )
+    ))
 }
 
 /// The principal the authentication layer put into the request.

@@ -1018,6 +1018,11 @@ async fn uploads_land_whole_in_the_callers_workspace_or_not_at_all() {
         .await
         .unwrap();
     assert_eq!(r.status(), 413);
+    assert_eq!(
+        r.headers()["connection"],
+        "close",
+        "the unread body ends the connection, so the client does not reuse it"
+    );
     // Out of the workspace, no token, another principal's token on a signed path.
     let r = put("..%2F..%2Fescape.csv", Some(EU), csv.clone())
         .await
