@@ -13,7 +13,7 @@ use crate::raw::{RawHttpParam, RawHttpTool};
 use crate::units::{duration, size};
 
 /// The built-in tools' names (besides `fetch_<query>`): an HTTP tool may not take one.
-pub const BUILTIN_TOOL_NAMES: [&str; 16] = [
+pub const BUILTIN_TOOL_NAMES: [&str; 17] = [
     "query",
     "describe_data",
     "list_artifacts",
@@ -21,6 +21,7 @@ pub const BUILTIN_TOOL_NAMES: [&str; 16] = [
     "render_table",
     "run_sql",
     "run_python",
+    "load_file",
     "read_file",
     "list_files",
     "copy_file",
