@@ -81,9 +81,11 @@ pub struct LoadFileTool {
 }
 
 impl LoadFileTool {
+    /// Read-only, like a query: it reads a workspace file and makes a table of the caller's
+    /// (as `fetch_*` and `run_sql` do); it writes nothing into the workspace.
     pub fn new() -> Self {
         Self {
-            spec: spec_for::<LoadFileArgs, Description>("load_file", DESCRIPTION, false, false)
+            spec: spec_for::<LoadFileArgs, Description>("load_file", DESCRIPTION, true, false)
                 .with_view(dataref_protocol::VIEW_URI),
         }
     }
