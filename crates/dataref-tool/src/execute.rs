@@ -474,6 +474,16 @@ async fn invoke(
         }
     };
     match result {
+        // The tool saw the cancellation (its child token) and answered with an error before
+        // this select saw the caller's: still the caller's cancellation, not a failure.
+        Ok(Err(_)) if ctx.cancel.is_cancelled() => (
+            CallOutcome::error(
+                OutcomeKind::Cancelled,
+                &format!("`{name}` was cancelled"),
+                None,
+            ),
+            false,
+        ),
         Ok(Ok(out)) => {
             let (text, structured_text) = match out.text {
                 Some(t) => (t, false),
