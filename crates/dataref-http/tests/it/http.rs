@@ -99,7 +99,8 @@ fn shared(env: &Env) -> SharedContext {
     }
 }
 
-async fn serve(env: &Env, http: HttpConfig) -> Served {
+/// The server of `env` with `http`, bound to its address but not serving yet.
+async fn bound(env: &Env, http: HttpConfig) -> HttpServer {
     dataref_config::tls::install_provider();
     let server = DatarefServer::per_request(env.registry.clone(), shared(env));
     let options = HttpOptions {
@@ -107,9 +108,13 @@ async fn serve(env: &Env, http: HttpConfig) -> Served {
         principals: principals(),
         anonymous: Principal::new("local").unwrap(),
     };
-    let http = HttpServer::bind(server, options)
+    HttpServer::bind(server, options)
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn serve(env: &Env, http: HttpConfig) -> Served {
+    let http = bound(env, http).await;
     let base = format!("http://{}", http.local_addr().unwrap());
     assert_eq!(http.mcp_url(), format!("{base}/mcp"));
     let stop = CancellationToken::new();
@@ -139,15 +144,7 @@ impl Answer {
 }
 
 async fn routed(env: &Env, http: HttpConfig) -> Routed {
-    let server = DatarefServer::per_request(env.registry.clone(), shared(env));
-    let options = HttpOptions {
-        http,
-        principals: principals(),
-        anonymous: Principal::new("local").unwrap(),
-    };
-    let http = HttpServer::bind(server, options)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let http = bound(env, http).await;
     let base = format!("http://{}", http.local_addr().unwrap());
     Routed {
         app: http.router(),
