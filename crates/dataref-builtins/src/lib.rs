@@ -42,7 +42,7 @@ mod support;
 pub use builtin::{
     MAX_PAGE_ROWS, RUNS_DIR, RunPythonTool, RunSqlResult, RunSqlTool, STREAM_SHOWN_BYTES,
     ViewArtifactsTool, ViewChartTool, ViewRowsTool, builtin_registry, builtin_registry_builder,
-    builtin_registry_with, mime_type_for, sandbox_settings,
+    builtin_registry_with, mime_type_for, probe_files, sandbox_settings,
 };
 pub use http_tool::{EnvLookup, HttpTool};
 pub use support::ExportCsv;

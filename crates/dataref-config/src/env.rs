@@ -43,10 +43,11 @@ variables! {
     /// the model is called, never kept in the resolved config (which holds
     /// `${DATAREF_LLM_API_KEY}`).
     DATAREF_LLM_API_KEY;
-    /// The object store's access key for `[shared]` (read from the environment only, never
-    /// from the file, and never passed on to `run_python`'s sandbox).
+    /// The object store's access key for `[shared]` and for `files` sources on S3 (read
+    /// from the environment only, never from the file, and never passed on to
+    /// `run_python`'s sandbox).
     AWS_ACCESS_KEY_ID;
-    /// The object store's secret key for `[shared]`, like `AWS_ACCESS_KEY_ID`.
+    /// The object store's secret key, like `AWS_ACCESS_KEY_ID`.
     AWS_SECRET_ACCESS_KEY;
     /// A session token that goes with temporary object store credentials (optional).
     AWS_SESSION_TOKEN;

@@ -56,8 +56,8 @@ pub use http_tool::{
     UrlTemplate,
 };
 pub use resolve::{
-    CallLimits, ColumnType, Config, ParamConfig, ParamType, PythonConfig, QOQ_SQL, QueryConfig,
-    SampleSpec, SourceConfig, SourceKind, SqlConfig, StoreConfig,
+    CallLimits, ColumnType, Config, FileFormat, ParamConfig, ParamType, PythonConfig, QOQ_SQL,
+    QueryConfig, SampleSpec, SourceConfig, SourceKind, SqlConfig, StoreConfig,
 };
 pub use shared::SharedConfig;
 pub use spill::{SpillConfig, ToolSpill};

@@ -241,13 +241,27 @@ pub(crate) struct RawSql {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSource {
-    /// `sqlite`, or `postgres` (also `postgresql`).
+    /// `sqlite`, `postgres` (also `postgresql`), or `files` (Parquet, CSV or NDJSON files
+    /// of one table, on disk or S3).
     pub kind: String,
     /// SQLite: the database file, relative to this file; opened read-only. Required there.
+    /// Files: a directory or glob (`lake/sales/`, `exports/*.csv`), relative to this file.
     pub path: Option<String>,
     /// PostgreSQL: a libpq connection string or `postgresql://` URL of the shared login;
-    /// `${NAME}` is read from the environment when connecting. Required there.
+    /// `${NAME}` is read from the environment when connecting. Required there. Files:
+    /// `s3://bucket/prefix/`, with credentials from the server's environment
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`; without them, unsigned requests for
+    /// a public bucket).
     pub url: Option<String>,
+    /// Files: `parquet`, `csv` or `ndjson`. Default: from the files' extension.
+    pub format: Option<String>,
+    /// Files: the table's name in SQL. Default: the source's name.
+    pub table: Option<String>,
+    /// Files on S3: an S3-compatible endpoint (e.g. `http://minio.internal:9000`). Default:
+    /// AWS.
+    pub endpoint: Option<String>,
+    /// Files on S3: the bucket's region. Default `us-east-1`.
+    pub region: Option<String>,
     /// PostgreSQL: connections kept open per login (the shared one, and each caller's own
     /// role for `query`); none before the first call. Default 4, from 1 to 64.
     pub pool_size: Option<usize>,

@@ -243,6 +243,60 @@ pub enum SourceKind {
         /// another principal's role.
         allow_sql_shared_roles: bool,
     },
+    /// Files of one table (a data lake): Parquet, CSV or NDJSON under a local directory
+    /// or glob, or under an `s3://bucket/prefix/`, with Hive-style `key=value` folders as
+    /// partition columns. Queried in DataFusion, which reads only the files, columns and
+    /// row groups a query needs.
+    Files {
+        /// `s3://bucket/prefix/`, or a local directory or glob as an absolute path.
+        location: String,
+        /// The files' format; `None` takes it from the extension of the files found.
+        format: Option<FileFormat>,
+        /// The table's name in SQL. Default: the source's name.
+        table: String,
+        /// S3: an S3-compatible endpoint (`http://minio:9000`); `None` is AWS itself.
+        endpoint: Option<String>,
+        /// S3: the bucket's region. Default `us-east-1`.
+        region: String,
+    },
+}
+
+/// The format of a `files` source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    Parquet,
+    Csv,
+    Ndjson,
+}
+
+impl FileFormat {
+    /// `parquet`, `csv`, `ndjson` (also `jsonl`, `json`).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "parquet" | "pq" => Self::Parquet,
+            "csv" => Self::Csv,
+            "ndjson" | "jsonl" | "json" => Self::Ndjson,
+            _ => return None,
+        })
+    }
+
+    /// The name used in config and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Parquet => "parquet",
+            Self::Csv => "csv",
+            Self::Ndjson => "ndjson",
+        }
+    }
+
+    /// The usual file extension (without the dot).
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Parquet => "parquet",
+            Self::Csv => "csv",
+            Self::Ndjson => "ndjson",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -804,15 +858,25 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
                 allow_sql_shared_roles: s.allow_sql_shared_roles.unwrap_or(false),
             }
         }
+        "files" => files_source(&what, name, &s, base)?,
         other => {
             return Err(invalid(
                 format!("{what}.kind"),
                 format!("unknown source kind `{other}`"),
-                "supported kinds: `sqlite`, `postgres`",
+                "supported kinds: `sqlite`, `postgres`, `files`",
             ));
         }
     };
-    if s.path.is_some() && !matches!(kind, SourceKind::Sqlite { .. }) {
+    if (s.format.is_some() || s.table.is_some() || s.endpoint.is_some() || s.region.is_some())
+        && !matches!(kind, SourceKind::Files { .. })
+    {
+        return Err(invalid(
+            &what,
+            "`format`, `table`, `endpoint` and `region` are for files sources",
+            "a files source reads `path` or `url` with `kind = \"files\"`",
+        ));
+    }
+    if s.path.is_some() && !matches!(kind, SourceKind::Sqlite { .. } | SourceKind::Files { .. }) {
         return Err(invalid(
             format!("{what}.path"),
             "`path` is for sqlite sources",
@@ -820,7 +884,9 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
         ));
     }
     if !matches!(kind, SourceKind::Postgres { .. })
-        && (s.url.is_some() || s.pool_size.is_some() || s.allow_sql_shared_roles.is_some())
+        && (s.pool_size.is_some()
+            || s.allow_sql_shared_roles.is_some()
+            || (s.url.is_some() && !matches!(kind, SourceKind::Files { .. })))
     {
         return Err(invalid(
             &what,
@@ -840,6 +906,94 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
             Duration::from_secs(60),
         )?,
         allow_sql: s.allow_sql.unwrap_or(false),
+    })
+}
+
+/// `kind = "files"`: `url = "s3://bucket/prefix/"`, or `path` (a directory or a glob,
+/// relative to the config file).
+fn files_source(
+    what: &str,
+    name: &str,
+    s: &RawSource,
+    base: &Path,
+) -> Result<SourceKind, ConfigError> {
+    let location = match (&s.path, &s.url) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                what,
+                "a files source takes `path` or `url`, not both",
+                "`path` for a local directory or glob, `url` for `s3://bucket/prefix/`",
+            ));
+        }
+        (Some(path), None) => {
+            let joined = base.join(path);
+            joined
+                .to_str()
+                .ok_or_else(|| {
+                    invalid(
+                        format!("{what}.path"),
+                        "the path is not valid UTF-8",
+                        "rename the directory",
+                    )
+                })?
+                .to_owned()
+        }
+        (None, Some(url)) => {
+            let rest = url.strip_prefix("s3://").ok_or_else(|| {
+                invalid(
+                    format!("{what}.url"),
+                    format!("`{url}` is not an `s3://` URL"),
+                    "use `url = \"s3://bucket/prefix/\"`, or `path` for a local directory",
+                )
+            })?;
+            if rest.split('/').next().is_none_or(str::is_empty) {
+                return Err(invalid(
+                    format!("{what}.url"),
+                    "the URL names no bucket",
+                    "e.g. `url = \"s3://lake/sales/\"`",
+                ));
+            }
+            url.clone()
+        }
+        (None, None) => {
+            return Err(invalid(
+                what,
+                "a files source needs `path` or `url`",
+                "add e.g. `path = \"lake/sales/\"` (relative to this file) or `url = \"s3://lake/sales/\"`",
+            ));
+        }
+    };
+    let format = match &s.format {
+        None => None,
+        Some(f) => Some(FileFormat::parse(f).ok_or_else(|| {
+            invalid(
+                format!("{what}.format"),
+                format!("unknown format `{f}`"),
+                "use `parquet`, `csv` or `ndjson`",
+            )
+        })?),
+    };
+    let table = s.table.clone().unwrap_or_else(|| name.to_owned());
+    if !is_identifier(&table) {
+        return Err(invalid(
+            format!("{what}.table"),
+            "a table name must be a lower-case identifier",
+            "e.g. `table = \"sales\"`",
+        ));
+    }
+    if (s.endpoint.is_some() || s.region.is_some()) && s.url.is_none() {
+        return Err(invalid(
+            what,
+            "`endpoint` and `region` are for files on S3 (`url = \"s3://…\"`)",
+            "a local `path` needs neither",
+        ));
+    }
+    Ok(SourceKind::Files {
+        location,
+        format,
+        table,
+        endpoint: s.endpoint.clone(),
+        region: s.region.clone().unwrap_or_else(|| "us-east-1".to_owned()),
     })
 }
 
@@ -1080,6 +1234,32 @@ mod tests {
                 "[sources.a]\nkind = \"sqlite\"\npath = \"x\"\n[queries.q]\nsource = \"a\"\ndescription = \"d\"\nsql = \"select :p\"\nparams.p = { type = \"integer\", default = \"x\" }",
                 "is not a integer",
             ),
+            ("[sources.l]\nkind = \"files\"", "needs `path` or `url`"),
+            (
+                "[sources.l]\nkind = \"files\"\npath = \"a\"\nurl = \"s3://b/\"",
+                "not both",
+            ),
+            (
+                "[sources.l]\nkind = \"files\"\nurl = \"https://b/x\"",
+                "is not an `s3://` URL",
+            ),
+            ("[sources.l]\nkind = \"files\"\nurl = \"s3:///x\"", "names no bucket"),
+            (
+                "[sources.l]\nkind = \"files\"\npath = \"a\"\nformat = \"xls\"",
+                "unknown format `xls`",
+            ),
+            (
+                "[sources.l]\nkind = \"files\"\npath = \"a\"\ntable = \"Sales Data\"",
+                "lower-case identifier",
+            ),
+            (
+                "[sources.l]\nkind = \"files\"\npath = \"a\"\nendpoint = \"http://m\"",
+                "are for files on S3",
+            ),
+            (
+                "[sources.a]\nkind = \"sqlite\"\npath = \"x\"\ntable = \"t\"",
+                "are for files sources",
+            ),
         ];
         for (text, want) in cases {
             match parse(text) {
@@ -1087,6 +1267,34 @@ mod tests {
                 Err(e) => assert!(e.to_string().contains(want), "{e} should mention {want}"),
             }
         }
+    }
+
+    #[test]
+    fn files_sources_resolve_their_location_format_and_table() {
+        let c = parse(
+            "[sources.lake]\nkind = \"files\"\nurl = \"s3://analytics/sales/\"\n\
+             endpoint = \"http://minio:9000\"\nformat = \"jsonl\"\n\
+             [sources.exports]\nkind = \"files\"\npath = \"exports/*.csv\"\ntable = \"monthly\"",
+        )
+        .unwrap();
+        assert_eq!(
+            c.sources["lake"].kind,
+            SourceKind::Files {
+                location: "s3://analytics/sales/".into(),
+                format: Some(FileFormat::Ndjson),
+                table: "lake".into(),
+                endpoint: Some("http://minio:9000".into()),
+                region: "us-east-1".into(),
+            }
+        );
+        let SourceKind::Files {
+            location, table, ..
+        } = &c.sources["exports"].kind
+        else {
+            panic!("a files source: {:?}", c.sources["exports"].kind)
+        };
+        assert!(location.ends_with("/exports/*.csv"), "{location}");
+        assert_eq!(table, "monthly");
     }
 
     #[test]

@@ -55,7 +55,7 @@ use crate::sqlite::unique_names;
 use crate::{FetchRequest, Fetched, ParamValue, SourceError, SqlPolicy};
 
 pub use self::pool::{EnvLookup, PgPool, RoleLogin};
-pub use self::sql::pyformat_params;
+pub use self::sql::{Numbered, number_params, pyformat_params};
 
 /// Rows per Arrow batch written to the store.
 const BATCH_ROWS: usize = 65_536;

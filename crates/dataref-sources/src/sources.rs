@@ -39,6 +39,8 @@ pub struct Sources {
     all_roles: BTreeSet<String>,
     /// Model-written SQL's pools, by source and login role.
     sql_pools: Mutex<BTreeMap<(String, String), Arc<PgPool>>>,
+    /// The engine's working memory for a query on a `files` source (`[sql] memory`).
+    sql_memory_bytes: u64,
 }
 
 impl Sources {
@@ -74,6 +76,16 @@ impl Sources {
             passwords,
             all_roles,
             sql_pools: Mutex::new(BTreeMap::new()),
+            sql_memory_bytes: config.sql.memory_bytes,
+        }
+    }
+
+    /// The engine's working memory for one query on a `files` source (`[sql] memory`).
+    pub fn sql_memory_bytes(&self) -> u64 {
+        if self.sql_memory_bytes == 0 {
+            dataref_config::SqlConfig::default().memory_bytes
+        } else {
+            self.sql_memory_bytes
         }
     }
 

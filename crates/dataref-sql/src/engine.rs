@@ -34,6 +34,8 @@ fn runtime() -> Result<&'static Runtime, SqlError> {
             .thread_name("dataref-sql")
             .thread_stack_size(STACK_BYTES)
             .enable_time()
+            // A lake on S3 is read over HTTP from these threads.
+            .enable_io()
             .build()
             .map_err(|e| e.to_string())
     });

@@ -54,6 +54,13 @@ pub enum SqlError {
     /// A shape of SQL the engine would answer wrongly.
     #[error("{}", .0.what)]
     Unreliable(Trap),
+    /// A lake's files cannot be listed or read.
+    #[error("the files at `{location}` cannot be read: {message}")]
+    Lake {
+        location: String,
+        message: String,
+        hint: String,
+    },
     /// Two or more result columns have one name.
     #[error("the result has more than one column named {}", quoted(.names))]
     DuplicateColumns { names: Vec<String> },
@@ -129,6 +136,7 @@ impl SqlError {
                     .into(),
             ),
             Self::Unreliable(t) => Some(t.instead.to_owned()),
+            Self::Lake { hint, .. } => Some(hint.clone()),
             Self::DuplicateColumns { .. } => {
                 Some("give each column its own name with AS (e.g. `b.id AS b_id`)".into())
             }

@@ -38,6 +38,8 @@ mod engine;
 mod error;
 mod exact;
 mod input;
+mod lake;
+mod objects;
 mod once;
 mod paced;
 mod shape;
@@ -52,7 +54,6 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::SessionStateDefaults;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
-use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
@@ -60,10 +61,11 @@ use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParserBuilder, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement as AstStatement};
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 
 pub use error::{SqlError, TableColumns};
 pub use input::{Columns, Input};
+pub use lake::{Lake, LakeFormat};
 pub use shape::{Exceeded, MAX_DEPTH, MAX_SELECTS, MAX_TABLES};
 pub use traps::Trap;
 
@@ -120,6 +122,17 @@ impl Query {
         inputs: Vec<Input>,
         limits: &QueryLimits,
     ) -> Result<Self, SqlError> {
+        Self::start_with(sql, Tables::Inputs(inputs), Vec::new(), limits).await
+    }
+
+    /// Parses, checks and plans `sql` over `tables`, with `params` bound to its
+    /// placeholders `$1`, `$2`, … (never spliced into the text), and starts it.
+    pub async fn start_with(
+        sql: &str,
+        tables: Tables,
+        params: Vec<Param>,
+        limits: &QueryLimits,
+    ) -> Result<Self, SqlError> {
         if sql.len() > MAX_SQL_BYTES {
             return Err(SqlError::TooLong {
                 bytes: sql.len(),
@@ -131,31 +144,27 @@ impl Query {
         let (tx, batches) = tokio::sync::mpsc::channel(QUEUE);
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
         let task = engine::spawn(async move {
-            let running = match Running::start(&sql, inputs, &limits).await {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                    return;
-                }
-            };
-            let Running {
-                mut stream,
-                tables,
-                memory_bytes,
-            } = running;
-            if ready_tx.send(Ok(stream.schema())).is_err() {
-                return;
-            }
-            while let Some(item) = stream.next().await {
-                let item = item
-                    .map(Some)
-                    .map_err(|e| SqlError::from_engine(e, &sql, &tables, memory_bytes));
-                let failed = item.is_err();
-                if tx.send(item).await.is_err() || failed {
-                    return;
+            let mut ready_tx = Some(ready_tx);
+            let work = drive(&sql, tables, params, &limits, &tx, &mut ready_tx);
+            // A panic in the engine (a reader meeting a damaged file, say) fails this query
+            // with what happened, and nothing else: the answer is an error, never a cut
+            // result, and the server goes on.
+            if let Err(panic) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_owned());
+                let e = SqlError::Engine(format!("{what} (nothing was stored)"));
+                match ready_tx.take() {
+                    Some(r) => {
+                        let _ = r.send(Err(e));
+                    }
+                    None => {
+                        let _ = tx.send(Err(e)).await;
+                    }
                 }
             }
-            let _ = tx.send(Ok(None)).await;
         })?;
         let schema = ready
             .await
@@ -194,6 +203,51 @@ impl Query {
     }
 }
 
+type Ready = tokio::sync::oneshot::Sender<Result<SchemaRef, SqlError>>;
+type Sent = tokio::sync::mpsc::Sender<Result<Option<RecordBatch>, SqlError>>;
+
+/// Plans and runs the query on the engine's runtime: the schema (or the error) goes to
+/// `ready`, then the batches and `Ok(None)` (or an error) to `tx`.
+async fn drive(
+    sql: &str,
+    tables: Tables,
+    params: Vec<Param>,
+    limits: &QueryLimits,
+    tx: &Sent,
+    ready: &mut Option<Ready>,
+) {
+    let running = match Running::start(sql, tables, params, limits).await {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(r) = ready.take() {
+                let _ = r.send(Err(e));
+            }
+            return;
+        }
+    };
+    let Running {
+        mut stream,
+        tables,
+        memory_bytes,
+    } = running;
+    if ready
+        .take()
+        .is_none_or(|r| r.send(Ok(stream.schema())).is_err())
+    {
+        return;
+    }
+    while let Some(item) = stream.next().await {
+        let item = item
+            .map(Some)
+            .map_err(|e| SqlError::from_engine(e, sql, &tables, memory_bytes));
+        let failed = item.is_err();
+        if tx.send(item).await.is_err() || failed {
+            return;
+        }
+    }
+    let _ = tx.send(Ok(None)).await;
+}
+
 /// A query planned and started, on the engine's runtime.
 struct Running {
     stream: SendableRecordBatchStream,
@@ -202,11 +256,34 @@ struct Running {
 }
 
 impl Running {
-    async fn start(sql: &str, inputs: Vec<Input>, limits: &QueryLimits) -> Result<Self, SqlError> {
-        let tables: Vec<TableColumns> = inputs.iter().map(TableColumns::of).collect();
+    async fn start(
+        sql: &str,
+        tables: Tables,
+        params: Vec<Param>,
+        limits: &QueryLimits,
+    ) -> Result<Self, SqlError> {
         let memory = limits.memory_bytes;
+        let (ctx, tables) = match tables {
+            Tables::Inputs(inputs) => {
+                let columns: Vec<TableColumns> = inputs.iter().map(TableColumns::of).collect();
+                let ctx = context(inputs, lake::Stores::default(), limits)
+                    .map_err(|e| SqlError::from_engine(e, sql, &columns, memory))?;
+                (ctx, columns)
+            }
+            Tables::Lake(lake) => {
+                let ctx = context(Vec::new(), lake.stores()?, limits)
+                    .map_err(|e| SqlError::from_engine(e, sql, &[], memory))?;
+                let (table, schema) = lake.table(&ctx).await?;
+                ctx.register_table(lake.name.as_str(), table)
+                    .map_err(|e| SqlError::from_engine(e, sql, &[], memory))?;
+                let columns = vec![TableColumns {
+                    name: lake.name.clone(),
+                    columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+                }];
+                (ctx, columns)
+            }
+        };
         let fail = |e| SqlError::from_engine(e, sql, &tables, memory);
-        let ctx = context(inputs, limits).map_err(fail)?;
         let state = ctx.state();
         let mut statements = parse(sql, &state).map_err(fail)?;
         if statements.len() > 1 {
@@ -231,6 +308,13 @@ impl Running {
                     .map_err(|_| fail(e))?,
                 _ => return Err(fail(e)),
             },
+        };
+        let plan = if params.is_empty() {
+            plan
+        } else {
+            let values: Vec<datafusion::scalar::ScalarValue> =
+                params.into_iter().map(Param::into_scalar).collect();
+            plan.with_param_values(values).map_err(fail)?
         };
         check_plan(&plan)?;
         check_names(plan.schema().inner())?;
@@ -323,8 +407,42 @@ fn check_names(schema: &arrow_schema::Schema) -> Result<(), SqlError> {
     Err(SqlError::DuplicateColumns { names: twice })
 }
 
-/// A session that knows the inputs and nothing else.
-fn context(inputs: Vec<Input>, limits: &QueryLimits) -> datafusion::error::Result<SessionContext> {
+/// What a query reads.
+#[derive(Debug)]
+pub enum Tables {
+    /// Tables the caller holds, by the names the SQL uses.
+    Inputs(Vec<Input>),
+    /// One table of files, and the store they are in.
+    Lake(Lake),
+}
+
+/// A value bound to a placeholder.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(String),
+}
+
+impl Param {
+    fn into_scalar(self) -> datafusion::scalar::ScalarValue {
+        use datafusion::scalar::ScalarValue;
+        match self {
+            Self::Null => ScalarValue::Null,
+            Self::Integer(i) => ScalarValue::Int64(Some(i)),
+            Self::Real(r) => ScalarValue::Float64(Some(r)),
+            Self::Text(t) => ScalarValue::Utf8(Some(t)),
+        }
+    }
+}
+
+/// A session that knows the inputs (and the stores of `stores`) and nothing else.
+fn context(
+    inputs: Vec<Input>,
+    stores: lake::Stores,
+    limits: &QueryLimits,
+) -> datafusion::error::Result<SessionContext> {
     let threads = limits.threads.max(1);
     let mut config = SessionConfig::new()
         .with_target_partitions(threads)
@@ -333,6 +451,9 @@ fn context(inputs: Vec<Input>, limits: &QueryLimits) -> datafusion::error::Resul
     let options = config.options_mut();
     // Positions in errors, so the model can find what to fix.
     options.sql_parser.collect_spans = true;
+    // A lake's Parquet files: filters are applied while decoding, so rows (and pages) a
+    // filter drops are never materialised.
+    options.execution.parquet.pushdown_filters = true;
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(TrackConsumersPool::new(
             GreedyMemoryPool::new(limits.memory_bytes),
@@ -341,7 +462,7 @@ fn context(inputs: Vec<Input>, limits: &QueryLimits) -> datafusion::error::Resul
         .with_disk_manager_builder(
             DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
         )
-        .with_object_store_registry(Arc::new(NoObjectStores))
+        .with_object_store_registry(Arc::new(stores))
         .build_arc()?;
     let state = SessionStateBuilder::new()
         .with_config(config)
@@ -467,28 +588,4 @@ fn check_plan(plan: &LogicalPlan) -> Result<(), SqlError> {
         .map_err(|e| SqlError::Refused {
             kind: e.message().into_owned(),
         })
-}
-
-/// An object store registry with no stores: the engine can open no file and no URL.
-#[derive(Debug)]
-struct NoObjectStores;
-
-impl ObjectStoreRegistry for NoObjectStores {
-    fn register_store(
-        &self,
-        _url: &url::Url,
-        _store: Arc<dyn datafusion::object_store::ObjectStore>,
-    ) -> Option<Arc<dyn datafusion::object_store::ObjectStore>> {
-        None
-    }
-
-    fn get_store(
-        &self,
-        url: &url::Url,
-    ) -> datafusion::error::Result<Arc<dyn datafusion::object_store::ObjectStore>> {
-        Err(datafusion::error::DataFusionError::Plan(format!(
-            "no files or URLs can be read here (`{}`)",
-            url.scheme()
-        )))
-    }
 }

@@ -203,6 +203,7 @@ mod tests {
         .unwrap();
         let ctx = crate::context(
             vec![Input::new("t", schema, vec![batch])],
+            crate::lake::Stores::default(),
             &QueryLimits::default(),
         )
         .unwrap();

@@ -292,6 +292,7 @@ fn sources(config: &Config) -> Vec<Check> {
                     }
                 }
                 SourceKind::Postgres { .. } => postgres(config, &s.name, &what),
+                SourceKind::Files { location, .. } => files(s, location, &what),
                 _ => check(
                     Status::Warn,
                     &what,
@@ -301,6 +302,38 @@ fn sources(config: &Config) -> Vec<Check> {
             }
         })
         .collect()
+}
+
+/// A `files` source: lists its files and reads their schema, as a query would.
+fn files(source: &dataref_config::SourceConfig, location: &str, what: &str) -> Check {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return check(
+                Status::Fail,
+                what,
+                format!("cannot start the async runtime: {e}"),
+                None,
+            );
+        }
+    };
+    match runtime.block_on(dataref_builtins::probe_files(source)) {
+        Ok(columns) => check(
+            Status::Ok,
+            what,
+            format!("files {location}: {} columns", columns.len()),
+            None,
+        ),
+        Err(e) => check(
+            Status::Fail,
+            what,
+            format!("files {location}: {e}"),
+            Some("fix `path` or `url` of this source, or the server's AWS_* credentials"),
+        ),
+    }
 }
 
 /// A PostgreSQL source: connects (a fresh connection, as `serve` would), names the login

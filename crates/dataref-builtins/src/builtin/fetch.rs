@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use dataref_config::{ColumnType, ParamType, QueryConfig, SourceConfig};
+use dataref_config::{ColumnType, ParamType, QueryConfig, SourceConfig, SourceKind};
 use dataref_protocol::{Description, ToolAnnotations, ToolSpec, ToolUi, VIEW_URI, object_schema};
 use dataref_sources::{FetchRequest, ParamValue, Sources, SqlPolicy};
 use dataref_store::{Lineage, SampleOptions, describe};
@@ -140,6 +140,10 @@ pub(crate) async fn produce(
     policy: SqlPolicy,
     lineage: Lineage,
 ) -> Result<Description, ToolError> {
+    if matches!(source.kind, SourceKind::Files { .. }) {
+        let memory = sources.sql_memory_bytes();
+        return super::lake::produce(ctx, &source, sql, params, policy, lineage, memory).await;
+    }
     let store = ctx.store.clone();
     let owner = ctx.principal.clone();
     let progress = ctx.progress.clone();

@@ -49,13 +49,16 @@ impl QueryTool {
             .iter()
             .map(|s| match &s.kind {
                 SourceKind::Postgres { .. } => format!("`{}` (PostgreSQL)", s.name),
+                SourceKind::Files { table, .. } => {
+                    format!("`{}` (files: one table, `{table}`)", s.name)
+                }
                 _ => format!("`{}` (SQLite)", s.name),
             })
             .collect();
         let mut how = Vec::new();
         if sources
             .iter()
-            .any(|s| !matches!(s.kind, SourceKind::Postgres { .. }))
+            .any(|s| matches!(s.kind, SourceKind::Sqlite { .. }))
         {
             how.push("`SELECT name, sql FROM sqlite_schema`");
         }
@@ -66,6 +69,12 @@ impl QueryTool {
             how.push(
                 "`information_schema.tables` (PostgreSQL: runs as your own role, grants decide)",
             );
+        }
+        if sources
+            .iter()
+            .any(|s| matches!(s.kind, SourceKind::Files { .. }))
+        {
+            how.push("files: the one table named above (DataFusion SQL; Hive folders are columns)");
         }
         let description = format!(
             "Run one read-only SQL statement and store the result server-side: you get a \

@@ -221,7 +221,7 @@ fn check_name(name: &str) -> Result<(), ToolError> {
     ))
 }
 
-fn timed_out(timeout: Duration) -> ToolError {
+pub(crate) fn timed_out(timeout: Duration) -> ToolError {
     ToolError::respond(
         format!(
             "the query ran longer than {} and was stopped",
@@ -243,7 +243,7 @@ fn duration_text(d: Duration) -> String {
     }
 }
 
-fn sql_error(e: SqlError) -> ToolError {
+pub(crate) fn sql_error(e: SqlError) -> ToolError {
     if e.is_caller_error() {
         ToolError::respond(e.to_string(), e.hint())
     } else {
@@ -294,7 +294,7 @@ async fn run_query(
             }
         }
     }
-    let meta = store_result(&mut query, held, ctx, lineage).await?;
+    let meta = store_result(&mut query, held, ctx, lineage, None).await?;
     let store = ctx.store.clone();
     let owner = ctx.principal.clone();
     let mut d = blocking("run_sql", move || {
@@ -375,12 +375,14 @@ enum Step {
 
 /// Streams the result into a new artifact of the caller's on a blocking thread while the
 /// engine goes on. If this future is dropped (cancelled, timed out) the queue closes
-/// without [`Step::Finish`] and the writer aborts: no partial artifact is left.
-async fn store_result(
+/// without [`Step::Finish`] and the writer aborts: no partial artifact is left. A result
+/// of more than `max_rows` rows is refused (a source's limit), never cut.
+pub(crate) async fn store_result(
     query: &mut Query,
     held: Vec<RecordBatch>,
     ctx: &RunContext,
     lineage: Lineage,
+    max_rows: Option<u64>,
 ) -> Result<ArtifactMeta, ToolError> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Step>(WRITE_QUEUE);
     let store = ctx.store.clone();
@@ -411,9 +413,16 @@ async fn store_result(
                 return Ok(());
             }
         }
+        let mut rows = 0u64;
         while let Some(b) = query.next_batch().await.map_err(sql_error)? {
             if b.num_rows() == 0 {
                 continue;
+            }
+            rows += b.num_rows() as u64;
+            if let Some(max_rows) = max_rows.filter(|m| rows > *m) {
+                return Err(crate::support::source_error(
+                    dataref_sources::SourceError::TooManyRows { max_rows },
+                ));
             }
             // A closed queue means the writer failed; its error is the one to report.
             if tx.send(Step::Batch(b)).await.is_err() {

@@ -4,7 +4,7 @@
 
 /// SQL with `:name` placeholders replaced by `$1..$n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Numbered {
+pub struct Numbered {
     pub sql: String,
     /// `names[i]` is bound to `$(i + 1)`; a name used twice has one number.
     pub names: Vec<String>,
@@ -314,7 +314,7 @@ pub fn pyformat_params(sql: &str) -> String {
 }
 
 /// `:name` → `$n`. `::` casts, `:=` and array slices with numbers (`a[1:2]`) are left alone.
-pub(crate) fn number_params(sql: &str) -> Numbered {
+pub fn number_params(sql: &str) -> Numbered {
     let mut names: Vec<String> = Vec::new();
     let sql = scan(sql, &mut |_| {}, &mut |name| {
         let n = match names.iter().position(|n| n == name) {

@@ -2,6 +2,8 @@
 //! every way to name a file or URL, the memory limit; and what errors say.
 #![expect(clippy::unwrap_used, reason = "tests")]
 
+mod lake;
+
 use std::sync::Arc;
 
 use arrow_array::{Float64Array, Int64Array, RecordBatch, StringArray};

@@ -60,8 +60,17 @@ const OWNERS: &[(&str, &[&str])] = &[
             "dataref-bench",
         ],
     ),
-    // The bench's baseline: the same object's GET alone, through the same client.
-    ("object_store", &["dataref-replica", "dataref-bench"]),
+    // The bench's baseline: the same object's GET alone, through the same client; a
+    // `files` source on S3 (the client built in builtins, read by the engine in sql).
+    (
+        "object_store",
+        &[
+            "dataref-replica",
+            "dataref-bench",
+            "dataref-sql",
+            "dataref-builtins",
+        ],
+    ),
     ("seccompiler", &["dataref-sandbox"]),
     ("datafusion", &["dataref-sql"]),
     ("minijinja", &["dataref-agent"]),

@@ -17,6 +17,7 @@ mod docs;
 mod http;
 mod http_edges;
 mod jsonrpc;
+mod lake;
 mod layers;
 mod ops;
 mod postgres;
