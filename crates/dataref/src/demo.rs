@@ -354,6 +354,38 @@ async fn play(
         s.rows = delta_rows;
     }
 
+    // A file brought in: the CSV a person was just given is also what they would bring
+    // back. `load_file` finds its delimiter, header and types and stores it as a table;
+    // the model gets the shape, as from any producer.
+    let exported = export
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("path"))
+        .and_then(Value::as_str)
+        .context("export_data returned no path")?
+        .to_owned();
+    let loaded = call(
+        &client,
+        &mut out,
+        bpe,
+        "load_file",
+        json!({"path": exported}),
+        &mut steps,
+    )
+    .await?;
+    let loaded_rows = loaded
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("rows"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    if loaded_rows != delta_rows {
+        bail!("load_file read {loaded_rows} rows of the {delta_rows} exported");
+    }
+    if let Some(s) = steps.last_mut() {
+        s.rows = loaded_rows;
+    }
+
     // A large result that is not a stored table: spilled to the workspace, and the model
     // gets the path. A person keeps it by copying it out of `.spill/` (copies are not swept).
     let listed = call(

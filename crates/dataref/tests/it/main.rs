@@ -412,6 +412,9 @@ fn demo_prints_what_the_model_receives() {
     // The person gets a chart and a CSV of the full delta table; the model one line each.
     assert!(stdout.contains("▶ render_chart"), "{stdout}");
     assert!(stdout.contains("▶ export_data"), "{stdout}");
+    // The exported CSV, brought back in as a table.
+    assert!(stdout.contains("▶ load_file"), "{stdout}");
+    assert!(stdout.contains("first line is the header"), "{stdout}");
     for label in ["chart (PNG): ", "delta table (CSV): "] {
         let path = stdout
             .lines()
