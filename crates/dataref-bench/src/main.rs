@@ -20,6 +20,7 @@ mod chart;
 mod context;
 mod export;
 mod first_run;
+mod load;
 mod page;
 mod postgres;
 mod python;
@@ -128,6 +129,10 @@ enum BenchSection {
     /// index, read back on another replica (first and cached) against the local store;
     /// and 50 clients × 100 calls through HAProxy to 1 and to 2 replicas.
     Shared(shared::SharedArgs),
+    /// Files into tables and a lake queried in place: a 10M-row CSV loaded into the store
+    /// against DuckDB's `read_csv` and pandas, a 100k-row XLSX against pandas/openpyxl, a
+    /// Parquet lake query against DuckDB's `read_parquet`, with peak memory.
+    Load(load::LoadArgs),
     /// (internal) one measured step, in a process of its own.
     #[command(hide = true)]
     BenchWorker(WorkerArgs),
@@ -155,6 +160,8 @@ enum WorkerStep {
     Python(python::WorkerArgs),
     /// The export section: fetch the sample, then write it as CSV, XLSX and Parquet.
     Export(export::WorkerArgs),
+    /// The load section: one file loaded into a fresh store, as `load_file` does.
+    Load(load::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -208,6 +215,7 @@ fn worker(args: &WorkerArgs) -> Result<ExitCode> {
         } => fetch_worker(dir, *rows, *describe)?,
         WorkerStep::Python(a) => python::worker(a)?,
         WorkerStep::Export(a) => export::worker(a)?,
+        WorkerStep::Load(a) => load::worker(a)?,
     };
     writeln!(std::io::stdout().lock(), "{out}")?;
     Ok(ExitCode::SUCCESS)
@@ -486,6 +494,10 @@ fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         Some(BenchSection::Shared(a)) => {
             shared::run(a, args.dir.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::Load(a)) => {
+            load::run(a, &args.python, args.dir.as_deref())?;
             return Ok(ExitCode::SUCCESS);
         }
         Some(BenchSection::BenchWorker(a)) => return worker(a),

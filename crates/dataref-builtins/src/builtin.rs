@@ -31,7 +31,7 @@ pub use fetch::FetchTool;
 pub use files::{CopyFileTool, ListFilesTool, ReadFileTool, mime_type_for};
 pub use lake::probe_files;
 pub use list_artifacts::ListArtifactsTool;
-pub use load_file::LoadFileTool;
+pub use load_file::{LoadFileTool, Loaded, load_into};
 pub(crate) use query::QueryArgs;
 pub use query::QueryTool;
 pub(crate) use render_chart::ChartArgs;

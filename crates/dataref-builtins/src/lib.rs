@@ -40,9 +40,9 @@ pub mod replay;
 mod support;
 
 pub use builtin::{
-    MAX_PAGE_ROWS, RUNS_DIR, RunPythonTool, RunSqlResult, RunSqlTool, STREAM_SHOWN_BYTES,
+    Loaded, MAX_PAGE_ROWS, RUNS_DIR, RunPythonTool, RunSqlResult, RunSqlTool, STREAM_SHOWN_BYTES,
     ViewArtifactsTool, ViewChartTool, ViewRowsTool, builtin_registry, builtin_registry_builder,
-    builtin_registry_with, mime_type_for, probe_files, sandbox_settings,
+    builtin_registry_with, load_into, mime_type_for, probe_files, sandbox_settings,
 };
 pub use http_tool::{EnvLookup, HttpTool};
 pub use support::ExportCsv;

@@ -208,29 +208,29 @@ fn first_pass(
                 return Err(csv_error(e).into());
             }
         }
-        let Ok(fields) = record_strs(&record) else {
-            return Err(match sniffed.tentative {
-                true => FirstPassError::NotUtf8,
-                false => LoadError::Encoding {
-                    at: format!("line {}", line_of(&record)),
-                    encoding: sniffed.encoding.name(),
-                }
-                .into(),
-            });
+        let not_utf8 = || match sniffed.tentative {
+            true => FirstPassError::NotUtf8,
+            false => LoadError::Encoding {
+                at: format!("line {}", line_of(&record)),
+                encoding: sniffed.encoding.name(),
+            }
+            .into(),
         };
         if rows == 0 {
+            let fields = record_strs(&record).map_err(|_| not_utf8())?;
             first_row = fields.iter().map(|s| (*s).to_owned()).collect();
             guesses = vec![Guess::new(options.decimal); fields.len()];
         } else {
-            if fields.len() != first_row.len() {
+            if record.len() != first_row.len() {
                 return Err(LoadError::Ragged {
                     at: format!("line {}", line_of(&record)),
-                    found: fields.len(),
+                    found: record.len(),
                     expected: first_row.len(),
                 }
                 .into());
             }
-            for (g, v) in guesses.iter_mut().zip(&fields) {
+            for (g, raw) in guesses.iter_mut().zip(record.iter()) {
+                let v = std::str::from_utf8(raw).map_err(|_| not_utf8())?;
                 g.see(Cell::Text(v));
             }
         }

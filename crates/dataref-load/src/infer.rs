@@ -123,6 +123,10 @@ impl Guess {
     }
 
     pub(crate) fn see(&mut self, cell: Cell<'_>) {
+        // Already text: no later value can change that (a column's mask only narrows).
+        if self.seen && self.mask == 0 {
+            return;
+        }
         let allowed = match cell {
             Cell::Null => return,
             Cell::Text(s) => {

@@ -124,22 +124,22 @@ impl TypedTool for LoadFileTool {
             let is_cancelled = || cancel.is_cancelled();
             let mut opened = dataref_load::open(file, path.as_str(), &options, &is_cancelled)
                 .map_err(|e| load_error(&a.path, e))?;
-            // Dropped without `finish` on any error: the partial table is removed.
-            let mut writer = store.create_table(&owner, opened.batches.schema(), lineage)?;
             let total = opened.rows.map(|r| r as f64);
-            while let Some(batch) = opened
-                .batches
-                .next_batch()
-                .map_err(|e| load_error(&a.path, e))?
-            {
-                if cancel.is_cancelled() {
-                    return Err(load_error(&a.path, LoadError::Cancelled));
-                }
-                writer.write(&batch)?;
-                let rows = writer.rows();
+            let report = |rows: u64| {
                 progress.report(rows as f64, total, Some(format!("{rows} rows loaded")));
-            }
-            let meta = writer.finish()?;
+            };
+            let meta = load_into(
+                store.as_ref(),
+                &owner,
+                opened.batches.as_mut(),
+                lineage,
+                &report,
+                &is_cancelled,
+            )
+            .map_err(|e| match e {
+                Loaded::Read(e) => load_error(&a.path, e),
+                Loaded::Store(e) => e.into(),
+            })?;
             let table = store.map_table(&owner, &meta.data_ref)?.head(SAMPLE_ROWS)?;
             let mut d = describe(
                 &table,
@@ -154,6 +154,69 @@ impl TypedTool for LoadFileTool {
         .await?;
         output(d)
     }
+}
+
+/// Why [`load_into`] stored nothing.
+#[derive(Debug)]
+pub enum Loaded {
+    /// Reading the file failed (or the load was cancelled).
+    Read(LoadError),
+    /// The store refused the table (its size cap, the owner's quota, the disk).
+    Store(dataref_store::StoreError),
+}
+
+/// Batches in flight between reading the file and writing the store.
+const IN_FLIGHT: usize = 2;
+
+/// Stores every batch of `batches` as a new table of `owner`'s. The store writes on a
+/// thread of its own while the next batch is read, so parsing and encoding overlap. On any
+/// error or a cancellation the partial table is removed: nothing is stored unless every
+/// row was read. `progress` gets the rows stored so far.
+pub fn load_into(
+    store: &dyn dataref_store::ArtifactStore,
+    owner: &dataref_protocol::Principal,
+    batches: &mut dyn dataref_load::Batches,
+    lineage: Lineage,
+    progress: &(dyn Fn(u64) + Sync),
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<dataref_store::ArtifactMeta, Loaded> {
+    // Dropped without `finish` on any error: the partial table is removed.
+    let mut writer = store
+        .create_table(owner, batches.schema(), lineage)
+        .map_err(Loaded::Store)?;
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<arrow_array::RecordBatch>(IN_FLIGHT);
+        let written = std::thread::Builder::new()
+            .name("dataref-load-write".into())
+            .spawn_scoped(scope, move || -> Result<_, Loaded> {
+                while let Ok(batch) = rx.recv() {
+                    writer.write(&batch).map_err(Loaded::Store)?;
+                    progress(writer.rows());
+                }
+                Ok(writer)
+            })
+            .map_err(|e| Loaded::Read(LoadError::Io(e)))?;
+        let read = (|| {
+            while let Some(batch) = batches.next_batch().map_err(Loaded::Read)? {
+                if cancelled() {
+                    return Err(Loaded::Read(LoadError::Cancelled));
+                }
+                // A closed queue: the writer failed, and its error is the one to report.
+                if tx.send(batch).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let writer = written.join().map_err(|_| {
+            Loaded::Read(LoadError::Io(std::io::Error::other(
+                "the table's writer ended abnormally",
+            )))
+        })?;
+        read?;
+        writer?.finish().map_err(Loaded::Store)
+    })
 }
 
 /// A load's error as the model sees it: the file named, what went wrong where, and what

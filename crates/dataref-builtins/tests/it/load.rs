@@ -118,3 +118,85 @@ async fn the_table_is_the_callers_own() {
     assert_eq!(meta.lineage.tool, "load_file");
     assert_eq!(meta.lineage.args, json!({"path": "mine.ndjson"}));
 }
+
+/// The file is read while the store writes on its own thread: a store that refuses the
+/// table part-way (its size cap) and a cancellation part-way both leave nothing stored.
+#[test]
+fn a_load_stopped_part_way_by_the_store_or_a_cancel_stores_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use dataref_builtins::{Loaded, load_into};
+    use dataref_store::{ArtifactStore, Lineage, LocalStore, StoreError, StoreLimits, SystemClock};
+
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("big.csv");
+    let mut text = String::from("id,name,amount\n");
+    for i in 0..400_000u64 {
+        text.push_str(&format!("{i},name {i},{}.{:02}\n", i * 3, i % 100));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let open = || {
+        dataref_load::open(
+            std::fs::File::open(&csv).unwrap(),
+            "big.csv",
+            &dataref_load::LoadOptions::default(),
+            &|| false,
+        )
+        .unwrap()
+    };
+    let owner = dataref_protocol::Principal::new("alice").unwrap();
+    let limits = StoreLimits {
+        max_artifact_bytes: 1 << 20,
+        ..StoreLimits::default()
+    };
+    let store = LocalStore::open(dir.path(), limits, Arc::new(SystemClock)).unwrap();
+    let mut opened = open();
+    let err = load_into(
+        &store,
+        &owner,
+        opened.batches.as_mut(),
+        Lineage::new("load_file", json!({})),
+        &|_| {},
+        &|| false,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Loaded::Store(StoreError::TooLarge { .. })),
+        "{err:?}"
+    );
+    assert_eq!(store.list(&owner, 10).unwrap().1, 0);
+
+    let store =
+        LocalStore::open(dir.path(), StoreLimits::default(), Arc::new(SystemClock)).unwrap();
+    let stored = AtomicU64::new(0);
+    let mut opened = open();
+    let err = load_into(
+        &store,
+        &owner,
+        opened.batches.as_mut(),
+        Lineage::new("load_file", json!({})),
+        &|rows| stored.store(rows, Ordering::SeqCst),
+        &|| stored.load(Ordering::SeqCst) > 0,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Loaded::Read(dataref_load::LoadError::Cancelled)),
+        "{err:?}"
+    );
+    assert_eq!(store.list(&owner, 10).unwrap().1, 0);
+
+    // (Deterministic: the reader is at most three batches ahead of the writer, and the file
+    // has seven.) And whole, it is stored whole.
+    let mut opened = open();
+    let meta = load_into(
+        &store,
+        &owner,
+        opened.batches.as_mut(),
+        Lineage::new("load_file", json!({})),
+        &|_| {},
+        &|| false,
+    )
+    .unwrap();
+    assert_eq!(meta.rows, 400_000);
+}
