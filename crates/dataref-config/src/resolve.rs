@@ -1243,7 +1243,10 @@ mod tests {
                 "[sources.l]\nkind = \"files\"\nurl = \"https://b/x\"",
                 "is not an `s3://` URL",
             ),
-            ("[sources.l]\nkind = \"files\"\nurl = \"s3:///x\"", "names no bucket"),
+            (
+                "[sources.l]\nkind = \"files\"\nurl = \"s3:///x\"",
+                "names no bucket",
+            ),
             (
                 "[sources.l]\nkind = \"files\"\npath = \"a\"\nformat = \"xls\"",
                 "unknown format `xls`",
