@@ -304,21 +304,26 @@ fn sources(config: &Config) -> Vec<Check> {
         .collect()
 }
 
-/// A `files` source: lists its files and reads their schema, as a query would.
-fn files(source: &dataref_config::SourceConfig, location: &str, what: &str) -> Check {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+/// A runtime for one check's async probes, or the failed check.
+fn runtime(what: &str) -> Result<tokio::runtime::Runtime, Check> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            return check(
+        .map_err(|e| {
+            check(
                 Status::Fail,
                 what,
                 format!("cannot start the async runtime: {e}"),
                 None,
-            );
-        }
+            )
+        })
+}
+
+/// A `files` source: lists its files and reads their schema, as a query would.
+fn files(source: &dataref_config::SourceConfig, location: &str, what: &str) -> Check {
+    let runtime = match runtime(what) {
+        Ok(r) => r,
+        Err(failed) => return failed,
     };
     match runtime.block_on(dataref_builtins::probe_files(source)) {
         Ok(columns) => check(
@@ -343,19 +348,9 @@ fn files(source: &dataref_config::SourceConfig, location: &str, what: &str) -> C
 /// unless the source sets `allow_sql_shared_roles = true`.
 fn postgres(config: &Config, source: &str, what: &str) -> Check {
     use dataref_sources::postgres::{RoleStatus, probe, probe_login};
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(what) {
         Ok(r) => r,
-        Err(e) => {
-            return check(
-                Status::Fail,
-                what,
-                format!("cannot start the async runtime: {e}"),
-                None,
-            );
-        }
+        Err(failed) => return failed,
     };
     let sources = dataref_sources::Sources::new(config);
     let Some(pool) = sources.pool(source) else {
