@@ -131,18 +131,14 @@ impl Lake {
         let state = ctx.state();
         let url = self.url()?;
         let fail = |e: DataFusionError| lake_error(self, &e);
-        let (format, extension) = match self.format {
-            Some(f) => (f, self.extension_found(&state, &url, Some(f)).await?),
-            None => {
-                let found = self.first_file(&state, &url, None).await?;
-                LakeFormat::of_name(&found).ok_or_else(|| SqlError::Lake {
-                    location: self.location.clone(),
-                    message: format!("cannot tell the format of `{found}`"),
-                    hint: "set `format = \"parquet\"`, `\"csv\"` or `\"ndjson\"` on the source"
-                        .into(),
-                })?
-            }
-        };
+        // One listing per query: the first data file (by name) gives the format when none
+        // is configured, the extension its siblings are matched by, and the schema.
+        let found = self.first_file(&state, &url, self.format).await?;
+        let (format, extension) = LakeFormat::of_name(&found).ok_or_else(|| SqlError::Lake {
+            location: self.location.clone(),
+            message: format!("cannot tell the format of `{found}`"),
+            hint: "set `format = \"parquet\"`, `\"csv\"` or `\"ndjson\"` on the source".into(),
+        })?;
         let file_format: Arc<dyn FileFormat> = match format {
             LakeFormat::Parquet => Arc::new(ParquetFormat::default()),
             LakeFormat::Csv => Arc::new(
@@ -164,8 +160,7 @@ impl Lake {
         // file's footer before each query would cost a request per file, and would open
         // files of folders the query's filters then prune. A file that disagrees fails
         // the query that reads it, naming the file.
-        let first = self.first_file(&state, &url, Some(format)).await?;
-        let first = ListingTableUrl::parse(format!("{}{first}", url.object_store().as_str()))
+        let first = ListingTableUrl::parse(format!("{}{found}", url.object_store().as_str()))
             .map_err(fail)?;
         let schema = options.infer_schema(&state, &first).await.map_err(fail)?;
         let config = ListingTableConfig::new(url)
@@ -174,20 +169,6 @@ impl Lake {
         let table = ListingTable::try_new(config).map_err(fail)?;
         let schema = table.schema();
         Ok((Arc::new(table), schema))
-    }
-
-    /// The extension of the first file of `format` found (its files may be `.jsonl`, say).
-    async fn extension_found(
-        &self,
-        state: &datafusion::execution::session_state::SessionState,
-        url: &ListingTableUrl,
-        format: Option<LakeFormat>,
-    ) -> Result<&'static str, SqlError> {
-        let found = self.first_file(state, url, format).await?;
-        Ok(LakeFormat::of_name(&found)
-            .map(|(_, e)| e)
-            .or_else(|| format.and_then(|f| f.extensions().first().copied()))
-            .unwrap_or(""))
     }
 
     /// The name of the first data file under the location (of `format`, if given): hidden
