@@ -318,6 +318,7 @@ fn static_vars(
                     let kind = match &s.kind {
                         SourceKind::Sqlite { .. } => "sqlite",
                         SourceKind::Postgres { .. } => "postgres",
+                        SourceKind::Mysql { .. } => "mysql",
                         SourceKind::Files { .. } => "files",
                         _ => "other",
                     };

@@ -10,6 +10,11 @@
 //!   (`Query::start_with(Tables::Lake)`), against DuckDB's `read_parquet` with
 //!   `hive_partitioning` on the same files.
 //!
+//! - **MySQL**: a throwaway MariaDB server (Debian's `mariadb-server`, started by the
+//!   bench) with 1M rows of six typed columns, fetched into a stored table by the MySQL
+//!   producer (`dataref_sources::mysql::fetch`, as `query` runs it), against the `mariadb`
+//!   client's own `--batch --quick` output of the same statement to `/dev/null`.
+//!
 //! Each load runs in a process of its own, so its peak resident memory (VmHWM, or
 //! `ru_maxrss` for Python) is its own. The files are kept in `<dir>/load/` between runs.
 
@@ -35,6 +40,9 @@ pub struct LoadArgs {
     /// Rows of the XLSX workbook.
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     xlsx_rows: u64,
+    /// Rows of the MySQL table (0 skips the MySQL section).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    mysql_rows: u64,
     /// Timed runs of each lake query (the median is reported), after one warm-up.
     #[arg(long, default_value_t = 5, value_name = "N")]
     runs: usize,
@@ -275,7 +283,149 @@ pub fn run(a: &LoadArgs, python: &str, dir: Option<&Path>) -> Result<()> {
         duck * 1e3,
         duck / lake_secs
     )?;
+    drop(out);
+    if a.mysql_rows > 0 {
+        let m = mysql_fetch(&dir, a.mysql_rows, a.runs)?;
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "\nMySQL ({}), {} rows × 6 columns: `{MYSQL_SQL}` (median of {})",
+            m.version,
+            group(a.mysql_rows),
+            a.runs.max(1)
+        )?;
+        writeln!(out, "| reader | time | rows/s | vs dataref |")?;
+        writeln!(out, "|---|---:|---:|---:|")?;
+        writeln!(
+            out,
+            "| dataref (`query`, into a stored table) | {:.2} s | {} | 1.00× |",
+            m.ours,
+            group((a.mysql_rows as f64 / m.ours) as u64)
+        )?;
+        writeln!(
+            out,
+            "| mariadb --batch --quick > /dev/null | {:.2} s | {} | {:.2}× |",
+            m.client,
+            group((a.mysql_rows as f64 / m.client) as u64),
+            m.client / m.ours
+        )?;
+    }
     Ok(())
+}
+
+const MYSQL_SQL: &str = "SELECT id, region, units, revenue, day, note FROM sales";
+
+struct MysqlNumbers {
+    version: String,
+    ours: f64,
+    client: f64,
+}
+
+/// A throwaway MariaDB with `rows` rows; the median of `runs` fetches each way.
+fn mysql_fetch(dir: &Path, rows: u64, runs: usize) -> Result<MysqlNumbers> {
+    use std::sync::Arc;
+
+    dataref_app::progress_line("starting MariaDB and filling the MySQL table…");
+    let db = dataref_test_support::TestMariadb::start()?;
+    db.execute(&format!(
+        "CREATE DATABASE shop;
+         CREATE TABLE shop.sales (id INT PRIMARY KEY, region VARCHAR(8), units INT,
+                                  revenue DECIMAL(12,2), day DATE, note VARCHAR(40));
+         INSERT INTO shop.sales
+           SELECT seq, ELT(1 + seq % 5, 'EU', 'US', 'APAC', 'LATAM', 'MEA'), seq % 40 + 1,
+                  (seq % 100000) / 100, DATE '2024-01-01' + INTERVAL (seq % 730) DAY,
+                  CONCAT('order note ', seq)
+           FROM shop.seq_1_to_{rows};
+         CREATE USER bench IDENTIFIED BY 'bench';
+         GRANT SELECT ON shop.* TO bench;"
+    ))?;
+    let version = db.query("SELECT VERSION()")?.trim().to_owned();
+    let (store_dir, store) = bench_store(dir)?;
+    let source = dataref_config::SourceConfig {
+        name: "shop".into(),
+        kind: dataref_config::SourceKind::Mysql {
+            url: db.url("bench", "bench", "shop"),
+            allow_shared_login: false,
+        },
+        sample_rows: 2,
+        max_value_chars: 80,
+        max_rows: u64::MAX,
+        timeout: std::time::Duration::from_secs(600),
+        allow_sql: true,
+    };
+    let mysql = dataref_sources::mysql::MysqlSource::with_env(
+        "shop",
+        &db.url("bench", "bench", "shop"),
+        Arc::new(|_| None),
+    );
+    let login = dataref_sources::mysql::Login {
+        principal: "bench".into(),
+        user: None,
+        password: None,
+    };
+    let owner = dataref_protocol::Principal::new("bench")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let declared = std::collections::BTreeMap::new();
+    let ours_once = || -> Result<f64> {
+        let req = dataref_sources::FetchRequest {
+            source: &source,
+            sql: MYSQL_SQL,
+            params: Vec::new(),
+            declared: &declared,
+            policy: dataref_sources::SqlPolicy::Generic,
+        };
+        let t = Instant::now();
+        let fetched = rt.block_on(dataref_sources::mysql::fetch(
+            &mysql,
+            &login,
+            &req,
+            store.as_ref(),
+            &owner,
+            Lineage::new("bench", json!({})),
+            &|_| {},
+            &|| false,
+        ))?;
+        let secs = t.elapsed().as_secs_f64();
+        if fetched.meta.rows != rows {
+            bail!("dataref fetched {} rows of {rows}", fetched.meta.rows);
+        }
+        Ok(secs)
+    };
+    let client = ["mariadb", "mysql"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .context("the `mariadb` client (apt-get install mariadb-client)")?;
+    let client_once = || -> Result<f64> {
+        let t = Instant::now();
+        let status = Command::new(client)
+            .args(["--no-defaults", "--batch", "--quick", "-h127.0.0.1"])
+            .arg(format!("-P{}", db.port()))
+            .args(["-ubench", "-pbench", "shop", "-e", MYSQL_SQL])
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("the mariadb client failed: {status}");
+        }
+        Ok(t.elapsed().as_secs_f64())
+    };
+    dataref_app::progress_line("fetching from MySQL, each way…");
+    ours_once()?;
+    client_once()?;
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for _ in 0..runs.max(1) {
+        ours.push(ours_once()?);
+        theirs.push(client_once()?);
+    }
+    drop(store);
+    let _ = std::fs::remove_dir_all(&store_dir);
+    Ok(MysqlNumbers {
+        version,
+        ours: median(&mut ours),
+        client: median(&mut theirs),
+    })
 }
 
 /// The `rows`-row sample exported to `path` as `format`, unless it is there already.

@@ -26,6 +26,10 @@ pub struct PrincipalConfig {
     /// expanded when dataref connects). None: no password is sent (`peer`, `cert` or
     /// `trust` in `pg_hba.conf`).
     pub pg_password: Option<String>,
+    /// The MySQL user its calls on `mysql` sources log in as.
+    pub mysql_user: Option<String>,
+    /// The password of `mysql_user` (`${NAME}` expanded when dataref connects).
+    pub mysql_password: Option<String>,
 }
 
 /// `dataref serve --http`.
@@ -162,6 +166,15 @@ pub(crate) fn resolve_principals(
                 "e.g. `pg_role = \"eu_analyst\"`",
             ));
         }
+        if let Some(user) = &p.mysql_user
+            && (user.is_empty() || user.chars().count() > 80 || user.contains('\0'))
+        {
+            return Err(invalid(
+                format!("{what}.mysql_user"),
+                "must be a MySQL user name (1 to 80 characters)",
+                "e.g. `mysql_user = \"eu_analyst\"`",
+            ));
+        }
         out.insert(
             principal.clone(),
             PrincipalConfig {
@@ -169,6 +182,8 @@ pub(crate) fn resolve_principals(
                 token_sha256: hashes,
                 pg_role: p.pg_role,
                 pg_password: p.pg_password,
+                mysql_user: p.mysql_user,
+                mysql_password: p.mysql_password,
             },
         );
     }

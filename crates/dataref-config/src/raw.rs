@@ -241,8 +241,8 @@ pub(crate) struct RawSql {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSource {
-    /// `sqlite`, `postgres` (also `postgresql`), or `files` (Parquet, CSV or NDJSON files
-    /// of one table, on disk or S3).
+    /// `sqlite`, `postgres` (also `postgresql`), `mysql` (also `mariadb`), or `files`
+    /// (Parquet, CSV or NDJSON files of one table, on disk or S3).
     pub kind: String,
     /// SQLite: the database file, relative to this file; opened read-only. Required there.
     /// Files: a directory or glob (`lake/sales/`, `exports/*.csv`), relative to this file.
@@ -251,7 +251,8 @@ pub(crate) struct RawSource {
     /// `${NAME}` is read from the environment when connecting. Required there. Files:
     /// `s3://bucket/prefix/`, with credentials from the server's environment
     /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`; without them, unsigned requests for
-    /// a public bucket).
+    /// a public bucket). MySQL: `mysql://user:${PASSWORD}@host:3306/db` (`?socket=PATH`
+    /// for a Unix socket), the login of principals without `mysql_user`.
     pub url: Option<String>,
     /// Files: `parquet`, `csv` or `ndjson`. Default: from the files' extension.
     pub format: Option<String>,
@@ -283,6 +284,10 @@ pub(crate) struct RawSource {
     /// PostgreSQL: run `query` on the shared login of `url`, which can become several
     /// principals' roles, instead of as the caller's own role. Default false.
     pub allow_sql_shared_roles: Option<bool>,
+    /// MySQL: let principals without `mysql_user` log in as the user of `url` (they then
+    /// share its grants). Default false: only the server's own principal (stdio, or HTTP
+    /// without auth) logs in as it.
+    pub allow_shared_login: Option<bool>,
 }
 
 /// `[queries.NAME]`.
@@ -497,6 +502,12 @@ pub(crate) struct RawPrincipal {
     /// The password `query` logs in to PostgreSQL with as `pg_role`; `${NAME}` is read from
     /// the environment when connecting. Default none (`peer`, `cert` or `trust`).
     pub pg_password: Option<String>,
+    /// The MySQL user its calls on `mysql` sources log in as. Without it, calls are
+    /// refused unless the source sets `allow_shared_login`.
+    pub mysql_user: Option<String>,
+    /// The password of `mysql_user`; `${NAME}` is read from the environment when
+    /// connecting.
+    pub mysql_password: Option<String>,
 }
 
 /// `[http]`.

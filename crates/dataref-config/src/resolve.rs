@@ -243,6 +243,19 @@ pub enum SourceKind {
         /// another principal's role.
         allow_sql_shared_roles: bool,
     },
+    /// A MySQL or MariaDB server. Every producer call logs in as the caller's own user
+    /// ([`Config::mysql_user`]) in a read-only transaction, so grants decide what comes
+    /// back.
+    Mysql {
+        /// `mysql://user:${PASSWORD}@host:3306/db`: host, port, database and options of
+        /// every login, and the user of principals without `mysql_user`. `${NAME}` is
+        /// expanded from the environment when dataref connects.
+        url: String,
+        /// Principals without `mysql_user` log in as the user of `url` (they then share its
+        /// grants). Default false: only the server's own principal (stdio, or HTTP without
+        /// auth) uses it.
+        allow_shared_login: bool,
+    },
     /// Files of one table (a data lake): Parquet, CSV or NDJSON under a local directory
     /// or glob, or under an `s3://bucket/prefix/`, with Hive-style `key=value` folders as
     /// partition columns. Queried in DataFusion, which reads only the files, columns and
@@ -562,6 +575,20 @@ impl Config {
             .and_then(|p| p.pg_password.as_deref())
     }
 
+    /// The MySQL user `principal` logs in as: `mysql_user` of `[principals.NAME]`.
+    pub fn mysql_user(&self, principal: &Principal) -> Option<&str> {
+        self.principals
+            .get(principal)
+            .and_then(|p| p.mysql_user.as_deref())
+    }
+
+    /// The password of [`Config::mysql_user`], `${NAME}` not yet expanded.
+    pub fn mysql_password(&self, principal: &Principal) -> Option<&str> {
+        self.principals
+            .get(principal)
+            .and_then(|p| p.mysql_password.as_deref())
+    }
+
     fn resolve(
         raw: RawConfig,
         base: &Path,
@@ -859,14 +886,41 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
             }
         }
         "files" => files_source(&what, name, &s, base)?,
+        "mysql" | "mariadb" => {
+            let url = s.url.clone().ok_or_else(|| {
+                invalid(
+                    &what,
+                    "a mysql source needs `url`",
+                    "add e.g. `url = \"mysql://dataref:${MYSQL_PASSWORD}@db.internal:3306/shop\"`",
+                )
+            })?;
+            if !url.starts_with("mysql://") {
+                return Err(invalid(
+                    format!("{what}.url"),
+                    "must start with `mysql://`",
+                    "e.g. `mysql://dataref:${MYSQL_PASSWORD}@db.internal:3306/shop` (`?socket=/run/mysqld/mysqld.sock` for a Unix socket)",
+                ));
+            }
+            SourceKind::Mysql {
+                url,
+                allow_shared_login: s.allow_shared_login.unwrap_or(false),
+            }
+        }
         other => {
             return Err(invalid(
                 format!("{what}.kind"),
                 format!("unknown source kind `{other}`"),
-                "supported kinds: `sqlite`, `postgres`, `files`",
+                "supported kinds: `sqlite`, `postgres`, `mysql`, `files`",
             ));
         }
     };
+    if s.allow_shared_login.is_some() && !matches!(kind, SourceKind::Mysql { .. }) {
+        return Err(invalid(
+            format!("{what}.allow_shared_login"),
+            "`allow_shared_login` is for mysql sources",
+            "a postgres source has `allow_sql_shared_roles`",
+        ));
+    }
     if (s.format.is_some() || s.table.is_some() || s.endpoint.is_some() || s.region.is_some())
         && !matches!(kind, SourceKind::Files { .. })
     {
@@ -886,7 +940,8 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
     if !matches!(kind, SourceKind::Postgres { .. })
         && (s.pool_size.is_some()
             || s.allow_sql_shared_roles.is_some()
-            || (s.url.is_some() && !matches!(kind, SourceKind::Files { .. })))
+            || (s.url.is_some()
+                && !matches!(kind, SourceKind::Files { .. } | SourceKind::Mysql { .. })))
     {
         return Err(invalid(
             &what,
@@ -1322,6 +1377,53 @@ mod tests {
                 .unwrap_err()
                 .to_string();
         assert!(e.contains("for postgres sources"), "{e}");
+    }
+
+    #[test]
+    fn mysql_sources_take_a_url_and_principals_their_own_users() {
+        let c = parse(
+            "[sources.shop]\nkind = \"mysql\"\nurl = \"mysql://dataref:${PW}@db:3306/shop\"\n\
+             allow_sql = true\n\
+             [sources.legacy]\nkind = \"mariadb\"\nurl = \"mysql://r@db/legacy\"\n\
+             allow_shared_login = true\n\
+             [principals.eu]\nmysql_user = \"eu_analyst\"\nmysql_password = \"${EU_PW}\"",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.sources["shop"].kind,
+            SourceKind::Mysql {
+                url: "mysql://dataref:${PW}@db:3306/shop".into(),
+                allow_shared_login: false,
+            }
+        );
+        assert!(matches!(
+            c.sources["legacy"].kind,
+            SourceKind::Mysql {
+                allow_shared_login: true,
+                ..
+            }
+        ));
+        let eu = Principal::new("eu").unwrap();
+        assert_eq!(c.mysql_user(&eu), Some("eu_analyst"));
+        assert_eq!(c.mysql_password(&eu), Some("${EU_PW}"));
+        for (text, says) in [
+            ("[sources.s]\nkind = \"mysql\"", "needs `url`"),
+            (
+                "[sources.s]\nkind = \"mysql\"\nurl = \"postgresql://x\"",
+                "must start with `mysql://`",
+            ),
+            (
+                "[sources.s]\nkind = \"postgres\"\nurl = \"host=x\"\nallow_shared_login = true",
+                "for mysql sources",
+            ),
+            (
+                "[sources.s]\nkind = \"mysql\"\nurl = \"mysql://x\"\npool_size = 2",
+                "for postgres sources",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -75,6 +75,17 @@ pub enum SourceError {
         message: String,
         server_hint: Option<String>,
     },
+    /// The caller's MySQL user lacks a grant.
+    #[error("principal `{principal}` (MySQL user `{user}`) has no access: {message}")]
+    MysqlDenied {
+        principal: String,
+        user: String,
+        message: String,
+    },
+    /// An error MySQL or MariaDB reported for the statement (`code` is the server's error
+    /// number).
+    #[error("SQL error: {message}")]
+    Mysql { code: u16, message: String },
     /// A value that cannot become its column's Arrow type.
     #[error("column `{column}`: {message}")]
     Unsupported { column: String, message: String },
@@ -108,6 +119,22 @@ pub enum ConnectProblem {
     SharedRole {
         principal: String,
         role: String,
+    },
+    /// A MySQL source: the caller's own user (`mysql_user`) could not log in.
+    MysqlLogin {
+        principal: String,
+        user: String,
+    },
+    /// A MySQL source: the login for model-written SQL holds global privileges beyond
+    /// reading (its own or its enabled roles'), so a statement could reach past its grants.
+    MysqlPrivileges {
+        principal: String,
+        user: String,
+    },
+    /// A MySQL source in a config with principals: this one has no `mysql_user`, and the
+    /// source does not accept the shared login of its `url`.
+    NoMysqlUser {
+        principal: String,
     },
     Other,
 }
@@ -171,6 +198,15 @@ impl SourceError {
                 ConnectProblem::SharedRole { role, .. } => format!(
                     "`REVOKE` the roles listed from `{role}` (a principal's login role must be a member of no other principal's role), or set `allow_sql_shared_roles = true` on the source to accept it; `dataref doctor` lists them"
                 ),
+                ConnectProblem::MysqlLogin { principal, user } => format!(
+                    "each principal logs in to MySQL as its own user: check that `{user}` exists and can log in from this host, and `mysql_password` in `[principals.{principal}]`"
+                ),
+                ConnectProblem::MysqlPrivileges { user, .. } => format!(
+                    "model-written SQL must run as a user that can only read: `REVOKE` the privileges listed from `{user}` (and its default roles) and grant `SELECT` on what it may read; `dataref doctor` checks it"
+                ),
+                ConnectProblem::NoMysqlUser { principal } => format!(
+                    "add `mysql_user` (and `mysql_password = \"${{NAME}}\"`) to `[principals.{principal}]`, or set `allow_shared_login = true` on the source to let every principal use the user of its `url`"
+                ),
                 ConnectProblem::Other => "run `dataref doctor` to check the source".into(),
             }),
             Self::Role { principal, role, problem, .. } => Some(match problem {
@@ -185,8 +221,15 @@ impl SourceError {
                 Some(h) => format!("{h}; `SELECT table_schema, table_name FROM information_schema.tables` lists the tables you can read"),
                 None => "check table and column names; `SELECT table_schema, table_name FROM information_schema.tables` lists the tables you can read".into(),
             }),
+            Self::MysqlDenied { user, .. } => Some(format!(
+                "MySQL user `{user}` may not read that; query only what it is granted (`SHOW GRANTS` lists it), or ask an administrator for a grant"
+            )),
+            Self::Mysql { .. } => Some(
+                "check table and column names; `SELECT table_schema, table_name FROM information_schema.tables` lists the tables you can read"
+                    .into(),
+            ),
             Self::Unsupported { column, .. } => Some(format!(
-                "cast `{column}` to text in SQL (`{column}::text`) or select it differently"
+                "cast `{column}` to text in SQL (`{column}::text` in PostgreSQL, `CAST({column} AS CHAR)` in MySQL) or select it differently"
             )),
         }
     }
@@ -204,6 +247,8 @@ impl SourceError {
             Self::Role { .. }
             | Self::PermissionDenied { .. }
             | Self::Postgres { .. }
+            | Self::MysqlDenied { .. }
+            | Self::Mysql { .. }
             | Self::Unsupported { .. } => true,
             Self::Open { .. } | Self::Io { .. } | Self::Connect { .. } => false,
             Self::Store(e) => e.is_caller_error(),

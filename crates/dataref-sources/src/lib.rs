@@ -6,6 +6,8 @@
 //!   any source and stores the result for the caller.
 //! - [`postgres`]: the PostgreSQL producer (caller's role in a read-only transaction, rows
 //!   decoded from the binary protocol into Arrow) and the `doctor` probe.
+//! - [`mysql`]: the MySQL and MariaDB producer (the caller's own user in a read-only
+//!   transaction, rows decoded from the binary protocol into Arrow).
 //! - [`fetch`] runs one statement on a SQLite source and stores the result for the caller.
 //! - [`bind_params`] checks a named query's arguments against its declared parameters and
 //!   turns them into bound values (never spliced into SQL).
@@ -41,13 +43,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Owns: reading sources (rusqlite with the store, tokio-postgres alone), the sample
+//! Owns: reading sources (rusqlite with the store, tokio-postgres and mysql_async alone), the sample
 //! database, parameter binding. Must not import the sandbox, the exports, the charts, the
 //! tools or any transport: a producer streams rows into the store and returns notes, nothing
 //! about how the call arrived.
 
 mod civil;
 mod error;
+pub mod mysql;
 pub mod postgres;
 mod sample;
 mod sources;

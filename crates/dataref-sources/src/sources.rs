@@ -10,6 +10,7 @@ use dataref_protocol::Principal;
 use dataref_store::{ArtifactMeta, ArtifactStore, Lineage};
 
 use crate::error::ConnectProblem;
+use crate::mysql::{Login, MysqlSource};
 use crate::postgres::{PgPool, RoleLogin};
 use crate::{FetchRequest, SourceError, SqlPolicy};
 
@@ -41,6 +42,13 @@ pub struct Sources {
     sql_pools: Mutex<BTreeMap<(String, String), Arc<PgPool>>>,
     /// The engine's working memory for a query on a `files` source (`[sql] memory`).
     sql_memory_bytes: u64,
+    /// The MySQL sources.
+    mysql: BTreeMap<String, Arc<MysqlSource>>,
+    /// `mysql_user` and `mysql_password` of each principal that has one.
+    mysql_logins: BTreeMap<Principal, (String, Option<String>)>,
+    /// The server's own principal (stdio, or HTTP without auth): it may use the user of
+    /// a MySQL source's `url`.
+    operator: Option<Principal>,
 }
 
 impl Sources {
@@ -68,6 +76,27 @@ impl Sources {
             .keys()
             .filter_map(|p| Some((p.clone(), config.pg_password(p)?.to_owned())))
             .collect();
+        let mysql = config
+            .sources
+            .values()
+            .filter_map(|s| match &s.kind {
+                SourceKind::Mysql { url, .. } => {
+                    Some((s.name.clone(), Arc::new(MysqlSource::new(&s.name, url))))
+                }
+                _ => None,
+            })
+            .collect();
+        let mysql_logins = config
+            .principals
+            .keys()
+            .filter_map(|p| {
+                let user = config.mysql_user(p)?.to_owned();
+                Some((
+                    p.clone(),
+                    (user, config.mysql_password(p).map(str::to_owned)),
+                ))
+            })
+            .collect();
         let mut all_roles: BTreeSet<String> = roles.values().cloned().collect();
         all_roles.insert(config.pg_role(&config.principal).to_owned());
         Self {
@@ -77,7 +106,66 @@ impl Sources {
             all_roles,
             sql_pools: Mutex::new(BTreeMap::new()),
             sql_memory_bytes: config.sql.memory_bytes,
+            mysql,
+            mysql_logins,
+            operator: Some(config.principal.clone()),
         }
+    }
+
+    /// Uses `source` for its name (tests: a source with its own `${NAME}` lookup).
+    pub fn with_mysql(mut self, source: MysqlSource) -> Self {
+        self.mysql
+            .insert(source.source_name().to_owned(), Arc::new(source));
+        self
+    }
+
+    /// A MySQL source by name.
+    pub fn mysql_source(&self, name: &str) -> Option<&Arc<MysqlSource>> {
+        self.mysql.get(name)
+    }
+
+    /// Logs `principal` in to MySQL sources as `user` (tests, and callers that build
+    /// `Sources` by hand).
+    pub fn with_mysql_user(
+        mut self,
+        principal: Principal,
+        user: &str,
+        password: Option<&str>,
+    ) -> Self {
+        self.mysql_logins
+            .insert(principal, (user.to_owned(), password.map(str::to_owned)));
+        self
+    }
+
+    /// Who `principal` logs in to MySQL source `source` as: its own `mysql_user`, else the
+    /// user of the source's `url` where that is allowed.
+    pub fn mysql_login(
+        &self,
+        source: &str,
+        principal: &Principal,
+        allow_shared_login: bool,
+    ) -> Result<Login, SourceError> {
+        if let Some((user, password)) = self.mysql_logins.get(principal) {
+            return Ok(Login {
+                principal: principal.as_str().to_owned(),
+                user: Some(user.clone()),
+                password: password.clone(),
+            });
+        }
+        if allow_shared_login || self.operator.as_ref() == Some(principal) {
+            return Ok(Login {
+                principal: principal.as_str().to_owned(),
+                user: None,
+                password: None,
+            });
+        }
+        Err(SourceError::Connect {
+            source_name: source.to_owned(),
+            message: format!("principal `{principal}` has no MySQL user of its own"),
+            problem: ConnectProblem::NoMysqlUser {
+                principal: principal.as_str().to_owned(),
+            },
+        })
     }
 
     /// The engine's working memory for one query on a `files` source (`[sql] memory`).
@@ -193,6 +281,33 @@ impl Sources {
                     &pool,
                     req,
                     self.role(owner),
+                    store,
+                    owner,
+                    lineage,
+                    progress,
+                    is_cancelled,
+                ))
+            }
+            SourceKind::Mysql {
+                allow_shared_login, ..
+            } => {
+                let unavailable = |message: &str| SourceError::Connect {
+                    source_name: req.source.name.clone(),
+                    message: message.to_owned(),
+                    problem: ConnectProblem::Other,
+                };
+                let source = self
+                    .mysql
+                    .get(&req.source.name)
+                    .cloned()
+                    .ok_or_else(|| unavailable("internal: this source was not set up"))?;
+                let login = self.mysql_login(&req.source.name, owner, *allow_shared_login)?;
+                let handle = tokio::runtime::Handle::try_current()
+                    .map_err(|_| unavailable("internal: no async runtime to run the call on"))?;
+                handle.block_on(crate::mysql::fetch(
+                    &source,
+                    &login,
+                    req,
                     store,
                     owner,
                     lineage,

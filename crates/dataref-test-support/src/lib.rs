@@ -13,6 +13,9 @@
 //! # let _ = url; Ok(()) }
 //! ```
 //!
+//! [`TestMariadb`] ([`mariadb`]): a throwaway MariaDB server from Debian's `mariadb-server`
+//! (loopback TCP and a Unix socket in a temp dir; `root` over the socket), killed on drop.
+//!
 //! [`ScriptedModel`] ([`model_server`]): a scripted OpenAI-compatible model server on
 //! `127.0.0.1:0` (Chat Completions, streamed or not, errors, dropped connections), for the
 //! agent's gateway and loop tests.
@@ -40,12 +43,14 @@
 
 mod binary;
 pub mod haproxy;
+pub mod mariadb;
 pub mod model_server;
 pub mod raw_http;
 pub mod s3;
 pub mod serve;
 
 pub use haproxy::{HaproxyOptions, HealthCheck, Stickiness, TestHaproxy};
+pub use mariadb::TestMariadb;
 pub use model_server::{Call, Received, Reply, ScriptedModel};
 pub use s3::TestS3;
 pub use serve::ServeHttp;

@@ -292,6 +292,7 @@ fn sources(config: &Config) -> Vec<Check> {
                     }
                 }
                 SourceKind::Postgres { .. } => postgres(config, &s.name, &what),
+                SourceKind::Mysql { .. } => mysql(config, s, &what),
                 SourceKind::Files { location, .. } => files(s, location, &what),
                 _ => check(
                     Status::Warn,
@@ -346,6 +347,81 @@ fn files(source: &dataref_config::SourceConfig, location: &str, what: &str) -> C
 /// logs in as each principal's own role (the login of model-written SQL) and asks the
 /// database which other principals' roles that login can become: any is a failure,
 /// unless the source sets `allow_sql_shared_roles = true`.
+/// Logs in as every principal (and the stdio one) and says who each is on the server and
+/// whether its login can only read (else `query` is refused on it).
+fn mysql(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check {
+    let runtime = match runtime(what) {
+        Ok(r) => r,
+        Err(failed) => return failed,
+    };
+    let sources = dataref_sources::Sources::new(config);
+    let Some(source) = sources.mysql_source(&s.name) else {
+        return check(Status::Fail, what, "internal: no such source", None);
+    };
+    let shared = matches!(
+        s.kind,
+        SourceKind::Mysql {
+            allow_shared_login: true,
+            ..
+        }
+    );
+    let mut principals: Vec<&dataref_protocol::Principal> = config.principals.keys().collect();
+    if !principals.contains(&&config.principal) {
+        principals.push(&config.principal);
+    }
+    let mut status = Status::Ok;
+    let mut version = None;
+    let mut logins = Vec::new();
+    let mut hint = None;
+    for p in principals {
+        let probed = sources
+            .mysql_login(&s.name, p, shared)
+            .and_then(|login| runtime.block_on(dataref_sources::mysql::probe(source, &login)));
+        match probed {
+            Ok(pr) if pr.beyond_reading.is_empty() => {
+                logins.push(format!("{p} → {} (reads only)", pr.account));
+                version = Some(pr.server_version);
+            }
+            Ok(pr) => {
+                logins.push(format!(
+                    "{p} → {} (also holds {}{})",
+                    pr.account,
+                    pr.beyond_reading.join(", "),
+                    if s.allow_sql {
+                        ": `query` is refused"
+                    } else {
+                        ""
+                    }
+                ));
+                version = Some(pr.server_version);
+                if s.allow_sql {
+                    if status == Status::Ok {
+                        status = Status::Warn;
+                    }
+                    hint.get_or_insert_with(|| {
+                        "`REVOKE` the privileges listed: a login for model-written SQL may hold only `SELECT` and `SHOW VIEW`".to_owned()
+                    });
+                }
+            }
+            Err(e) => {
+                logins.push(format!("{p}: {e}"));
+                status = Status::Fail;
+                hint = e.hint();
+            }
+        }
+    }
+    check(
+        status,
+        what,
+        format!(
+            "mysql {}; logins: {}",
+            version.as_deref().unwrap_or("(unreached)"),
+            logins.join("; ")
+        ),
+        hint.as_deref(),
+    )
+}
+
 fn postgres(config: &Config, source: &str, what: &str) -> Check {
     use dataref_sources::postgres::{RoleStatus, probe, probe_login};
     let runtime = match runtime(what) {

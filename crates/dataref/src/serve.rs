@@ -101,6 +101,8 @@ pub fn run_web(common: &Common, principal: Option<&str>, addr: &str) -> Result<E
             token_sha256: Vec::new(),
             pg_role: None,
             pg_password: None,
+            mysql_user: None,
+            mysql_password: None,
         })
         .token_sha256
         .push(digest);

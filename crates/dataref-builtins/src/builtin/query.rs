@@ -49,6 +49,7 @@ impl QueryTool {
             .iter()
             .map(|s| match &s.kind {
                 SourceKind::Postgres { .. } => format!("`{}` (PostgreSQL)", s.name),
+                SourceKind::Mysql { .. } => format!("`{}` (MySQL)", s.name),
                 SourceKind::Files { table, .. } => {
                     format!("`{}` (files: one table, `{table}`)", s.name)
                 }
@@ -68,6 +69,14 @@ impl QueryTool {
         {
             how.push(
                 "`information_schema.tables` (PostgreSQL: runs as your own role, grants decide)",
+            );
+        }
+        if sources
+            .iter()
+            .any(|s| matches!(s.kind, SourceKind::Mysql { .. }))
+        {
+            how.push(
+                "`information_schema.tables` (MySQL: runs as your own database user, grants decide)",
             );
         }
         if sources

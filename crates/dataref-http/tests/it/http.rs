@@ -73,6 +73,8 @@ fn principals() -> BTreeMap<Principal, PrincipalConfig> {
                 token_sha256: vec![sha256(token)],
                 pg_role: None,
                 pg_password: None,
+                mysql_user: None,
+                mysql_password: None,
             };
             (p, c)
         })

@@ -59,6 +59,8 @@ fn principals() -> BTreeMap<Principal, PrincipalConfig> {
                 token_sha256: vec![sha],
                 pg_role: None,
                 pg_password: None,
+                mysql_user: None,
+                mysql_password: None,
             };
             (p, c)
         })

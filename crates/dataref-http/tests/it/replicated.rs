@@ -47,6 +47,8 @@ fn principals() -> BTreeMap<Principal, PrincipalConfig> {
         token_sha256: vec![digest],
         pg_role: None,
         pg_password: None,
+        mysql_user: None,
+        mysql_password: None,
     };
     [(p, c)].into_iter().collect()
 }

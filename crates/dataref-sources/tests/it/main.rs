@@ -11,6 +11,7 @@
 
 mod fetch;
 mod guard;
+mod mysql;
 mod params;
 mod pg_roles;
 mod postgres;

@@ -60,6 +60,7 @@ const OWNERS: &[(&str, &[&str])] = &[
             "dataref-bench",
         ],
     ),
+    ("mysql_async", &["dataref-sources", "dataref-bench"]),
     // The bench's baseline: the same object's GET alone, through the same client; a
     // `files` source on S3 (the client built in builtins, read by the engine in sql).
     (
@@ -96,6 +97,7 @@ const FRAMEWORK_MUST_NOT_REACH: &[&str] = &[
     "rust_xlsxwriter",
     "calamine",
     "tokio-postgres",
+    "mysql_async",
     "seccompiler",
     "rmcp",
 ];

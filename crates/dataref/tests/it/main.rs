@@ -19,6 +19,7 @@ mod http_edges;
 mod jsonrpc;
 mod lake;
 mod layers;
+mod mysql;
 mod ops;
 mod postgres;
 mod replicas;
