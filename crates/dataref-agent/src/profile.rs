@@ -319,6 +319,7 @@ fn static_vars(
                         SourceKind::Sqlite { .. } => "sqlite",
                         SourceKind::Postgres { .. } => "postgres",
                         SourceKind::Mysql { .. } => "mysql",
+                        SourceKind::Adbc { .. } => "adbc",
                         SourceKind::Files { .. } => "files",
                         _ => "other",
                     };

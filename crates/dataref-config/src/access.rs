@@ -30,6 +30,8 @@ pub struct PrincipalConfig {
     pub mysql_user: Option<String>,
     /// The password of `mysql_user` (`${NAME}` expanded when dataref connects).
     pub mysql_password: Option<String>,
+    /// Its own options for each ADBC source, laid over the source's `options`.
+    pub adbc: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// `dataref serve --http`.
@@ -184,6 +186,7 @@ pub(crate) fn resolve_principals(
                 pg_password: p.pg_password,
                 mysql_user: p.mysql_user,
                 mysql_password: p.mysql_password,
+                adbc: p.adbc,
             },
         );
     }

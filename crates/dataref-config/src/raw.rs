@@ -241,8 +241,9 @@ pub(crate) struct RawSql {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSource {
-    /// `sqlite`, `postgres` (also `postgresql`), `mysql` (also `mariadb`), or `files`
-    /// (Parquet, CSV or NDJSON files of one table, on disk or S3).
+    /// `sqlite`, `postgres` (also `postgresql`), `mysql` (also `mariadb`), `adbc` (any
+    /// database with an ADBC driver), or `files` (Parquet, CSV or NDJSON files of one
+    /// table, on disk or S3).
     pub kind: String,
     /// SQLite: the database file, relative to this file; opened read-only. Required there.
     /// Files: a directory or glob (`lake/sales/`, `exports/*.csv`), relative to this file.
@@ -266,6 +267,18 @@ pub(crate) struct RawSource {
     /// PostgreSQL: connections kept open per login (the shared one, and each caller's own
     /// role for `query`); none before the first call. Default 4, from 1 to 64.
     pub pool_size: Option<usize>,
+    /// ADBC: the driver's shared library (`libadbc_driver_snowflake.so`), relative to this
+    /// file. Required there.
+    pub driver: Option<String>,
+    /// ADBC: the driver's init function. Default `AdbcDriverInit`.
+    pub entrypoint: Option<String>,
+    /// ADBC: the database options the driver takes (`uri`, `username`, `password`,
+    /// `adbc.snowflake.sql.warehouse`, …); `${NAME}` is read from the environment at each
+    /// call. A principal's own `[principals.NAME.adbc.SOURCE]` options are laid over them.
+    pub options: Option<BTreeMap<String, String>>,
+    /// ADBC: how `:name` placeholders of named queries are sent: `question` (`?`, the
+    /// default) or `dollar` (`$1`, PostgreSQL's driver).
+    pub placeholders: Option<String>,
     /// Rows of a result's sample the model sees; 0 for sensitive data (the schema only).
     /// Default 2, at most 100.
     pub sample_rows: Option<usize>,
@@ -284,8 +297,8 @@ pub(crate) struct RawSource {
     /// PostgreSQL: run `query` on the shared login of `url`, which can become several
     /// principals' roles, instead of as the caller's own role. Default false.
     pub allow_sql_shared_roles: Option<bool>,
-    /// MySQL: let principals without `mysql_user` log in as the user of `url` (they then
-    /// share its grants). Default false: only the server's own principal (stdio, or HTTP
+    /// MySQL and ADBC: let principals without their own login (`mysql_user`, or
+    /// `[principals.NAME.adbc.SOURCE]`) use the source's (they then share its grants). Default false: only the server's own principal (stdio, or HTTP
     /// without auth) logs in as it.
     pub allow_shared_login: Option<bool>,
 }
@@ -508,6 +521,10 @@ pub(crate) struct RawPrincipal {
     /// The password of `mysql_user`; `${NAME}` is read from the environment when
     /// connecting.
     pub mysql_password: Option<String>,
+    /// Its own options for each ADBC source, by source name (`username`, `password =
+    /// "${NAME}"`, a `uri`, a token), laid over the source's `options`.
+    #[serde(default)]
+    pub adbc: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// `[http]`.

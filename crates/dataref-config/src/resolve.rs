@@ -256,6 +256,20 @@ pub enum SourceKind {
         /// auth) uses it.
         allow_shared_login: bool,
     },
+    /// Any database with an ADBC driver (Snowflake, BigQuery, Databricks, Flight SQL,
+    /// PostgreSQL, SQLite, DuckDB, …). The driver runs in a worker process.
+    Adbc {
+        /// The driver's shared library, absolute.
+        driver: PathBuf,
+        /// The driver's init function.
+        entrypoint: String,
+        /// Database options (`${NAME}` not yet expanded).
+        options: BTreeMap<String, String>,
+        /// `:name` placeholders become `?` (false) or `$1…` (true).
+        dollar_placeholders: bool,
+        /// Principals without their own options use the source's.
+        allow_shared_login: bool,
+    },
     /// Files of one table (a data lake): Parquet, CSV or NDJSON under a local directory
     /// or glob, or under an `s3://bucket/prefix/`, with Hive-style `key=value` folders as
     /// partition columns. Queried in DataFusion, which reads only the files, columns and
@@ -582,6 +596,16 @@ impl Config {
             .and_then(|p| p.mysql_user.as_deref())
     }
 
+    /// The options `principal` lays over ADBC source `source`'s (`${NAME}` not yet
+    /// expanded); None when it has none of its own.
+    pub fn adbc_options(
+        &self,
+        principal: &Principal,
+        source: &str,
+    ) -> Option<&BTreeMap<String, String>> {
+        self.principals.get(principal)?.adbc.get(source)
+    }
+
     /// The password of [`Config::mysql_user`], `${NAME}` not yet expanded.
     pub fn mysql_password(&self, principal: &Principal) -> Option<&str> {
         self.principals
@@ -906,19 +930,63 @@ fn resolve_source(name: &str, s: RawSource, base: &Path) -> Result<SourceConfig,
                 allow_shared_login: s.allow_shared_login.unwrap_or(false),
             }
         }
+        "adbc" => {
+            let driver = s.driver.clone().ok_or_else(|| {
+                invalid(
+                    &what,
+                    "an adbc source needs `driver`",
+                    "add e.g. `driver = \"drivers/libadbc_driver_snowflake.so\"` (pip install adbc-driver-snowflake ships it)",
+                )
+            })?;
+            let dollar_placeholders = match s.placeholders.as_deref() {
+                None | Some("question") => false,
+                Some("dollar") => true,
+                Some(other) => {
+                    return Err(invalid(
+                        format!("{what}.placeholders"),
+                        format!("unknown placeholder style `{other}`"),
+                        "`question` (`?`, the default) or `dollar` (`$1`, PostgreSQL's driver)",
+                    ));
+                }
+            };
+            SourceKind::Adbc {
+                driver: base.join(driver),
+                entrypoint: s
+                    .entrypoint
+                    .clone()
+                    .unwrap_or_else(|| "AdbcDriverInit".into()),
+                options: s.options.clone().unwrap_or_default(),
+                dollar_placeholders,
+                allow_shared_login: s.allow_shared_login.unwrap_or(false),
+            }
+        }
         other => {
             return Err(invalid(
                 format!("{what}.kind"),
                 format!("unknown source kind `{other}`"),
-                "supported kinds: `sqlite`, `postgres`, `mysql`, `files`",
+                "supported kinds: `sqlite`, `postgres`, `mysql`, `adbc`, `files`",
             ));
         }
     };
-    if s.allow_shared_login.is_some() && !matches!(kind, SourceKind::Mysql { .. }) {
+    if s.allow_shared_login.is_some()
+        && !matches!(kind, SourceKind::Mysql { .. } | SourceKind::Adbc { .. })
+    {
         return Err(invalid(
             format!("{what}.allow_shared_login"),
-            "`allow_shared_login` is for mysql sources",
+            "`allow_shared_login` is for mysql and adbc sources",
             "a postgres source has `allow_sql_shared_roles`",
+        ));
+    }
+    if (s.driver.is_some()
+        || s.entrypoint.is_some()
+        || s.options.is_some()
+        || s.placeholders.is_some())
+        && !matches!(kind, SourceKind::Adbc { .. })
+    {
+        return Err(invalid(
+            &what,
+            "`driver`, `entrypoint`, `options` and `placeholders` are for adbc sources",
+            "write `kind = \"adbc\"` with the driver's shared library in `driver`",
         ));
     }
     if (s.format.is_some() || s.table.is_some() || s.endpoint.is_some() || s.region.is_some())
@@ -1419,6 +1487,54 @@ mod tests {
             (
                 "[sources.s]\nkind = \"mysql\"\nurl = \"mysql://x\"\npool_size = 2",
                 "for postgres sources",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn adbc_sources_name_a_driver_and_principals_lay_their_options_over() {
+        let c = parse(
+            "[sources.wh]\nkind = \"adbc\"\ndriver = \"drivers/libadbc_driver_snowflake.so\"\n\
+             options = { \"adbc.snowflake.sql.account\" = \"acme\" }\nplaceholders = \"dollar\"\n\
+             [principals.anna.adbc.wh]\nusername = \"ANNA\"\npassword = \"${PW}\"",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        match &c.sources["wh"].kind {
+            SourceKind::Adbc {
+                driver,
+                entrypoint,
+                options,
+                dollar_placeholders,
+                allow_shared_login,
+            } => {
+                assert_eq!(
+                    driver,
+                    Path::new("/cfg/drivers/libadbc_driver_snowflake.so")
+                );
+                assert_eq!(entrypoint, "AdbcDriverInit");
+                assert_eq!(options["adbc.snowflake.sql.account"], "acme");
+                assert!(*dollar_placeholders);
+                assert!(!*allow_shared_login);
+            }
+            other => panic!("{other:?}"),
+        }
+        let anna = Principal::new("anna").unwrap();
+        assert_eq!(
+            c.adbc_options(&anna, "wh").map(|o| o["password"].as_str()),
+            Some("${PW}")
+        );
+        for (text, says) in [
+            ("[sources.s]\nkind = \"adbc\"", "needs `driver`"),
+            (
+                "[sources.s]\nkind = \"adbc\"\ndriver = \"x.so\"\nplaceholders = \"colon\"",
+                "unknown placeholder style",
+            ),
+            (
+                "[sources.s]\nkind = \"sqlite\"\npath = \"x\"\ndriver = \"x.so\"",
+                "for adbc sources",
             ),
         ] {
             let e = parse(text).unwrap_err().to_string();

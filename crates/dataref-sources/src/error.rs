@@ -86,6 +86,13 @@ pub enum SourceError {
     /// number).
     #[error("SQL error: {message}")]
     Mysql { code: u16, message: String },
+    /// An error an ADBC driver reported (`status` is ADBC's name for it).
+    #[error("{message}")]
+    Adbc {
+        status: String,
+        message: String,
+        sqlstate: String,
+    },
     /// A value that cannot become its column's Arrow type.
     #[error("column `{column}`: {message}")]
     Unsupported { column: String, message: String },
@@ -135,6 +142,12 @@ pub enum ConnectProblem {
     /// source does not accept the shared login of its `url`.
     NoMysqlUser {
         principal: String,
+    },
+    /// An ADBC source in a config with principals: this one has no options of its own
+    /// (`[principals.NAME.adbc.SOURCE]`), and the source does not accept the shared login.
+    NoAdbcLogin {
+        principal: String,
+        source: String,
     },
     Other,
 }
@@ -207,6 +220,9 @@ impl SourceError {
                 ConnectProblem::NoMysqlUser { principal } => format!(
                     "add `mysql_user` (and `mysql_password = \"${{NAME}}\"`) to `[principals.{principal}]`, or set `allow_shared_login = true` on the source to let every principal use the user of its `url`"
                 ),
+                ConnectProblem::NoAdbcLogin { principal, source } => format!(
+                    "give the principal its own credentials in `[principals.{principal}.adbc.{source}]` (e.g. `username` and `password = \"${{NAME}}\"`), or set `allow_shared_login = true` on the source"
+                ),
                 ConnectProblem::Other => "run `dataref doctor` to check the source".into(),
             }),
             Self::Role { principal, role, problem, .. } => Some(match problem {
@@ -224,6 +240,12 @@ impl SourceError {
             Self::MysqlDenied { user, .. } => Some(format!(
                 "MySQL user `{user}` may not read that; query only what it is granted (`SHOW GRANTS` lists it), or ask an administrator for a grant"
             )),
+            Self::Adbc { status, .. } => Some(match status.as_str() {
+                "UNAUTHENTICATED" => "check the credentials in the source's `options` (and the principal's own)".into(),
+                "UNAUTHORIZED" => "these credentials may not read that; query only what they are granted".into(),
+                "IO" | "TIMEOUT" => "check that the database is reachable from this host; `dataref doctor` connects to it".into(),
+                _ => "check table and column names in the database's own SQL dialect".into(),
+            }),
             Self::Mysql { .. } => Some(
                 "check table and column names; `SELECT table_schema, table_name FROM information_schema.tables` lists the tables you can read"
                     .into(),
@@ -249,6 +271,7 @@ impl SourceError {
             | Self::Postgres { .. }
             | Self::MysqlDenied { .. }
             | Self::Mysql { .. }
+            | Self::Adbc { .. }
             | Self::Unsupported { .. } => true,
             Self::Open { .. } | Self::Io { .. } | Self::Connect { .. } => false,
             Self::Store(e) => e.is_caller_error(),

@@ -6,6 +6,8 @@
 //!   any source and stores the result for the caller.
 //! - [`postgres`]: the PostgreSQL producer (caller's role in a read-only transaction, rows
 //!   decoded from the binary protocol into Arrow) and the `doctor` probe.
+//! - [`adbc`]: any database with an ADBC driver (Snowflake, BigQuery, Flight SQL, …),
+//!   the driver run in a worker process through the C ABI.
 //! - [`mysql`]: the MySQL and MariaDB producer (the caller's own user in a read-only
 //!   transaction, rows decoded from the binary protocol into Arrow).
 //! - [`fetch`] runs one statement on a SQLite source and stores the result for the caller.
@@ -48,6 +50,7 @@
 //! tools or any transport: a producer streams rows into the store and returns notes, nothing
 //! about how the call arrived.
 
+pub mod adbc;
 mod civil;
 mod error;
 pub mod mysql;

@@ -345,6 +345,13 @@ pub async fn fetch(
     }
 }
 
+/// `:name` → `?` (MySQL's lexing: backslash escapes, backquotes, `#` comments): the SQL
+/// and the name bound to each `?` in order.
+pub(crate) fn positional(sql: &str) -> (String, Vec<String>) {
+    let p = sql::positional_params(sql);
+    (p.sql, p.names)
+}
+
 fn param(v: &ParamValue) -> Value {
     match v {
         ParamValue::Null => Value::NULL,

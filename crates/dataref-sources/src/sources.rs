@@ -9,6 +9,7 @@ use dataref_config::{Config, SourceKind};
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactMeta, ArtifactStore, Lineage};
 
+use crate::adbc::{AdbcLogin, AdbcSource, Placeholders};
 use crate::error::ConnectProblem;
 use crate::mysql::{Login, MysqlSource};
 use crate::postgres::{PgPool, RoleLogin};
@@ -47,8 +48,13 @@ pub struct Sources {
     /// `mysql_user` and `mysql_password` of each principal that has one.
     mysql_logins: BTreeMap<Principal, (String, Option<String>)>,
     /// The server's own principal (stdio, or HTTP without auth): it may use the user of
-    /// a MySQL source's `url`.
+    /// a MySQL source's `url`, and an ADBC source's own options.
     operator: Option<Principal>,
+    /// Each principal's own options per ADBC source.
+    adbc_logins: BTreeMap<(Principal, String), BTreeMap<String, String>>,
+    /// The executable an ADBC source's worker runs as (`dataref adbc-worker`). None: this
+    /// process's own executable.
+    adbc_worker: Option<std::path::PathBuf>,
 }
 
 impl Sources {
@@ -109,6 +115,67 @@ impl Sources {
             mysql,
             mysql_logins,
             operator: Some(config.principal.clone()),
+            adbc_logins: config
+                .principals
+                .iter()
+                .flat_map(|(p, c)| {
+                    c.adbc
+                        .iter()
+                        .map(move |(source, o)| ((p.clone(), source.clone()), o.clone()))
+                })
+                .collect(),
+            adbc_worker: None,
+        }
+    }
+
+    /// Runs ADBC drivers in `exe adbc-worker` (tests: the `dataref` binary).
+    pub fn with_adbc_worker(mut self, exe: std::path::PathBuf) -> Self {
+        self.adbc_worker = Some(exe);
+        self
+    }
+
+    /// Whose options a call of `principal` on ADBC source `source` uses.
+    pub fn adbc_login(
+        &self,
+        source: &str,
+        principal: &Principal,
+        allow_shared_login: bool,
+    ) -> Result<AdbcLogin, SourceError> {
+        if let Some(options) = self
+            .adbc_logins
+            .get(&(principal.clone(), source.to_owned()))
+        {
+            return Ok(AdbcLogin {
+                principal: principal.as_str().to_owned(),
+                options: options.clone(),
+            });
+        }
+        if allow_shared_login || self.operator.as_ref() == Some(principal) {
+            return Ok(AdbcLogin {
+                principal: principal.as_str().to_owned(),
+                options: BTreeMap::new(),
+            });
+        }
+        Err(SourceError::Connect {
+            source_name: source.to_owned(),
+            message: format!(
+                "principal `{principal}` has no credentials of its own for this source"
+            ),
+            problem: ConnectProblem::NoAdbcLogin {
+                principal: principal.as_str().to_owned(),
+                source: source.to_owned(),
+            },
+        })
+    }
+
+    /// The executable ADBC workers run as.
+    pub fn adbc_worker(&self) -> Result<std::path::PathBuf, SourceError> {
+        match &self.adbc_worker {
+            Some(exe) => Ok(exe.clone()),
+            None => std::env::current_exe().map_err(|e| SourceError::Open {
+                source_name: "adbc".into(),
+                message: format!("cannot find this program to start the ADBC worker: {e}"),
+            }),
         }
     }
 
@@ -314,6 +381,38 @@ impl Sources {
                     progress,
                     is_cancelled,
                 ))
+            }
+            SourceKind::Adbc {
+                driver,
+                entrypoint,
+                options,
+                dollar_placeholders,
+                allow_shared_login,
+            } => {
+                let source = AdbcSource {
+                    name: req.source.name.clone(),
+                    driver: driver.clone(),
+                    entrypoint: entrypoint.clone(),
+                    options: options.clone(),
+                    placeholders: if *dollar_placeholders {
+                        Placeholders::Dollar
+                    } else {
+                        Placeholders::Question
+                    },
+                };
+                let login = self.adbc_login(&req.source.name, owner, *allow_shared_login)?;
+                crate::adbc::fetch(
+                    &self.adbc_worker()?,
+                    &source,
+                    &login,
+                    req,
+                    store,
+                    owner,
+                    lineage,
+                    progress,
+                    is_cancelled,
+                    &dataref_config::env::process,
+                )
             }
             other => Err(SourceError::Open {
                 source_name: req.source.name.clone(),

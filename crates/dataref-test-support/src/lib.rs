@@ -13,6 +13,9 @@
 //! # let _ = url; Ok(()) }
 //! ```
 //!
+//! [`adbc_driver`] ([`adbc`]): a real ADBC driver's shared library, from the PyPI wheel
+//! the test venv holds.
+//!
 //! [`TestMariadb`] ([`mariadb`]): a throwaway MariaDB server from Debian's `mariadb-server`
 //! (loopback TCP and a Unix socket in a temp dir; `root` over the socket), killed on drop.
 //!
@@ -41,6 +44,7 @@
     reason = "a test server's temp dir is made and inspected directly, outside any workspace"
 )]
 
+pub mod adbc;
 mod binary;
 pub mod haproxy;
 pub mod mariadb;
@@ -49,6 +53,7 @@ pub mod raw_http;
 pub mod s3;
 pub mod serve;
 
+pub use adbc::adbc_driver;
 pub use haproxy::{HaproxyOptions, HealthCheck, Stickiness, TestHaproxy};
 pub use mariadb::TestMariadb;
 pub use model_server::{Call, Received, Reply, ScriptedModel};

@@ -293,6 +293,7 @@ fn sources(config: &Config) -> Vec<Check> {
                 }
                 SourceKind::Postgres { .. } => postgres(config, &s.name, &what),
                 SourceKind::Mysql { .. } => mysql(config, s, &what),
+                SourceKind::Adbc { .. } => adbc(config, s, &what),
                 SourceKind::Files { location, .. } => files(s, location, &what),
                 _ => check(
                     Status::Warn,
@@ -418,6 +419,73 @@ fn mysql(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check
             version.as_deref().unwrap_or("(unreached)"),
             logins.join("; ")
         ),
+        hint.as_deref(),
+    )
+}
+
+/// Starts the driver in its worker and connects as every principal (and the stdio one).
+fn adbc(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check {
+    let SourceKind::Adbc {
+        driver,
+        entrypoint,
+        options,
+        dollar_placeholders,
+        allow_shared_login,
+    } = &s.kind
+    else {
+        return check(Status::Fail, what, "internal: not an adbc source", None);
+    };
+    let sources = dataref_sources::Sources::new(config);
+    let worker = match sources.adbc_worker() {
+        Ok(w) => w,
+        Err(e) => return check(Status::Fail, what, e.to_string(), None),
+    };
+    let source = dataref_sources::adbc::AdbcSource {
+        name: s.name.clone(),
+        driver: driver.clone(),
+        entrypoint: entrypoint.clone(),
+        options: options.clone(),
+        placeholders: if *dollar_placeholders {
+            dataref_sources::adbc::Placeholders::Dollar
+        } else {
+            dataref_sources::adbc::Placeholders::Question
+        },
+    };
+    let mut principals: Vec<&dataref_protocol::Principal> = config.principals.keys().collect();
+    if !principals.contains(&&config.principal) {
+        principals.push(&config.principal);
+    }
+    let mut status = Status::Ok;
+    let mut hint = None;
+    let mut logins = Vec::new();
+    for p in principals {
+        let probed = sources
+            .adbc_login(&s.name, p, *allow_shared_login)
+            .and_then(|login| {
+                let own = !login.options.is_empty();
+                dataref_sources::adbc::probe(
+                    &worker,
+                    &source,
+                    &login,
+                    &dataref_config::env::process,
+                    s.timeout.min(std::time::Duration::from_secs(30)),
+                )
+                .map(|()| own)
+            });
+        match probed {
+            Ok(true) => logins.push(format!("{p} connects (own credentials)")),
+            Ok(false) => logins.push(format!("{p} connects")),
+            Err(e) => {
+                logins.push(format!("{p}: {e}"));
+                status = Status::Fail;
+                hint = e.hint();
+            }
+        }
+    }
+    check(
+        status,
+        what,
+        format!("adbc {}: {}", driver.display(), logins.join("; ")),
         hint.as_deref(),
     )
 }

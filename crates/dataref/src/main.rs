@@ -169,6 +169,10 @@ enum Command {
         )]
         args: Vec<OsString>,
     },
+    /// The worker an `adbc` source runs its driver in: reads one request on stdin, writes
+    /// the result as an Arrow IPC stream on stdout (started by the server, not by people).
+    #[command(hide = true)]
+    AdbcWorker,
 }
 
 #[derive(Debug, Subcommand)]
@@ -334,6 +338,17 @@ fn main() -> ExitCode {
         } => store::verify(&common, drop),
         Command::Doctor { common, http } => doctor::run(&common, http.as_deref()),
         Command::Bench { args } => forward::bench(&args),
+        Command::AdbcWorker => Ok(
+            if dataref_sources::adbc::worker(
+                std::io::stdin().lock(),
+                std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock()),
+                std::io::stderr(),
+            ) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(3)
+            },
+        ),
     };
     match result {
         Ok(code) => code,

@@ -103,6 +103,7 @@ pub fn run_web(common: &Common, principal: Option<&str>, addr: &str) -> Result<E
             pg_password: None,
             mysql_user: None,
             mysql_password: None,
+            adbc: Default::default(),
         })
         .token_sha256
         .push(digest);

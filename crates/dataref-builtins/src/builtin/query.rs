@@ -50,6 +50,7 @@ impl QueryTool {
             .map(|s| match &s.kind {
                 SourceKind::Postgres { .. } => format!("`{}` (PostgreSQL)", s.name),
                 SourceKind::Mysql { .. } => format!("`{}` (MySQL)", s.name),
+                SourceKind::Adbc { .. } => format!("`{}` (ADBC: the database's own SQL)", s.name),
                 SourceKind::Files { table, .. } => {
                     format!("`{}` (files: one table, `{table}`)", s.name)
                 }

@@ -61,6 +61,7 @@ fn principals() -> BTreeMap<Principal, PrincipalConfig> {
                 pg_password: None,
                 mysql_user: None,
                 mysql_password: None,
+                adbc: Default::default(),
             };
             (p, c)
         })

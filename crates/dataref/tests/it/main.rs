@@ -9,6 +9,7 @@
     reason = "fixtures build files and hostile trees directly, outside the code under test"
 )]
 
+mod adbc;
 mod agent_http;
 mod bench_forward;
 mod chat;
