@@ -41,6 +41,8 @@ use crate::{FetchRequest, Fetched, ParamValue, SourceError, SqlPolicy};
 const ERROR_PREFIX: &str = "dataref-adbc-error: ";
 /// How often a running call asks whether it was cancelled.
 const POLL: Duration = Duration::from_millis(20);
+/// How long a worker may take to exit after its result before it is killed.
+const REAP_GRACE: Duration = Duration::from_secs(5);
 /// Bytes of the worker's stderr kept for a message.
 const STDERR_KEEP: usize = 16 * 1024;
 
@@ -104,10 +106,7 @@ pub fn fetch(
     let (sql, params) = match req.policy {
         SqlPolicy::Configured => {
             let (sql, names) = match source.placeholders {
-                Placeholders::Question => {
-                    let p = crate::mysql::positional(req.sql);
-                    (p.0, p.1)
-                }
+                Placeholders::Question => crate::mysql::positional(req.sql, false),
                 Placeholders::Dollar => {
                     let n = crate::postgres::number_params(req.sql);
                     (n.sql, n.names)
@@ -129,8 +128,35 @@ pub fn fetch(
         SqlPolicy::Generic => (req.sql.to_owned(), Vec::new()),
     };
     let request = request(source, login, Some(&sql), params, env)?;
+    let secrets = secrets_of(&request);
     let run = Worker::start(worker, source, &request)?;
     run.read_into(req, store, owner, lineage, progress, is_cancelled, deadline)
+        .map_err(|e| hide(e, &secrets))
+}
+
+/// The error with the request's option values hidden from its message.
+fn hide(e: SourceError, secrets: &[String]) -> SourceError {
+    match e {
+        SourceError::Connect {
+            source_name,
+            message,
+            problem,
+        } => SourceError::Connect {
+            source_name,
+            message: redact(&message, secrets),
+            problem,
+        },
+        SourceError::Adbc {
+            status,
+            message,
+            sqlstate,
+        } => SourceError::Adbc {
+            status,
+            message: redact(&message, secrets),
+            sqlstate,
+        },
+        other => other,
+    }
 }
 
 /// Loads the driver and connects as `login`, running nothing: `dataref doctor`.
@@ -142,8 +168,10 @@ pub fn probe(
     timeout: Duration,
 ) -> Result<(), SourceError> {
     let request = request(source, login, None, Vec::new(), env)?;
+    let secrets = secrets_of(&request);
     let run = Worker::start(worker, source, &request)?;
     run.finish(Instant::now() + timeout, &|| false)
+        .map_err(|e| hide(e, &secrets))
 }
 
 fn param_json(v: &ParamValue) -> Value {
@@ -283,6 +311,7 @@ impl Worker {
         } = self;
         let stop = AtomicU8::new(0);
         let done = AtomicBool::new(false);
+        let _reaped = Reaper(&child);
         let result = std::thread::scope(|scope| {
             scope.spawn(|| watch(&child, &stop, &done, is_cancelled, deadline));
             let read = read_stream(stdout, req, store, owner, lineage, progress);
@@ -293,7 +322,7 @@ impl Worker {
             read
         });
         // A stopped call stores nothing: the unfinished writer is dropped, not finished.
-        let status = child.lock().ok().and_then(|mut c| c.wait().ok());
+        let status = reap(&child);
         let said = stderr.join().unwrap_or_default();
         match stop.load(Ordering::Relaxed) {
             1 => return Err(SourceError::Cancelled),
@@ -344,7 +373,7 @@ impl Worker {
             let _ = std::io::copy(&mut stdout, &mut std::io::sink());
             done.store(true, Ordering::Relaxed);
         });
-        let status = child.lock().ok().and_then(|mut c| c.wait().ok());
+        let status = reap(&child);
         let said = stderr.join().unwrap_or_default();
         if stop.load(Ordering::Relaxed) != 0 {
             return Err(SourceError::Connect {
@@ -371,9 +400,42 @@ impl Worker {
     }
 }
 
+/// Waits for the worker to exit after its result (a driver closing its session), at most
+/// [`REAP_GRACE`], then kills it: no worker outlives its call.
+fn reap(child: &Mutex<std::process::Child>) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + REAP_GRACE;
+    loop {
+        let mut c = child.lock().ok()?;
+        match c.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() < until => {}
+            _ => {
+                let _ = c.kill();
+                return c.wait().ok();
+            }
+        }
+        drop(c);
+        std::thread::sleep(POLL);
+    }
+}
+
 fn kill(child: &Mutex<std::process::Child>) {
     if let Ok(mut c) = child.lock() {
         let _ = c.kill();
+    }
+}
+
+/// Kills and reaps the worker when dropped: also when a panic unwinds past the call.
+struct Reaper<'c>(&'c Mutex<std::process::Child>);
+
+impl Drop for Reaper<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.0.lock()
+            && matches!(c.try_wait(), Ok(None))
+        {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -480,6 +542,32 @@ pub fn worker(input: impl Read, output: impl Write, mut errors: impl Write) -> b
     }
 }
 
+/// `text` with every option value of at least 4 characters replaced by `***`: drivers echo
+/// an option's value in some errors ("Unknown database option password=…").
+fn redact(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_owned();
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.chars().count() >= 4).collect();
+    // Longest first, so a secret that contains another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for s in secrets {
+        out = out.replace(s.as_str(), "***");
+    }
+    out
+}
+
+/// The option values of a request (what [`redact`] hides).
+fn secrets_of(request: &Value) -> Vec<String> {
+    request
+        .get("database")
+        .and_then(Value::as_object)
+        .map(|o| {
+            o.values()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn worker_run(input: impl Read, output: impl Write) -> Result<(), driver::DriverError> {
     let ours = |message: String| driver::DriverError {
         status: 1,
@@ -488,6 +576,19 @@ fn worker_run(input: impl Read, output: impl Write) -> Result<(), driver::Driver
     };
     let request: Value =
         serde_json::from_reader(input).map_err(|e| ours(format!("the worker's request: {e}")))?;
+    let secrets = secrets_of(&request);
+    worker_request(&request, output).map_err(|e| driver::DriverError {
+        message: redact(&e.message, &secrets),
+        ..e
+    })
+}
+
+fn worker_request(request: &Value, output: impl Write) -> Result<(), driver::DriverError> {
+    let ours = |message: String| driver::DriverError {
+        status: 1,
+        message,
+        sqlstate: String::new(),
+    };
     let text = |k: &str| request.get(k).and_then(Value::as_str).map(str::to_owned);
     let library = text("driver").ok_or_else(|| ours("no driver in the request".into()))?;
     let entrypoint = text("entrypoint").unwrap_or_else(|| "AdbcDriverInit".into());
@@ -501,7 +602,10 @@ fn worker_run(input: impl Read, output: impl Write) -> Result<(), driver::Driver
         })
         .unwrap_or_default();
     let mut d = driver::Driver::open(Path::new(&library), &entrypoint, &options, &BTreeMap::new())?;
-    d.read_only()?;
+    // A read-only connection where the driver has the option; and a transaction, never
+    // committed (the connection is rolled back when it closes), where it has that.
+    d.try_option("adbc.connection.readonly", "true")?;
+    d.try_option("adbc.connection.autocommit", "false")?;
     let Some(sql) = text("sql") else {
         return Ok(());
     };
@@ -556,6 +660,18 @@ fn param_batch(params: &[Value]) -> Result<RecordBatch, arrow_schema::ArrowError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn option_values_are_hidden_from_messages() {
+        let secrets = vec!["s3cret-pw".to_owned(), "ANNA".to_owned(), "on".to_owned()];
+        assert_eq!(
+            redact(
+                "Unknown database option password=s3cret-pw for ANNA (on)",
+                &secrets
+            ),
+            "Unknown database option password=*** for *** (on)"
+        );
+    }
 
     #[test]
     fn parameters_are_one_typed_row() {

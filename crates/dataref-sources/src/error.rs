@@ -244,7 +244,7 @@ impl SourceError {
                 "UNAUTHENTICATED" => "check the credentials in the source's `options` (and the principal's own)".into(),
                 "UNAUTHORIZED" => "these credentials may not read that; query only what they are granted".into(),
                 "IO" | "TIMEOUT" => "check that the database is reachable from this host; `dataref doctor` connects to it".into(),
-                _ => "check table and column names in the database's own SQL dialect".into(),
+                _ => "check the SQL (in the database's own dialect: table and column names) and the source's `options`".into(),
             }),
             Self::Mysql { .. } => Some(
                 "check table and column names; `SELECT table_schema, table_name FROM information_schema.tables` lists the tables you can read"

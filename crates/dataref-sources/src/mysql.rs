@@ -49,6 +49,9 @@ use crate::{FetchRequest, Fetched, ParamValue, SourceError, SqlPolicy};
 
 /// Rows per Arrow batch written to the store.
 const BATCH_ROWS: usize = 65_536;
+/// Bytes of text and binary values per batch: a batch is cut earlier when its values
+/// reach this, far below the 2 GiB an Arrow string column's offsets can address.
+const BATCH_BYTES: usize = 256 << 20;
 /// How often a running call asks whether it was cancelled.
 const POLL: Duration = Duration::from_millis(20);
 /// How long a new connection may take.
@@ -252,7 +255,7 @@ pub async fn fetch(
     // Only operator SQL has named parameters; model SQL is sent as written.
     let (sql, params) = match req.policy {
         SqlPolicy::Configured => {
-            let p = sql::positional_params(req.sql);
+            let p = sql::positional_params(req.sql, true);
             let values = p
                 .names
                 .iter()
@@ -345,10 +348,11 @@ pub async fn fetch(
     }
 }
 
-/// `:name` → `?` (MySQL's lexing: backslash escapes, backquotes, `#` comments): the SQL
-/// and the name bound to each `?` in order.
-pub(crate) fn positional(sql: &str) -> (String, Vec<String>) {
-    let p = sql::positional_params(sql);
+/// `:name` → `?`: the SQL and the name bound to each `?` in order. `backslash_escapes`:
+/// a backslash in a string literal escapes the next character (MySQL), or is a character
+/// (standard SQL: SQLite, Snowflake, DuckDB).
+pub(crate) fn positional(sql: &str, backslash_escapes: bool) -> (String, Vec<String>) {
+    let p = sql::positional_params(sql, backslash_escapes);
     (p.sql, p.names)
 }
 
@@ -527,13 +531,14 @@ impl Call<'_, '_> {
             schema,
             writer,
             in_batch: 0,
+            in_batch_bytes: 0,
             total: 0,
             max_rows: self.req.source.max_rows,
             progress,
         };
         while let Some(row) = result.next().await? {
             sink.push(row.unwrap())?;
-            if sink.in_batch == BATCH_ROWS {
+            if sink.in_batch == BATCH_ROWS || sink.in_batch_bytes >= BATCH_BYTES {
                 sink.flush()?;
                 if is_cancelled() {
                     return Err(Failure::Stopped(Stop::Cancelled));
@@ -575,25 +580,29 @@ impl Call<'_, '_> {
 async fn beyond_reading(conn: &mut Conn) -> Result<Vec<String>, mysql_async::Error> {
     // Every value read as `Option`: the driver's conversion panics on a NULL where a
     // `String` was asked for (ENABLED_ROLES holds one NULL row when no role is enabled).
-    let mut held: Vec<String> = conn
-        .query::<Option<String>, _>("SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES")
-        .await?
-        .into_iter()
-        .flatten()
-        .collect();
-    let roles: Vec<String> = conn
-        .query::<Option<String>, _>("SELECT ROLE_NAME FROM information_schema.ENABLED_ROLES")
-        .await?
-        .into_iter()
-        .flatten()
-        .collect();
+    // Only the session's own account: a login that may read the `mysql` schema (a global
+    // SELECT grants it) sees every account's rows here.
+    let mut held: Vec<String> = texts(
+        conn.query::<Option<Vec<u8>>, _>(
+            "SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = \
+             CONCAT(QUOTE(LEFT(CURRENT_USER(), CHAR_LENGTH(CURRENT_USER()) - \
+             CHAR_LENGTH(SUBSTRING_INDEX(CURRENT_USER(), '@', -1)) - 1)), '@', \
+             QUOTE(SUBSTRING_INDEX(CURRENT_USER(), '@', -1)))",
+        )
+        .await?,
+    );
+    let roles = texts(
+        conn.query::<Option<Vec<u8>>, _>("SELECT ROLE_NAME FROM information_schema.ENABLED_ROLES")
+            .await?,
+    );
     for role in roles {
         // A role name from the catalog, quoted as a string literal.
         let quoted = role.replace('\\', "\\\\").replace('\'', "''");
-        let grants = conn
-            .query::<Option<String>, _>(format!("SHOW GRANTS FOR '{quoted}'"))
-            .await?;
-        held.extend(grants.iter().flatten().flat_map(|g| global_privileges(g)));
+        let grants = texts(
+            conn.query::<Option<Vec<u8>>, _>(format!("SHOW GRANTS FOR '{quoted}'"))
+                .await?,
+        );
+        held.extend(grants.iter().flat_map(|g| global_privileges(g)));
     }
     let mut beyond: Vec<String> = held
         .into_iter()
@@ -603,6 +612,15 @@ async fn beyond_reading(conn: &mut Conn) -> Result<Vec<String>, mysql_async::Err
     beyond.sort();
     beyond.dedup();
     Ok(beyond)
+}
+
+/// A column of catalog text: NULLs dropped, bytes read as (lossy) UTF-8, so neither a
+/// NULL nor a server's non-UTF-8 names can make the driver's conversion panic.
+fn texts(rows: Vec<Option<Vec<u8>>>) -> Vec<String> {
+    rows.into_iter()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .collect()
 }
 
 /// What `dataref doctor` reports about one login of a MySQL source.
@@ -664,6 +682,8 @@ struct Sink<'p> {
     schema: SchemaRef,
     writer: Box<dyn TableWriter>,
     in_batch: usize,
+    /// Bytes of text and binary values in the batch being built.
+    in_batch_bytes: usize,
     total: u64,
     max_rows: u64,
     progress: &'p (dyn Fn(u64) + Sync),
@@ -677,6 +697,9 @@ impl Sink<'_> {
             });
         }
         for (i, (col, v)) in self.columns.iter_mut().zip(row).enumerate() {
+            if let Value::Bytes(b) = &v {
+                self.in_batch_bytes += b.len();
+            }
             col.append(v).map_err(|message| SourceError::Unsupported {
                 column: self.names[i].clone(),
                 message: format!("row {} holds {message}", self.total + 1),
@@ -693,6 +716,7 @@ impl Sink<'_> {
             .map_err(|e| SourceError::Store(e.into()))?;
         self.writer.write(&batch)?;
         self.in_batch = 0;
+        self.in_batch_bytes = 0;
         (self.progress)(self.total);
         Ok(())
     }

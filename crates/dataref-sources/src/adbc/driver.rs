@@ -289,12 +289,11 @@ impl Driver {
         Ok(d)
     }
 
-    /// Asks for a read-only connection: ADBC's `adbc.connection.readonly`. `Ok(false)`
-    /// when the driver does not implement the option.
-    pub(crate) fn read_only(&mut self) -> Result<bool, DriverError> {
+    /// Sets a connection option the driver may not have: `Ok(false)` when it does not.
+    pub(crate) fn try_option(&mut self, key: &str, value: &str) -> Result<bool, DriverError> {
         let conn: H = &mut *self.connection;
-        let k = cstring("adbc.connection.readonly", "")?;
-        let v = cstring("true", "")?;
+        let k = cstring(key, "an option name")?;
+        let v = cstring(value, "an option value")?;
         match call!(
             self,
             connection_set_option,

@@ -28,8 +28,9 @@ fn ident_char(c: u8) -> bool {
     ident_start(c) || c.is_ascii_digit() || c == b'$'
 }
 
-/// `:name` → `?` in code; `:=` (assignment) and `::` are left alone.
-pub(crate) fn positional_params(sql: &str) -> Positional {
+/// `:name` → `?` in code; `:=` (assignment) and `::` are left alone. With
+/// `backslash_escapes`, a backslash in a string literal escapes the next character.
+pub(crate) fn positional_params(sql: &str, backslash_escapes: bool) -> Positional {
     let b = sql.as_bytes();
     let mut out = String::with_capacity(sql.len());
     let mut names = Vec::new();
@@ -76,7 +77,9 @@ pub(crate) fn positional_params(sql: &str) -> Positional {
             },
             State::Quoted(q) => {
                 // A backslash escape, or a doubled quote, skips two bytes.
-                if (c == b'\\' && q != b'`') || (c == q && b.get(i + 1) == Some(&q)) {
+                if (backslash_escapes && c == b'\\' && q != b'`')
+                    || (c == q && b.get(i + 1) == Some(&q))
+                {
                     i += 2;
                 } else {
                     if c == q {
@@ -114,6 +117,7 @@ mod tests {
         let p = positional_params(
             "SELECT ':a', \"it\\\":b\", `x:c`, @v := 1 -- :d\n\
              # :e\n/* :f */ FROM t WHERE a = :a AND b > :since AND c = :a",
+            true,
         );
         assert_eq!(p.names, ["a", "since", "a"]);
         assert!(
@@ -126,14 +130,22 @@ mod tests {
 
     #[test]
     fn a_double_dash_without_a_space_is_minus_minus() {
-        let p = positional_params("SELECT 1--:n");
+        let p = positional_params("SELECT 1--:n", true);
         assert_eq!(p.names, ["n"]);
         assert_eq!(p.sql, "SELECT 1--?");
     }
 
     #[test]
+    fn without_backslash_escapes_a_backslash_is_a_character() {
+        let p = positional_params("SELECT 'C:\\' AS dir, ':x' AS s WHERE id = :id", false);
+        assert_eq!(p.names, ["id"]);
+        let p = positional_params("SELECT 'C:\\' AS dir, ':x' AS s WHERE id = :id", true);
+        assert_ne!(p.names, ["id"], "MySQL reads the backslash as an escape");
+    }
+
+    #[test]
     fn an_unclosed_string_keeps_the_rest_as_written() {
-        let p = positional_params("SELECT ':x");
+        let p = positional_params("SELECT ':x", true);
         assert!(p.names.is_empty());
         assert_eq!(p.sql, "SELECT ':x");
     }

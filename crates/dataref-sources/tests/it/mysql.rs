@@ -75,6 +75,8 @@ CREATE USER sneaky IDENTIFIED BY 'sneaky-pw';
 GRANT SELECT ON shop.orders_eu TO sneaky;
 GRANT filer TO sneaky;
 SET DEFAULT ROLE filer FOR sneaky;
+CREATE USER reader IDENTIFIED BY 'reader-pw';
+GRANT SELECT ON *.* TO reader;
 CREATE USER watcher IDENTIFIED BY 'watcher-pw';
 GRANT PROCESS ON *.* TO watcher;
 GRANT SELECT ON shop.orders_eu TO watcher;
@@ -341,6 +343,11 @@ async fn a_login_that_holds_more_than_reading_is_refused_for_model_sql() {
         .await
         .unwrap_err();
     assert!(e.to_string().contains("PROCESS"), "{e}");
+    // A login that may read every table (and so the `mysql` schema, where it could see
+    // other accounts' privileges) only reads: its own privileges are what count.
+    let reader = login("reader", Some(("reader", "reader-pw")));
+    let f = my.query(&reader, "SELECT id FROM orders_us").await.unwrap();
+    assert_eq!(f.meta.rows, 2);
     // Operator SQL (a named query) runs on any login.
     let f = my
         .run_with(

@@ -172,6 +172,8 @@ async fn the_postgresql_driver_reads_under_each_principals_own_credentials() {
          INSERT INTO orders_eu VALUES (1, 10.50), (2, 20.25);
          INSERT INTO orders_us VALUES (9, 999.99);
          GRANT SELECT ON orders_eu TO eu_analyst;
+         CREATE TABLE scratch (id int);
+         GRANT SELECT, INSERT ON scratch TO eu_analyst;
          GRANT SELECT ON orders_eu, orders_us TO operator;",
     )
     .await
@@ -193,7 +195,10 @@ async fn the_postgresql_driver_reads_under_each_principals_own_credentials() {
              [queries.orders]\nsource = \"pg\"\ndescription = \"EU orders over an amount.\"\n\
              sql = \"SELECT id FROM orders_eu WHERE amount > :min ORDER BY id\"\n\
              params.min = {{ type = \"number\", required = true }}\n\
-             [principals.anna.adbc.pg]\nuri = \"{eu}\"\n",
+             [sources.leaky]\nkind = \"adbc\"\ndriver = \"{driver}\"\nallow_sql = true\n\
+             options = {{ uri = \"{op}\", \"adbc.made.up\" = \"s3cret-token\" }}\n\
+             [principals.anna.adbc.pg]\nuri = \"{eu}\"\n\
+             [principals.anna.adbc.leaky]\nuri = \"{eu}\"\n",
             driver = driver.display(),
             op = uri("operator"),
             eu = uri("eu_analyst"),
@@ -216,6 +221,33 @@ async fn the_postgresql_driver_reads_under_each_principals_own_credentials() {
     .await;
     assert_eq!(r.is_error, Some(true), "{}", text(&r));
     assert!(!text(&r).contains("999"), "{}", text(&r));
+    // A write the credentials are granted: run in a transaction that is never committed.
+    let _ = call(
+        &client,
+        "query",
+        json!({"source": "pg", "sql": "INSERT INTO scratch VALUES (1) RETURNING id"}),
+    )
+    .await;
+    let n = pg
+        .client()
+        .await
+        .unwrap()
+        .query_one("SELECT count(*) FROM scratch", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(n, 0, "the write was committed");
+    // A driver's error never shows an option's value (a password, a token).
+    // (Some drivers answer an option they do not know with "option name=value"; the
+    // worker hides every option's value from messages: `option_values_are_hidden`.)
+    let r = call(
+        &client,
+        "query",
+        json!({"source": "leaky", "sql": "SELECT 1"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true), "{}", text(&r));
+    assert!(!text(&r).contains("s3cret-token"), "{}", text(&r));
     let r = call(
         &client,
         "query",
