@@ -6,7 +6,7 @@
 //! parameters) goes in on stdin as JSON, never in arguments or the environment; the
 //! result comes back on stdout as an Arrow IPC stream, written into the store batch by
 //! batch under the source's `max_rows`. The worker loads the driver through the C ABI and
-//! imports its result through Arrow's C stream interface ([`driver`]), so there is one
+//! imports its result through Arrow's C stream interface (`adbc/driver.rs`), so there is one
 //! arrow in the tree and a driver's crash, leak or hang in C ends only its own process.
 //! Cancellation and the deadline kill the worker. Its environment is cleared but for
 //! `PATH`, `HOME`, `TMPDIR` and `LANG`.
@@ -525,7 +525,7 @@ fn last_lines(s: &str) -> String {
 }
 
 /// The worker's main: reads one request on `input`, writes the result as an Arrow IPC
-/// stream on `output`. On an error, writes [`ERROR_PREFIX`] and a JSON line to `errors`
+/// stream on `output`. On an error, writes a marked JSON line (`dataref-adbc-error: {…}`) to `errors`
 /// and returns false.
 pub fn worker(input: impl Read, output: impl Write, mut errors: impl Write) -> bool {
     match worker_run(input, output) {
