@@ -112,17 +112,7 @@ pub fn fetch(
                     (n.sql, n.names)
                 }
             };
-            let values = names
-                .iter()
-                .map(|name| match req.params.iter().find(|(n, _)| n == name) {
-                    Some((_, v)) => Ok(param_json(v)),
-                    None => Err(SourceError::BadParam {
-                        name: name.clone(),
-                        message: "the SQL has this placeholder but no value was given for it"
-                            .into(),
-                    }),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            let values = req.bind(&names, param_json)?;
             (sql, values)
         }
         SqlPolicy::Generic => (req.sql.to_owned(), Vec::new()),

@@ -256,18 +256,7 @@ pub async fn fetch(
     let (sql, params) = match req.policy {
         SqlPolicy::Configured => {
             let p = sql::positional_params(req.sql, true);
-            let values = p
-                .names
-                .iter()
-                .map(|name| match req.params.iter().find(|(n, _)| n == name) {
-                    Some((_, v)) => Ok(param(v)),
-                    None => Err(SourceError::BadParam {
-                        name: name.clone(),
-                        message: "the SQL has this placeholder but no value was given for it"
-                            .into(),
-                    }),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            let values = req.bind(&p.names, param)?;
             (p.sql, values)
         }
         SqlPolicy::Generic => (req.sql.to_owned(), Vec::new()),

@@ -124,17 +124,7 @@ pub async fn fetch(
             names: Vec::new(),
         },
     };
-    let params = numbered
-        .names
-        .iter()
-        .map(|name| match req.params.iter().find(|(n, _)| n == name) {
-            Some((_, v)) => Ok(TextParam::from(v)),
-            None => Err(SourceError::BadParam {
-                name: name.clone(),
-                message: "the SQL has this placeholder but no value was given for it".into(),
-            }),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let params = req.bind(&numbered.names, |v| TextParam::from(v))?;
     if is_cancelled() {
         return Err(SourceError::Cancelled);
     }

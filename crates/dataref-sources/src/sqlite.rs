@@ -67,6 +67,27 @@ pub enum ParamValue {
     Text(String),
 }
 
+impl FetchRequest<'_> {
+    /// The value of each placeholder name, in order, as `convert` makes it; a name with no
+    /// value is an error naming it.
+    pub(crate) fn bind<T>(
+        &self,
+        names: &[String],
+        convert: impl Fn(&ParamValue) -> T,
+    ) -> Result<Vec<T>, SourceError> {
+        names
+            .iter()
+            .map(|name| match self.params.iter().find(|(n, _)| n == name) {
+                Some((_, v)) => Ok(convert(v)),
+                None => Err(SourceError::BadParam {
+                    name: name.clone(),
+                    message: "the SQL has this placeholder but no value was given for it".into(),
+                }),
+            })
+            .collect()
+    }
+}
+
 /// How much the SQL is trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SqlPolicy {

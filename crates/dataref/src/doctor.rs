@@ -348,6 +348,15 @@ fn files(source: &dataref_config::SourceConfig, location: &str, what: &str) -> C
 /// logs in as each principal's own role (the login of model-written SQL) and asks the
 /// database which other principals' roles that login can become: any is a failure,
 /// unless the source sets `allow_sql_shared_roles = true`.
+/// Every configured principal, then the stdio one if it is not among them.
+fn every_principal(config: &Config) -> Vec<&dataref_protocol::Principal> {
+    let mut principals: Vec<&dataref_protocol::Principal> = config.principals.keys().collect();
+    if !principals.contains(&&config.principal) {
+        principals.push(&config.principal);
+    }
+    principals
+}
+
 /// Logs in as every principal (and the stdio one) and says who each is on the server and
 /// whether its login can only read (else `query` is refused on it).
 fn mysql(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check {
@@ -366,10 +375,7 @@ fn mysql(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check
             ..
         }
     );
-    let mut principals: Vec<&dataref_protocol::Principal> = config.principals.keys().collect();
-    if !principals.contains(&&config.principal) {
-        principals.push(&config.principal);
-    }
+    let principals = every_principal(config);
     let mut status = Status::Ok;
     let mut version = None;
     let mut logins = Vec::new();
@@ -451,10 +457,7 @@ fn adbc(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check 
             dataref_sources::adbc::Placeholders::Question
         },
     };
-    let mut principals: Vec<&dataref_protocol::Principal> = config.principals.keys().collect();
-    if !principals.contains(&&config.principal) {
-        principals.push(&config.principal);
-    }
+    let principals = every_principal(config);
     let mut status = Status::Ok;
     let mut hint = None;
     let mut logins = Vec::new();
@@ -516,10 +519,7 @@ fn postgres(config: &Config, source: &str, what: &str) -> Check {
         }
     );
     // Every configured principal, and the stdio principal, by the role each runs as.
-    let mut principals: Vec<&dataref_protocol::Principal> = config.principals.keys().collect();
-    if !principals.contains(&&config.principal) {
-        principals.push(&config.principal);
-    }
+    let principals = every_principal(config);
     let roles: Vec<String> = principals
         .iter()
         .map(|p| sources.role(p).to_owned())
