@@ -1482,7 +1482,7 @@ mod tests {
             ),
             (
                 "[sources.s]\nkind = \"postgres\"\nurl = \"host=x\"\nallow_shared_login = true",
-                "for mysql sources",
+                "for mysql and adbc sources",
             ),
             (
                 "[sources.s]\nkind = \"mysql\"\nurl = \"mysql://x\"\npool_size = 2",
