@@ -65,6 +65,33 @@ pub struct AdbcSource {
     pub placeholders: Placeholders,
 }
 
+impl AdbcSource {
+    /// The driver, options and placeholder style of an `adbc` source; None for another kind.
+    pub fn of(source: &dataref_config::SourceConfig) -> Option<Self> {
+        let dataref_config::SourceKind::Adbc {
+            driver,
+            entrypoint,
+            options,
+            dollar_placeholders,
+            ..
+        } = &source.kind
+        else {
+            return None;
+        };
+        Some(Self {
+            name: source.name.clone(),
+            driver: driver.clone(),
+            entrypoint: entrypoint.clone(),
+            options: options.clone(),
+            placeholders: if *dollar_placeholders {
+                Placeholders::Dollar
+            } else {
+                Placeholders::Question
+            },
+        })
+    }
+}
+
 /// Whose credentials a call uses: the principal's own options laid over the source's.
 #[derive(Clone, Default)]
 pub struct AdbcLogin {

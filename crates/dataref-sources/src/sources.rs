@@ -9,7 +9,7 @@ use dataref_config::{Config, SourceKind};
 use dataref_protocol::Principal;
 use dataref_store::{ArtifactMeta, ArtifactStore, Lineage};
 
-use crate::adbc::{AdbcLogin, AdbcSource, Placeholders};
+use crate::adbc::{AdbcLogin, AdbcSource};
 use crate::error::ConnectProblem;
 use crate::mysql::{Login, MysqlSource};
 use crate::postgres::{PgPool, RoleLogin};
@@ -52,9 +52,6 @@ pub struct Sources {
     operator: Option<Principal>,
     /// Each principal's own options per ADBC source.
     adbc_logins: BTreeMap<(Principal, String), BTreeMap<String, String>>,
-    /// The executable an ADBC source's worker runs as (`dataref adbc-worker`). None: this
-    /// process's own executable.
-    adbc_worker: Option<std::path::PathBuf>,
 }
 
 impl Sources {
@@ -124,14 +121,7 @@ impl Sources {
                         .map(move |(source, o)| ((p.clone(), source.clone()), o.clone()))
                 })
                 .collect(),
-            adbc_worker: None,
         }
-    }
-
-    /// Runs ADBC drivers in `exe adbc-worker` (tests: the `dataref` binary).
-    pub fn with_adbc_worker(mut self, exe: std::path::PathBuf) -> Self {
-        self.adbc_worker = Some(exe);
-        self
     }
 
     /// Whose options a call of `principal` on ADBC source `source` uses.
@@ -168,15 +158,12 @@ impl Sources {
         })
     }
 
-    /// The executable ADBC workers run as.
+    /// The executable ADBC workers run as: this program (`dataref adbc-worker`).
     pub fn adbc_worker(&self) -> Result<std::path::PathBuf, SourceError> {
-        match &self.adbc_worker {
-            Some(exe) => Ok(exe.clone()),
-            None => std::env::current_exe().map_err(|e| SourceError::Open {
-                source_name: "adbc".into(),
-                message: format!("cannot find this program to start the ADBC worker: {e}"),
-            }),
-        }
+        std::env::current_exe().map_err(|e| SourceError::Open {
+            source_name: "adbc".into(),
+            message: format!("cannot find this program to start the ADBC worker: {e}"),
+        })
     }
 
     /// Uses `source` for its name (tests: a source with its own `${NAME}` lookup).
@@ -383,23 +370,12 @@ impl Sources {
                 ))
             }
             SourceKind::Adbc {
-                driver,
-                entrypoint,
-                options,
-                dollar_placeholders,
-                allow_shared_login,
+                allow_shared_login, ..
             } => {
-                let source = AdbcSource {
-                    name: req.source.name.clone(),
-                    driver: driver.clone(),
-                    entrypoint: entrypoint.clone(),
-                    options: options.clone(),
-                    placeholders: if *dollar_placeholders {
-                        Placeholders::Dollar
-                    } else {
-                        Placeholders::Question
-                    },
-                };
+                let source = AdbcSource::of(req.source).ok_or_else(|| SourceError::Open {
+                    source_name: req.source.name.clone(),
+                    message: "internal: not an adbc source".into(),
+                })?;
                 let login = self.adbc_login(&req.source.name, owner, *allow_shared_login)?;
                 crate::adbc::fetch(
                     &self.adbc_worker()?,

@@ -431,13 +431,12 @@ fn mysql(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check
 
 /// Starts the driver in its worker and connects as every principal (and the stdio one).
 fn adbc(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check {
-    let SourceKind::Adbc {
-        driver,
-        entrypoint,
-        options,
-        dollar_placeholders,
-        allow_shared_login,
-    } = &s.kind
+    let (
+        SourceKind::Adbc {
+            allow_shared_login, ..
+        },
+        Some(source),
+    ) = (&s.kind, dataref_sources::adbc::AdbcSource::of(s))
     else {
         return check(Status::Fail, what, "internal: not an adbc source", None);
     };
@@ -445,17 +444,6 @@ fn adbc(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check 
     let worker = match sources.adbc_worker() {
         Ok(w) => w,
         Err(e) => return check(Status::Fail, what, e.to_string(), None),
-    };
-    let source = dataref_sources::adbc::AdbcSource {
-        name: s.name.clone(),
-        driver: driver.clone(),
-        entrypoint: entrypoint.clone(),
-        options: options.clone(),
-        placeholders: if *dollar_placeholders {
-            dataref_sources::adbc::Placeholders::Dollar
-        } else {
-            dataref_sources::adbc::Placeholders::Question
-        },
     };
     let principals = every_principal(config);
     let mut status = Status::Ok;
@@ -488,7 +476,7 @@ fn adbc(config: &Config, s: &dataref_config::SourceConfig, what: &str) -> Check 
     check(
         status,
         what,
-        format!("adbc {}: {}", driver.display(), logins.join("; ")),
+        format!("adbc {}: {}", source.driver.display(), logins.join("; ")),
         hint.as_deref(),
     )
 }
