@@ -41,10 +41,16 @@ impl TestMariadb {
             .prefix("dataref-mariadb-")
             .tempdir()?;
         let data = dir.path().join("data");
+        // A temp dir of its own: servers started side by side (tests run in parallel, CI
+        // runs several binaries at once) otherwise share /tmp for their temporary tables,
+        // and one bootstrap's cleanup was seen to take another's table away.
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp)?;
         let root = super::is_root();
         let mut init = Command::new(&install);
         init.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(["--auth-root-authentication-method=socket", "--skip-test-db"]);
         if root {
             init.arg("--user=root");
@@ -69,6 +75,7 @@ impl TestMariadb {
         let mut cmd = Command::new(&server);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--socket={}", dir.path().join("sock").display()))
             .arg(format!("--port={port}"))
             .arg(format!("--pid-file={}", dir.path().join("pid").display()))
