@@ -9,7 +9,9 @@
 //!   counted with `o200k_base` as an **approximation**: their own tokenizers differ, by
 //!   some ten percent either way on typical text. [`TokenCounter::is_approximate`] says so;
 //!   keep a margin in the budget for them.
-//! - Each BPE is loaded once per process (tiktoken-rs' singletons; loading takes ~100 ms).
+//! - Each BPE is loaded once per process (tiktoken-rs' singletons; loading takes ~100 ms),
+//!   on the first count, not when a profile is resolved: a server that never runs an agent
+//!   never loads one, and one that does answers its first request before.
 //! - Message counts follow OpenAI's accounting (the cookbook's `num_tokens_from_messages`):
 //!   a few tokens of framing per message, the role, the content, each tool call's name and
 //!   arguments, the `tool_call_id`; plus [`REPLY_PRIMING`] once per request. They are cached
@@ -57,7 +59,8 @@ pub fn o200k_base() -> &'static CoreBPE {
 
 /// Counts tokens with a model's tokenizer; counts of messages are cached.
 pub struct TokenCounter {
-    bpe: &'static CoreBPE,
+    /// Loads the BPE on its first call (then returns the process's one).
+    bpe: fn() -> &'static CoreBPE,
     encoding: &'static str,
     approximate: bool,
     cache: Mutex<HashMap<u64, usize>>,
@@ -72,14 +75,14 @@ impl std::fmt::Debug for TokenCounter {
     }
 }
 
-fn bpe_of(tokenizer: Tokenizer) -> (&'static CoreBPE, &'static str) {
+fn bpe_of(tokenizer: Tokenizer) -> (fn() -> &'static CoreBPE, &'static str) {
     match tokenizer {
-        Tokenizer::O200kBase => (tiktoken_rs::o200k_base_singleton(), "o200k_base"),
-        Tokenizer::O200kHarmony => (tiktoken_rs::o200k_harmony_singleton(), "o200k_harmony"),
-        Tokenizer::Cl100kBase => (tiktoken_rs::cl100k_base_singleton(), "cl100k_base"),
-        Tokenizer::P50kBase => (tiktoken_rs::p50k_base_singleton(), "p50k_base"),
-        Tokenizer::P50kEdit => (tiktoken_rs::p50k_edit_singleton(), "p50k_edit"),
-        Tokenizer::R50kBase | Tokenizer::Gpt2 => (tiktoken_rs::r50k_base_singleton(), "r50k_base"),
+        Tokenizer::O200kBase => (tiktoken_rs::o200k_base_singleton, "o200k_base"),
+        Tokenizer::O200kHarmony => (tiktoken_rs::o200k_harmony_singleton, "o200k_harmony"),
+        Tokenizer::Cl100kBase => (tiktoken_rs::cl100k_base_singleton, "cl100k_base"),
+        Tokenizer::P50kBase => (tiktoken_rs::p50k_base_singleton, "p50k_base"),
+        Tokenizer::P50kEdit => (tiktoken_rs::p50k_edit_singleton, "p50k_edit"),
+        Tokenizer::R50kBase | Tokenizer::Gpt2 => (tiktoken_rs::r50k_base_singleton, "r50k_base"),
     }
 }
 
@@ -140,7 +143,7 @@ impl TokenCounter {
         if text.is_empty() {
             return 0;
         }
-        self.bpe.encode_ordinary(text).len()
+        (self.bpe)().encode_ordinary(text).len()
     }
 
     /// A message's tokens as the provider counts them in a request (content, calls and the
@@ -208,15 +211,12 @@ impl TokenCounter {
     /// The byte offsets where the tokens of `text` end, in order (the last is
     /// `text.len()`); an offset may fall inside a multi-byte character.
     pub(crate) fn token_ends(&self, text: &str) -> Vec<usize> {
-        let tokens = self.bpe.encode_ordinary(text);
+        let bpe = (self.bpe)();
+        let tokens = bpe.encode_ordinary(text);
         let mut ends = Vec::with_capacity(tokens.len());
         let mut at = 0;
         for token in tokens {
-            at += self
-                .bpe
-                .decode_bytes(&[token])
-                .map(|b| b.len())
-                .unwrap_or(0);
+            at += bpe.decode_bytes(&[token]).map(|b| b.len()).unwrap_or(0);
             ends.push(at.min(text.len()));
         }
         if let Some(last) = ends.last_mut() {

@@ -42,8 +42,8 @@ use dataref_workspace::Mirror;
 pub use error::{Error, Result};
 pub use sample::Sample;
 pub use setup::{
-    await_first_warm, connect_shared, ensure_sample, home, look_at_shared, open_store,
-    progress_line, python_sandbox, shutdown_python, workspace,
+    connect_shared, ensure_sample, home, look_at_shared, open_store, progress_line, python_sandbox,
+    shutdown_python, workspace,
 };
 pub use sweep::{SpillSweep, spawn_store_sweeper, spawn_sweepers};
 pub use upstreams::{connect_upstreams, describe};

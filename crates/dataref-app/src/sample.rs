@@ -15,7 +15,7 @@ use dataref_tool::{RunContext, ToolRegistry};
 
 use crate::App;
 use crate::error::{Error, Result};
-use crate::setup::{await_first_warm, progress_line, workspace};
+use crate::setup::{progress_line, workspace};
 
 /// The built-in sample under a data dir, served to one principal.
 pub struct Sample {
@@ -83,8 +83,6 @@ impl Sample {
             // Installed just now: fill the pool (a no-op fill when it is filling already).
             sandbox.prewarm();
         }
-        // As `serve` on stdio: the handshake after the first warm sandbox.
-        await_first_warm(python.as_deref());
         let workspace = workspace(None, &shared, &config.principal)?;
         let ctx = shared.context(config.principal.clone(), workspace);
         let rows = config.sample.as_ref().map_or(0, |s| s.rows);

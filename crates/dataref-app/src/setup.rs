@@ -161,25 +161,6 @@ pub fn python_sandbox(config: &Config) -> Option<Arc<PythonSandbox>> {
     Some(sandbox)
 }
 
-/// How long a stdio server waits for its first warm sandbox before it reads the handshake.
-pub const FIRST_WARM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Waits (at most [`FIRST_WARM_PATIENCE`]) for the first warm sandbox, when one is on its
-/// way: a client that calls `run_python` right after its handshake then gets a warm run
-/// instead of waiting for the sandbox inside its first call. Returns at once without a
-/// pool, a runtime, or when the sandbox cannot start.
-pub fn await_first_warm(python: Option<&PythonSandbox>) {
-    if let Some(sandbox) = python
-        && !sandbox.wait_warm(FIRST_WARM_PATIENCE)
-        && sandbox.status().filling
-    {
-        tracing::warn!(
-            "the first warm sandbox was not ready after {} s; serving anyway",
-            FIRST_WARM_PATIENCE.as_secs()
-        );
-    }
-}
-
 /// Stops `run_python`'s jobs and removes its warm sandboxes, cgroups and job directories.
 pub fn shutdown_python(python: Option<&PythonSandbox>) {
     if let Some(python) = python {

@@ -3,10 +3,11 @@
 //! `serve` runs, spoken to over MCP as `bench context` does), does the handshake, sends the
 //! seed's quarter-over-quarter pivot at once, then the same call `--warm-runs` times with
 //! the pool full; and the same with the pool turned off (`pool_size = 0`: every run starts
-//! its sandbox), the baseline. Like `serve` on stdio, the server answers the handshake once
-//! its first warm sandbox is ready, so the start-up column shows what that costs and the
-//! last column the whole wait of a client that calls at once. Rounds alternate between the two so both see the same page
-//! cache; the table prints each round and the medians.
+//! its sandbox), the baseline. Like `serve` on stdio, the server answers the handshake at
+//! once and the first call waits for the warm sandbox on its way, so the first-call column
+//! shows what that costs and the last column the whole wait of a client that calls at once.
+//! Rounds alternate between the two so both see the same page cache; the table prints each
+//! round and the medians.
 
 use std::io::Write;
 use std::time::{Duration, Instant};

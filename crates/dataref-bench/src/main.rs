@@ -29,6 +29,7 @@ mod shared;
 mod spill;
 mod sql;
 mod sql_limits;
+mod start;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -129,6 +130,10 @@ enum BenchSection {
     /// index, read back on another replica (first and cached) against the local store;
     /// and 50 clients × 100 calls through HAProxy to 1 and to 2 replicas.
     Shared(shared::SharedArgs),
+    /// How soon `dataref serve` on stdio answers `initialize` and `tools/list` (what a host
+    /// waits for at the start of every conversation), against the executable's own
+    /// `--version`.
+    Start(start::StartArgs),
     /// Files into tables and a lake queried in place: a 10M-row CSV loaded into the store
     /// against DuckDB's `read_csv` and pandas, a 100k-row XLSX against pandas/openpyxl, a
     /// Parquet lake query against DuckDB's `read_parquet`, with peak memory.
@@ -494,6 +499,10 @@ fn run(args: &BenchArgs) -> Result<ExitCode> {
         }
         Some(BenchSection::Shared(a)) => {
             shared::run(a, args.dir.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(BenchSection::Start(a)) => {
+            start::run(a)?;
             return Ok(ExitCode::SUCCESS);
         }
         Some(BenchSection::Load(a)) => {

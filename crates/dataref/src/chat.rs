@@ -47,7 +47,6 @@ fn start(common: &Common, principal: Option<&str>, agent: Option<&str>) -> Resul
         };
         bail!(with_hint(&e.to_string(), e.hint()));
     }
-    dataref_app::await_first_warm(app.python.as_deref());
     let ctx = app.shared.context(principal, workspace.clone());
     let _guard = app.runtime.enter();
     spawn_sweepers(

@@ -38,9 +38,9 @@ pub fn run(
             return Err(e.into());
         }
     };
-    // The client's `initialize` waits in the pipe until the first warm sandbox is ready, so
-    // that a `run_python` right after the handshake is a warm run.
-    dataref_app::await_first_warm(python.as_deref());
+    // The handshake is answered at once: the pool fills meanwhile, and a `run_python` that
+    // arrives before the first warm sandbox is ready waits for that one (it is further
+    // along than a cold start would be).
     let served = runtime.block_on(async move {
         spawn_sweepers(
             &config,
