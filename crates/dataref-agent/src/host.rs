@@ -5,10 +5,11 @@
 //! appended to the session.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use dataref_config::Config;
-use dataref_protocol::Principal;
+use dataref_protocol::{Principal, Timestamp};
 use dataref_tool::{RunContext, ToolRegistry};
 use tokio_util::sync::CancellationToken;
 
@@ -17,7 +18,7 @@ use crate::event::EventSink;
 use crate::llm::ChatModel;
 use crate::message::Message;
 use crate::profile::{Agent, ProfileError};
-use crate::run::{RunInput, RunOutcome};
+use crate::run::{Checkpoint, RunInput, RunOutcome};
 use crate::session::{SessionError, SessionLock, SessionStore};
 
 /// Why a message could not be sent (the run itself never fails: its failures are in its
@@ -241,6 +242,14 @@ impl AgentHost {
             Err(e) => return Err(e.into()),
         };
         let now = send.ctx.clock.now();
+        let checkpoint = SessionCheckpoint {
+            store: self.sessions.clone(),
+            principal: principal.clone(),
+            id: id.clone(),
+            agent: agent.name.clone(),
+            now,
+            started: AtomicBool::new(false),
+        };
         let run = agent
             .run(RunInput {
                 ctx: send.ctx,
@@ -250,6 +259,7 @@ impl AgentHost {
                 events: send.events,
                 approver: send.approver,
                 cancel: send.cancel,
+                checkpoint: Some(&checkpoint),
             })
             .await;
         let store = self.sessions.clone();
@@ -260,6 +270,39 @@ impl AgentHost {
             agent: agent.name.clone(),
             run,
         })
+    }
+}
+
+/// A run kept in its session as it goes: a process killed mid-run keeps the question and
+/// every finished round of tool calls.
+struct SessionCheckpoint {
+    store: Arc<SessionStore>,
+    principal: Principal,
+    id: String,
+    agent: String,
+    now: Timestamp,
+    /// Whether the run's first piece is kept (the next ones continue it).
+    started: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Checkpoint for SessionCheckpoint {
+    async fn save(&self, messages: &[Message]) -> Result<(), String> {
+        let store = self.store.clone();
+        let (p, i, a, now) = (
+            self.principal.clone(),
+            self.id.clone(),
+            self.agent.clone(),
+            self.now,
+        );
+        let messages = messages.to_vec();
+        let starts_run = !self.started.load(Ordering::SeqCst);
+        blocking(move || store.append_messages(&p, &i, &a, now, &messages, starts_run))
+            .await
+            .and_then(|r| r.map_err(SendError::from))
+            .map_err(|e| e.to_string())?;
+        self.started.store(true, Ordering::SeqCst);
+        Ok(())
     }
 }
 

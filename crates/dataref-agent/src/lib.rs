@@ -27,7 +27,7 @@ pub mod session;
 
 pub use approval::{ApprovalRequest, ApproveAll, Approver, Decision, NoOneToAsk};
 pub use profile::{Agent, ProfileError};
-pub use run::{RequestStats, RunInput, RunOutcome, Stopped};
+pub use run::{Checkpoint, RequestStats, RunInput, RunOutcome, Stopped};
 pub use session::{
     NewRun, SessionBackend, SessionError, SessionInfo, SessionLock, SessionStore, StoredSession,
 };

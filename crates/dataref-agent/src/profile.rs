@@ -1,7 +1,8 @@
 //! Agent profiles (`[agents.NAME]`) resolved against the tool registry: the tool set (IDs
-//! and patterns; `read_file` added whenever a tool can spill), the compiled system prompt,
-//! the tokenizer and the model endpoint. A profile's tools are a registry of their own, so
-//! a `call_tool` of the profile reaches only the profile's tools.
+//! and patterns; `read_file` added whenever a tool can spill, unless `read_spilled =
+//! false`), the compiled system prompt, the tokenizer and the model endpoint. A profile's
+//! tools are a registry of their own, so a `call_tool` of the profile reaches only the
+//! profile's tools.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -60,9 +61,12 @@ pub enum ProfileError {
 impl ProfileError {
     pub fn hint(&self) -> Option<String> {
         match self {
-            Self::UnknownTool { .. } => {
-                Some("list the tools with `dataref tools`, or use a pattern like `fetch_*`".into())
-            }
+            Self::UnknownTool { .. } => Some(
+                "a tool ID is a name the server lists in `tools/list`: a built-in such as \
+                 `run_sql`, `fetch_<query>` for each named query, an HTTP tool's name, or a \
+                 mounted server's tools under its prefix; or a pattern like `fetch_*`"
+                    .into(),
+            ),
             Self::UnknownApproval { .. } => {
                 Some("name a tool the profile's `tools` include, or a pattern".into())
             }
@@ -154,7 +158,11 @@ impl Agent {
             }
         }
         let spills = chosen.iter().any(|n| registry.spill_threshold(n).is_some());
-        if spills && !chosen.iter().any(|n| n == READ_FILE) && registry.get(READ_FILE).is_some() {
+        if profile.read_spilled
+            && spills
+            && !chosen.iter().any(|n| n == READ_FILE)
+            && registry.get(READ_FILE).is_some()
+        {
             chosen.push(READ_FILE.to_owned());
         }
         for (id, _) in &profile.approvals {

@@ -92,6 +92,20 @@ pub struct RunInput<'a> {
     pub approver: &'a dyn Approver,
     /// Cancels the turn and the tool running in it.
     pub cancel: CancellationToken,
+    /// Where the run's messages are kept as it goes (the person's message first, then each
+    /// finished round of tool calls), so a process killed mid-run keeps them; `None` keeps
+    /// nothing before the end.
+    pub checkpoint: Option<&'a dyn Checkpoint>,
+}
+
+/// Keeps a run's messages as the run goes ([`RunInput::checkpoint`]).
+#[async_trait::async_trait]
+pub trait Checkpoint: Send + Sync {
+    /// Keeps `messages`, which follow those of the calls before (the first call of a run
+    /// carries the person's message and starts the run). An error is logged by the run,
+    /// which then keeps nothing more before its end: [`RunOutcome::saved`] says how many
+    /// of its messages were kept.
+    async fn save(&self, messages: &[Message]) -> Result<(), String>;
 }
 
 /// One model request of a run.
@@ -119,12 +133,42 @@ pub struct RunOutcome {
     pub usage: Usage,
     /// Tool calls run (or refused) in this run.
     pub tool_calls: u32,
+    /// How many of `messages` (from the first) the run's [`Checkpoint`] kept already.
+    pub saved: usize,
 }
 
 impl RunOutcome {
     /// Every tool-call observation of the run, by call id (the tool messages).
     pub fn observations(&self) -> impl Iterator<Item = &Message> {
         self.messages.iter().filter(|m| m.role == Role::Tool)
+    }
+}
+
+/// A run's [`Checkpoint`] and how much of the run it has kept.
+struct Kept<'a> {
+    checkpoint: Option<&'a dyn Checkpoint>,
+    first_new: usize,
+    /// The run's messages kept so far; nothing more once a save failed.
+    saved: usize,
+}
+
+impl Kept<'_> {
+    /// Keeps the run's messages in `history` not kept yet.
+    async fn save(&mut self, history: &[Message]) {
+        let Some(checkpoint) = self.checkpoint else {
+            return;
+        };
+        let new = &history[self.first_new + self.saved..];
+        if new.is_empty() {
+            return;
+        }
+        match checkpoint.save(new).await {
+            Ok(()) => self.saved += new.len(),
+            Err(e) => {
+                tracing::warn!(error = %e, "a run's messages could not be kept as it went; they are kept at its end");
+                self.checkpoint = None;
+            }
+        }
     }
 }
 
@@ -169,6 +213,7 @@ impl Agent {
             events,
             approver,
             cancel,
+            checkpoint,
         } = input;
         let limits = &self.config.limits;
         let started = Instant::now();
@@ -185,7 +230,9 @@ impl Agent {
             requests: Vec::new(),
             usage: Usage::default(),
             tool_calls: 0,
+            saved: 0,
         };
+
         let Some(model) = self.model.clone().or(model) else {
             return finish(
                 out,
@@ -212,6 +259,14 @@ impl Agent {
                 );
             }
         };
+        // The person's message is kept before the first model request: a run killed from
+        // here on keeps its question.
+        let mut keep = Kept {
+            checkpoint,
+            first_new,
+            saved: 0,
+        };
+        keep.save(&history).await;
         let budget = limits.context_tokens.saturating_sub(limits.answer_tokens);
         let mut seen: HashMap<(String, String), u32> = HashMap::new();
         let mut last_text = String::new();
@@ -310,6 +365,11 @@ impl Agent {
                     deadline,
                 )
                 .await;
+            // A whole round (the calls and every result) is kept; a round cut short is
+            // repaired at the end and kept then.
+            if window::is_well_formed(&history[first_new..]) {
+                keep.save(&history).await;
+            }
             if cancel.is_cancelled() {
                 break Some(Stopped::Cancelled);
             }
@@ -317,6 +377,7 @@ impl Agent {
                 break Some(s);
             }
         };
+        out.saved = keep.saved;
         finish(out, history, first_new, events, stop, last_text)
     }
 

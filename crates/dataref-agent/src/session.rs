@@ -71,12 +71,40 @@ pub enum SessionError {
     Unavailable { detail: String },
 }
 
+/// The longest session title, in characters.
+const TITLE_CHARS: usize = 80;
+
+/// A session's title from its first message: its words on one line, at most
+/// [`TITLE_CHARS`] characters, the last of them `…` when it was cut.
+fn title_of(message: &str) -> String {
+    let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= TITLE_CHARS {
+        return line;
+    }
+    let mut cut: String = line.chars().take(TITLE_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// Messages as stored, and the title of a session they would start: the first message,
+/// on one line, cut with an ellipsis.
+fn encode(messages: &[Message]) -> (String, Vec<String>) {
+    let title = messages
+        .first()
+        .map_or_else(String::new, |m| title_of(&m.content));
+    let stored = messages
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap_or_default())
+        .collect();
+    (title, stored)
+}
+
 /// One session, as listed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionInfo {
     pub id: String,
     pub agent: String,
-    /// The first message, cut to 80 characters.
+    /// The first message on one line, cut to 80 characters (the last `…` when cut).
     pub title: String,
     pub created: Timestamp,
     pub updated: Timestamp,
@@ -107,6 +135,9 @@ pub struct NewRun<'a> {
     pub requests: &'a [RequestStats],
     /// The run's total usage, added to the session's.
     pub usage: Usage,
+    /// Whether these messages begin a run (counted in the session's runs); otherwise they
+    /// continue the session's last run (a run kept as it goes, in pieces).
+    pub starts_run: bool,
 }
 
 /// Where sessions live. A backend keeps rows keyed by principal and id and decides
@@ -253,8 +284,9 @@ impl SessionStore {
         Ok(!self.backend.list(principal, Some(id))?.is_empty())
     }
 
-    /// Appends one run (its messages and requests) to the session, creating it on its
-    /// first run; one transaction.
+    /// Appends the end of one run to the session (its messages its checkpoint did not keep
+    /// already, its requests and usage), creating the session on its first run; one
+    /// transaction.
     pub fn append_run(
         &self,
         principal: &Principal,
@@ -264,16 +296,8 @@ impl SessionStore {
         run: &RunOutcome,
     ) -> Result<(), SessionError> {
         Self::check_id(id)?;
-        let title: String = run
-            .messages
-            .first()
-            .map(|m| m.content.chars().take(80).collect())
-            .unwrap_or_default();
-        let messages: Vec<String> = run
-            .messages
-            .iter()
-            .map(|m| serde_json::to_string(m).unwrap_or_default())
-            .collect();
+        let saved = run.saved.min(run.messages.len());
+        let (title, messages) = encode(&run.messages[saved..]);
         self.backend.append(
             principal,
             id,
@@ -284,6 +308,35 @@ impl SessionStore {
                 messages: &messages,
                 requests: &run.requests,
                 usage: run.usage,
+                starts_run: saved == 0,
+            },
+        )
+    }
+
+    /// Appends messages of a run as it goes ([`crate::Checkpoint`]): `starts_run` for the
+    /// first piece (the person's message), then the rest of the same run.
+    pub fn append_messages(
+        &self,
+        principal: &Principal,
+        id: &str,
+        agent: &str,
+        now: Timestamp,
+        messages: &[Message],
+        starts_run: bool,
+    ) -> Result<(), SessionError> {
+        Self::check_id(id)?;
+        let (title, messages) = encode(messages);
+        self.backend.append(
+            principal,
+            id,
+            &NewRun {
+                agent,
+                title: &title,
+                now,
+                messages: &messages,
+                requests: &[],
+                usage: Usage::default(),
+                starts_run,
             },
         )
     }
@@ -327,5 +380,22 @@ impl SessionStore {
     ) -> Result<Option<Box<dyn SessionLock>>, SessionError> {
         Self::check_id(id)?;
         self.backend.lock(principal, id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TITLE_CHARS, title_of};
+
+    #[test]
+    fn a_title_is_one_line_and_says_when_it_was_cut() {
+        assert_eq!(
+            title_of("  Which lines\nlost   revenue? "),
+            "Which lines lost revenue?"
+        );
+        let long = title_of(&"word ".repeat(40));
+        assert_eq!(long.chars().count(), TITLE_CHARS);
+        assert!(long.ends_with('…'), "{long}");
+        assert_eq!(title_of(&"é".repeat(TITLE_CHARS)), "é".repeat(TITLE_CHARS));
     }
 }

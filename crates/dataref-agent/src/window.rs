@@ -102,7 +102,7 @@ pub fn repair(history: &mut Vec<Message>) {
 
 /// True when every result follows its own assistant message, in call order, once, and
 /// every call has one.
-fn is_well_formed(history: &[Message]) -> bool {
+pub(crate) fn is_well_formed(history: &[Message]) -> bool {
     let mut i = 0;
     while i < history.len() {
         let message = &history[i];

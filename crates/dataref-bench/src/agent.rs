@@ -595,6 +595,7 @@ async fn timed_run(
             events: &events,
             approver: &NoOneToAsk,
             cancel: CancellationToken::new(),
+            checkpoint: None,
         })
         .await;
     let total = t.elapsed();
@@ -624,6 +625,7 @@ async fn timed_send(
         requests: Vec::new(),
         usage: Usage::default(),
         tool_calls: 0,
+        saved: 0,
     };
     host.sessions
         .append_run(
@@ -1022,6 +1024,7 @@ async fn seed_run(
             events: &events,
             approver: &NoOneToAsk,
             cancel: CancellationToken::new(),
+            checkpoint: None,
         })
         .await;
     let secs = t.elapsed().as_secs_f64();

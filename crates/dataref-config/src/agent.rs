@@ -29,6 +29,9 @@ pub struct AgentConfig {
     pub vars: BTreeMap<String, String>,
     /// Tool IDs or patterns (`fetch_*`). Default `["*"]` (all).
     pub tools: Vec<String>,
+    /// Whether `read_file` joins the tools when one of them can spill, so the model can
+    /// read a spilled result's file. Default true.
+    pub read_spilled: bool,
     /// `[agents.NAME.limits]`.
     pub limits: AgentLimits,
     /// `[agents.NAME.approval]`: tool or pattern → policy, exact names first (by name), then
@@ -179,6 +182,7 @@ impl AgentConfig {
             prompt: PromptSource::Default,
             vars: BTreeMap::new(),
             tools: vec!["*".to_owned()],
+            read_spilled: true,
             limits: AgentLimits::default(),
             approvals: Vec::new(),
             default_approval: Approval::Allow,
@@ -404,6 +408,7 @@ fn resolve_agent(
         prompt,
         vars: a.vars,
         tools,
+        read_spilled: a.read_spilled.unwrap_or(d.read_spilled),
         limits,
         approvals: exact,
         default_approval,

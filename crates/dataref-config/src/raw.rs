@@ -474,6 +474,11 @@ pub(crate) struct RawAgent {
     /// The tools the agent may call: names or patterns (`fetch_*`), checked when the agent
     /// starts. Default `["*"]`: all.
     pub tools: Option<Vec<String>>,
+    /// Add `read_file` to `tools` when one of them can spill (a large result becomes a
+    /// workspace file and a synopsis), so the model can read the parts it needs. `false`
+    /// keeps the tools exactly as listed: the model then sees only a spilled result's
+    /// synopsis. Default true.
+    pub read_spilled: Option<bool>,
     /// Bounds on one agent run; each above zero.
     #[serde(default)]
     pub limits: RawAgentLimits,

@@ -125,6 +125,7 @@ impl SessionBackend for PgSessions {
         let (p, id) = (principal.as_str().to_owned(), id.to_owned());
         let (agent, title) = (run.agent.to_owned(), run.title.to_owned());
         let now = run.now.unix_seconds();
+        let starts_run = run.starts_run;
         let messages = run.messages.to_vec();
         let turns: Vec<i64> = run.requests.iter().map(|r| i64::from(r.turn)).collect();
         let prompt: Vec<i64> = run
@@ -168,7 +169,8 @@ impl SessionBackend for PgSessions {
                     .await
                     .map_err(SharedError::from)
                     .and_then(|r| col(&r, 0))?;
-                let run_no = runs + 1;
+                // A continuation of a run kept in pieces belongs to the session's last run.
+                let run_no = if starts_run { runs + 1 } else { runs.max(1) };
                 let last: i64 = tx
                     .query_one(
                         "SELECT COALESCE(MAX(seq), 0)::bigint FROM dataref_session_messages \

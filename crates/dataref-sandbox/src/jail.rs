@@ -573,6 +573,10 @@ pub fn start(spec: &JobSpec, stdin: Option<OwnedFd>) -> Result<Started, JailErro
         .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // A process group of its own: the terminal's Ctrl-C (SIGINT to its foreground group,
+    // which `dataref chat` is in) must not reach an idle warm sandbox. Its life is tied to
+    // ours by `--die-with-parent` and `KillOnDrop`, not by the group.
+    cmd.process_group(0);
     if as_root {
         drop_root(&mut cmd);
     }

@@ -156,7 +156,12 @@ impl SessionBackend for SqliteSessions {
                 |r| r.get(0),
             )
             .map_err(|e| self.db(e))?;
-        let run_no = runs + 1;
+        // A continuation of a run kept in pieces belongs to the session's last run.
+        let run_no = if run.starts_run {
+            runs + 1
+        } else {
+            runs.max(1)
+        };
         let next: i64 = tx
             .query_row(
                 "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE principal = ?1 AND session = ?2",

@@ -689,6 +689,20 @@ async fn deny_and_the_profiles_tool_set_hold_through_call_tool() {
     assert!(!offered.contains(&"export_data"));
     let obs = tool_messages(&reqs[1]);
     assert!(obs[0].contains("unknown tool `export_data`"), "{}", obs[0]);
+
+    // `read_spilled = false` keeps the tools exactly as listed.
+    let f = fixture(vec![Reply::text("ok")], false, |p| {
+        p.tools = vec!["fetch_*".into()];
+        p.read_spilled = false;
+    });
+    f.send("ana", None, "go", &ApproveAll).await;
+    let offered: Vec<String> = f.model.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(offered, ["fetch_sales"]);
 }
 
 #[tokio::test]

@@ -60,6 +60,9 @@ impl FromRequestParts<Arc<AppState>> for FacadeCall {
     }
 }
 
+/// The `code` of a run the model failed (also what `Stopped::Model` reads as).
+const MODEL_ERROR: &str = "model_error";
+
 /// An error in OpenAI's shape.
 fn error(status: StatusCode, message: impl Into<String>, kind: &str, code: &str) -> Response {
     json_response(
@@ -259,6 +262,7 @@ impl Run {
                     events,
                     approver: &NoOneToAsk,
                     cancel: self.cancel,
+                    checkpoint: None,
                 })
                 .await),
         }
@@ -425,7 +429,7 @@ async fn whole(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response 
             StatusCode::BAD_GATEWAY,
             outcome.answer,
             "server_error",
-            "model_error",
+            MODEL_ERROR,
         );
     }
     json_response(
@@ -515,6 +519,9 @@ impl EventSink for ChunkEvents {
                     *before = std::mem::take(since);
                 }
             }
+            // A run the model failed ends in an error event, not in an answer: its text
+            // (the error's sentence) is not the assistant's.
+            AgentEvent::Final { stopped, .. } if stopped.as_deref() == Some(MODEL_ERROR) => {}
             AgentEvent::Final { text, .. } => {
                 let rest = text
                     .strip_prefix(since.as_str())
@@ -550,6 +557,20 @@ fn streamed(run: Run, chunks: Chunks, cancel: CancellationToken) -> Response {
             since_tools: Mutex::new((String::new(), String::new())),
         };
         match run.go(&events).await {
+            // As OpenAI's own stream reports a failure: an `error` event instead of a finish
+            // chunk, which its clients raise as an API error (a `stop` would read as an
+            // answer).
+            Ok(RunOutcome {
+                stopped: Some(Stopped::Model(message)),
+                ..
+            }) => {
+                let _ = tx.send(data(&json!({"error": {
+                    "message": message,
+                    "type": "server_error",
+                    "param": null,
+                    "code": MODEL_ERROR,
+                }})));
+            }
             Ok(outcome) => {
                 let _ =
                     tx.send(chunks.chunk(json!({}), Some(finish_reason(outcome.stopped.as_ref()))));

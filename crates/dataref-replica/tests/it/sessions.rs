@@ -40,6 +40,7 @@ fn run(asked: &str, answer: &str, tokens: u64) -> RunOutcome {
         }],
         usage,
         tool_calls: 0,
+        saved: 0,
     }
 }
 

@@ -560,3 +560,38 @@ fn when_no_warm_sandbox_can_come_a_job_does_not_wait_for_one() {
         "{err}"
     );
 }
+
+/// `(ppid, pgrp)` of process `pid`, from `/proc/PID/stat` (after the command's closing paren).
+fn parent_and_group(pid: u32) -> Option<(u32, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace().skip(1);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+#[test]
+fn a_warm_sandbox_is_out_of_reach_of_the_terminals_ctrl_c() {
+    // Ctrl-C in a terminal signals its whole foreground process group; `dataref chat` is in
+    // it, and a warm sandbox in the same group died of it (and said so into the chat).
+    let pool = warm_pool();
+    wait_warm(pool, 1);
+    let me = std::process::id();
+    let (_, our_group) = parent_and_group(me).unwrap();
+    let sandboxes: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "bwrap")
+        })
+        .filter_map(|pid| Some((pid, parent_and_group(pid)?)))
+        .filter(|(_, (ppid, _))| *ppid == me)
+        .map(|(pid, (_, group))| (pid, group))
+        .collect();
+    assert!(
+        !sandboxes.is_empty(),
+        "no warm sandbox found among our children"
+    );
+    for (pid, group) in sandboxes {
+        assert_ne!(group, our_group, "sandbox {pid} is in our process group");
+        assert_eq!(group, pid, "sandbox {pid} leads a group of its own");
+    }
+}

@@ -883,6 +883,40 @@ async fn agent_http_openai_facade_streamed_and_not() {
         json!({"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55})
     );
 
+    // A run the model fails, streamed: an `error` event a client raises, no `stop`.
+    model.push(Reply::status(400).message("the model refused the request"));
+    let r = post(
+        &c,
+        &url,
+        None,
+        json!({
+            "model": "default",
+            "stream": true,
+            "messages": [{"role": "user", "content": "Fail it"}],
+        }),
+    )
+    .await;
+    let events = Sse::new(r).all().await;
+    assert_eq!(events.last().expect("done").data, "[DONE]");
+    let failed = &events[events.len() - 2].data;
+    assert_eq!(failed["error"]["code"], "model_error", "{events:?}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("the model refused the request"),
+        "{failed}"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e.data["choices"][0]["finish_reason"].is_null()
+                && e.data["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .is_none_or(|c| !c.contains("refused"))),
+        "no finish chunk and no error text as the answer: {events:?}"
+    );
+
     // With `X-Dataref-Session`: kept, continued, the client's history ignored.
     for (answer, message) in [("kept one", "remember 7"), ("kept two", "what number?")] {
         model.push(Reply::text(answer));

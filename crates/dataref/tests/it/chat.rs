@@ -188,3 +188,79 @@ fn ctrl_c_in_chat_cancels_the_turn_not_the_program() {
     let second = model.requests()[1].to_string();
     assert!(second.contains("first question"), "{second}");
 }
+
+#[test]
+fn a_run_killed_mid_way_keeps_its_question_and_finished_steps() {
+    // The first round (a fetch) finishes; the model then takes a minute over its answer,
+    // and the process is killed meanwhile, as a crash or an OOM kill would.
+    let model = ScriptedModel::start(vec![
+        Reply::tool_calls(vec![Call::new(
+            "c1",
+            "fetch_sales",
+            r#"{"since": "2025-11-01"}"#,
+        )]),
+        Reply::text("never read").delay(Duration::from_secs(60)),
+    ])
+    .expect("model server");
+    // The data dir outlives a test run: what an earlier run left goes first.
+    let _ = dataref(&model, "killed", &["sessions", "delete", "killed-1"]).output();
+    let mut child = dataref(
+        &model,
+        "killed",
+        &["ask", "--session", "killed-1", "what sold in November?"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn ask");
+    let until = Instant::now() + Duration::from_secs(120);
+    while model.requests().len() < 2 {
+        assert!(
+            Instant::now() < until,
+            "the second model request never came"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+    let out = dataref(&model, "killed", &["sessions", "show", "killed-1"])
+        .output()
+        .expect("run sessions show");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shown.contains("you> what sold in November?"), "{shown}");
+    assert!(shown.contains("calls fetch_sales"), "{shown}");
+    // Resumed: the next run's request carries the question and the fetch's result, and the
+    // session counts one run before it.
+    model.push(Reply::text("November: 42 units."));
+    let out = dataref(
+        &model,
+        "killed",
+        &["ask", "--session", "killed-1", "--json", "and so?"],
+    )
+    .output()
+    .expect("run ask");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = model.requests().last().expect("a request").to_string();
+    assert!(
+        last.contains("what sold in November?") && last.contains("data_"),
+        "{last}"
+    );
+    let listed = dataref(&model, "killed", &["sessions"])
+        .output()
+        .expect("run sessions");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    let line = listed
+        .lines()
+        .find(|l| l.contains("killed-1"))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(line.contains("2 runs"), "{line}");
+}

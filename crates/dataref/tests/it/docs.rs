@@ -229,3 +229,81 @@ fn the_crate_list_is_whole_and_short() {
         );
     }
 }
+
+/// Every `.rs` file under `crates/*/src` and `crates/*/tests`, and every page people read.
+fn texts_that_name_commands() -> Vec<PathBuf> {
+    let root = root();
+    let mut files = book_pages();
+    files.push(root.join("README.md"));
+    files.push(root.join("crates/README.md"));
+    let mut dirs = vec![root.join("crates")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read a crates folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "target") {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn every_command_a_hint_or_page_names_exists() {
+    // A hint that sends people to a command that is not there ("dataref tools" was one)
+    // costs them more than no hint. Every `dataref WORD …` in backticks, in the code (hints,
+    // errors, docs comments) and the pages, is run with `--help`.
+    let mut named: BTreeSet<Vec<String>> = BTreeSet::new();
+    for file in texts_that_name_commands() {
+        let text = std::fs::read_to_string(&file).expect("read a file");
+        for piece in text.split("`dataref ").skip(1) {
+            let words: Vec<String> = piece
+                .split(['`', '\n'])
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(2)
+                .take_while(|w| {
+                    w.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                        && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                })
+                .map(str::to_owned)
+                .collect();
+            if !words.is_empty() {
+                named.insert(words);
+            }
+        }
+    }
+    assert!(named.len() > 5, "found the commands: {named:?}");
+    let help = |args: &[String]| {
+        std::process::Command::new(super::BIN)
+            .args(args)
+            .arg("--help")
+            .output()
+            .expect("run dataref --help")
+    };
+    let mut missing = Vec::new();
+    for words in &named {
+        let first = help(&words[..1]);
+        if !first.status.success() {
+            missing.push(words[0].clone());
+            continue;
+        }
+        // A second word is checked only where the first takes subcommands (`store verify`,
+        // `token new`); elsewhere it is an argument (`ask question`). `bench` forwards to
+        // another executable, which checks its own.
+        let has_commands = String::from_utf8_lossy(&first.stdout).contains("Commands:");
+        if words.len() == 2 && has_commands && words[0] != "bench" && !help(words).status.success()
+        {
+            missing.push(words.join(" "));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "named in backticks but not a command: {missing:?}"
+    );
+}
