@@ -210,11 +210,13 @@ def wait_ready(page, timeout_s=60):
         page.wait_for_timeout(50)
 
 
-def open_page(browser, served, who):
+def open_page(browser, served, who, touch=False):
     """A fresh context (no storage shared with another principal) on the page, signed in
     through the URL fragment; the page's errors are collected. With
-    DATAREF_PAGE_FROM_SOURCE=1 the page is the source file, not the binary's copy."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True)
+    DATAREF_PAGE_FROM_SOURCE=1 the page is the source file, not the binary's copy. With
+    `touch`, the screen is a touch screen (taps, no hover)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, has_touch=touch,
+                                  accept_downloads=True)
     if PAGE_FROM_SOURCE:
         body, headers = page_from_source()
         context.route(f"{served.base}/",
@@ -248,8 +250,11 @@ def test_a_chat_turn_streams_steps_a_chart_and_an_answer_that_stays_text(served,
     model.push_made(lambda body: {"calls": [("call_2", "render_chart", json.dumps({
         "dataRef": data_ref_in(last_tool_content(body)), "x": "region", "y": "revenue",
         "kind": "bar"}))]})
-    model.push(text=f"**EMEA** led the year.\n\n- one\n- two\n\n{XSS}")
+    model.push(text=f"**EMEA** led the year.\n\n- one\n- two\n\n> a quoted line\n> > and a deeper one"
+               f"\n\nSee [pivoting](https://en.wikipedia.org/wiki/Pivot_(statistics)).\n\n{XSS}")
     page = open_page(browser, served, "eu_analyst")
+    # The page is for asking: the message box has the focus once it is ready.
+    expect(page.get_by_test_id("chat-input")).to_be_focused()
     page.get_by_test_id("chat-input").fill("Which region sold most in 2025?")
     page.get_by_test_id("chat-send").click()
     answer = page.get_by_test_id("answer").last
@@ -278,6 +283,12 @@ def test_a_chat_turn_streams_steps_a_chart_and_an_answer_that_stays_text(served,
         legend.first.click()
         expect(legend.first).to_have_attribute("aria-pressed", "true")
         expect(chart.locator("rect.bar")).to_have_count(bars)
+    # A quote is a quote (nested too); a link keeps the parentheses of its URL.
+    expect(answer.locator("blockquote").first).to_contain_text("a quoted line")
+    expect(answer.locator("blockquote blockquote")).to_have_text("and a deeper one")
+    assert ">" not in answer.locator("blockquote").first.inner_text()
+    expect(answer.locator('a[href="https://en.wikipedia.org/wiki/Pivot_(statistics)"]')).to_have_text(
+        "pivoting")
     # The model's `<script>` and `onerror` are text: shown, never run.
     expect(answer).to_contain_text("<script>window.pwned = 1</script>")
     assert page.evaluate("window.pwned") is None
@@ -325,6 +336,8 @@ def test_the_grid_pages_sorts_and_filters_a_million_rows_a_page_at_a_time(served
             and sizes.append(r.sizes()["responseBodySize"]))
     item = page.locator("[data-testid=artifact-item]", has_text=sales)
     expect(item).to_be_visible(timeout=30_000)
+    # Known by its query and arguments, not only by its dataRef.
+    expect(item.get_by_test_id("artifact-name")).to_have_text("sales since=2000-01-01")
     item.get_by_test_id("open-grid").click()
     status = page.get_by_test_id("grid-status")
     expect(status).to_contain_text("1,000,000", timeout=60_000)
@@ -377,6 +390,28 @@ def test_a_download_comes_through_a_signed_link(served, browser):
     assert text.splitlines()[0] == "region,revenue", text[:200]
     assert len(text.splitlines()) == 6
     assert "/files/" in d.value.url and "sig=" in d.value.url
+    page.context.close()
+
+
+def test_tapping_a_bar_shows_its_value(served, browser):
+    described = served.call("eu_analyst", "run_sql", {
+        "sql": "SELECT region, sum(units) AS units FROM s GROUP BY region ORDER BY region",
+        "inputs": {"s": served.call("eu_analyst", "fetch_sales",
+                                    {"since": "2025-06-01"})["structuredContent"]["dataRef"]}})
+    ref = described["structuredContent"]["dataRef"]
+    page = open_page(browser, served, "eu_analyst", touch=True)
+    item = page.locator("[data-testid=artifact-item]", has_text=ref)
+    item.get_by_test_id("open-chart").click()
+    chart = page.locator("[data-testid=chart][data-kind=bar]")
+    expect(chart.locator("rect.bar").first).to_be_visible(timeout=60_000)
+    # A touch screen has no hover: the tap itself shows the value, and it stays.
+    chart.locator("rect.overlay").tap()
+    tip = page.get_by_test_id("chart-tooltip").first
+    expect(tip).to_be_visible()
+    expect(tip).to_contain_text("units")
+    page.wait_for_timeout(300)
+    expect(tip).to_be_visible()
+    assert not page.errors, page.errors
     page.context.close()
 
 

@@ -166,7 +166,7 @@ fn resource_for(meta: &ArtifactMeta) -> Resource {
     let mut annotations = Annotations::default().with_audience(vec![Role::User]);
     annotations.last_modified = Some(meta.created_at.to_string());
     Resource::new(uri_for(&meta.data_ref), meta.data_ref.to_string())
-        .with_title(format!("{} ({})", meta.lineage.tool, meta.data_ref))
+        .with_title(format!("{} ({})", meta.lineage.name(), meta.data_ref))
         .with_description(format!(
             "{} × {}, made by `{}`, expires {}. Reading it gives a CSV preview (header and at \
              most {PREVIEW_MAX_ROWS} rows).",

@@ -305,9 +305,16 @@ impl ServerHandler for DatarefServer {
             .arguments
             .map_or_else(|| Value::Object(Map::new()), Value::Object);
         let name = request.name.into_owned();
+        let registry = &self.inner.registry;
+        // The view's own tools are for a host that shows the view (it declared the
+        // extension): to any other client they do not exist, called or listed.
+        let app_only = registry.get(&name).is_some_and(|t| t.spec().ui.app_only);
+        if app_only && !crate::view::host_shows_views(&context) {
+            let outcome = dataref_tool::unknown_tool(registry, &name);
+            return Ok(CallToolResponse::Complete(tools::to_call_result(outcome)));
+        }
         // The request id names the call in the log and in its outcome.
         let call = ToolCall::new(name.clone(), args).with_id(context.id.to_string());
-        let registry = &self.inner.registry;
         // The request's token: `notifications/cancelled` cancels it, and the tool's
         // producer polls it and removes its partial artifact.
         let cancel = context.ct.clone();
@@ -381,7 +388,14 @@ impl ServerHandler for DatarefServer {
         self.session
             .forward(&self.inner.watch, &ctx, context.peer.clone())
             .await;
-        resources::list(&ctx, request.and_then(|r| r.cursor)).await
+        let cursor = request.and_then(|r| r.cursor);
+        let first_page = cursor.is_none();
+        let mut listed = resources::list(&ctx, cursor).await?;
+        // A host that shows views finds the view among the resources, first.
+        if first_page && crate::view::host_shows_views(&context) {
+            listed.resources.insert(0, crate::view::resource());
+        }
+        Ok(listed)
     }
 
     async fn list_resource_templates(

@@ -43,6 +43,17 @@ pub(crate) fn server_extensions() -> rmcp::model::ExtensionCapabilities {
     extensions
 }
 
+/// The view as a `resources/list` entry, for a host that shows views.
+pub(crate) fn resource() -> rmcp::model::Resource {
+    rmcp::model::Resource::new(VIEW_URI, "dataref-view")
+        .with_title("dataref: tables, charts and downloads")
+        .with_description(
+            "The view of this server's tables and charts (MCP Apps): a page of rows, a chart, \
+             downloads, without the rows passing through the model.",
+        )
+        .with_mime_type(VIEW_MIME)
+}
+
 /// `resources/read` of [`VIEW_URI`]. It needs no network access of any kind, so it asks
 /// for none (the hosts' restrictive default CSP).
 pub(crate) fn read() -> ReadResourceResult {

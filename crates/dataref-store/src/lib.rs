@@ -75,7 +75,64 @@ impl Lineage {
             args,
         }
     }
+
+    /// The name a person knows the table by, at most [`NAME_CHARS`] characters: a loaded
+    /// file's name (and sheet), a `run_python` output's key, the SQL of `run_sql` or
+    /// `query` (with its source), a named query or HTTP tool with its arguments
+    /// (`sales since=2025-01-01`).
+    pub fn name(&self) -> String {
+        use serde_json::Value;
+        let arg = |key: &str| self.args.get(key).and_then(Value::as_str);
+        let name = match self.tool.as_str() {
+            "load_file" => {
+                let path = arg("path").unwrap_or("file");
+                let file = path.rsplit('/').next().unwrap_or(path);
+                match self.args.get("sheet") {
+                    Some(Value::String(s)) => format!("{file} [{s}]"),
+                    Some(Value::Number(n)) => format!("{file} [{n}]"),
+                    _ => file.to_owned(),
+                }
+            }
+            "run_python" => arg("output").unwrap_or("run_python").to_owned(),
+            // A statement on one line: what a person reads a query by.
+            "run_sql" => format!("sql: {}", one_line(arg("sql").unwrap_or_default())),
+            "query" => format!(
+                "{}: {}",
+                arg("source").unwrap_or("query"),
+                one_line(arg("sql").unwrap_or_default())
+            ),
+            tool => {
+                let base = tool.strip_prefix("fetch_").unwrap_or(tool);
+                let mut name = base.to_owned();
+                if let Some(args) = self.args.as_object() {
+                    for (k, v) in args {
+                        let v = match v {
+                            Value::String(s) => s.clone(),
+                            Value::Null => continue,
+                            other => other.to_string(),
+                        };
+                        name.push_str(&format!(" {k}={v}"));
+                    }
+                }
+                name
+            }
+        };
+        if name.chars().count() <= NAME_CHARS {
+            return name;
+        }
+        let mut cut: String = name.chars().take(NAME_CHARS - 1).collect();
+        cut.push('…');
+        cut
+    }
 }
+
+/// `text`'s words on one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The longest [`Lineage::name`], in characters.
+pub const NAME_CHARS: usize = 60;
 
 /// The index row of a stored table.
 #[derive(Debug, Clone)]
@@ -198,4 +255,52 @@ pub trait TableWriter: Send {
 
     /// Makes the table durable (fsync, rename) and indexes it.
     fn finish(self: Box<Self>) -> Result<ArtifactMeta, StoreError>;
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::{Lineage, NAME_CHARS};
+    use serde_json::json;
+
+    #[test]
+    fn a_table_is_named_as_a_person_knows_it() {
+        let name = |tool: &str, args| Lineage::new(tool, args).name();
+        assert_eq!(
+            name(
+                "fetch_sales",
+                json!({"since": "2025-01-01", "region": null})
+            ),
+            "sales since=2025-01-01"
+        );
+        assert_eq!(
+            name("crm_orders", json!({"limit": 5})),
+            "crm_orders limit=5"
+        );
+        assert_eq!(
+            name(
+                "load_file",
+                json!({"path": "uploads/q3/targets.xlsx", "sheet": "EU"})
+            ),
+            "targets.xlsx [EU]"
+        );
+        assert_eq!(name("load_file", json!({"path": "t.csv"})), "t.csv");
+        assert_eq!(
+            name("run_python", json!({"code": "…", "output": "by_region"})),
+            "by_region"
+        );
+        assert_eq!(
+            name(
+                "run_sql",
+                json!({"sql": "SELECT line,\n  sum(revenue)\nFROM t"})
+            ),
+            "sql: SELECT line, sum(revenue) FROM t"
+        );
+        assert_eq!(
+            name("query", json!({"source": "warehouse", "sql": "SELECT 1"})),
+            "warehouse: SELECT 1"
+        );
+        let long = name("run_sql", json!({"sql": "x".repeat(500)}));
+        assert_eq!(long.chars().count(), NAME_CHARS);
+        assert!(long.ends_with('…'));
+    }
 }

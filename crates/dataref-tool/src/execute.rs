@@ -540,7 +540,9 @@ fn internal_error(kind: OutcomeKind, tool: &str) -> CallOutcome {
     )
 }
 
-fn unknown_tool(registry: &ToolRegistry, name: &str) -> CallOutcome {
+/// The answer to a call of a tool the caller has not got: "unknown tool" with the closest
+/// names among the model's tools.
+pub fn unknown_tool(registry: &ToolRegistry, name: &str) -> CallOutcome {
     // What the model reads: the view's own tools are none of its business.
     let names = registry.model_names();
     let close = dataref_store::closest(name, &names);

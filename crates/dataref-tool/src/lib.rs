@@ -65,7 +65,7 @@ pub use context::{NoProgress, ProgressSink, RunContext, SharedContext, Workspace
 pub use delegate::{CALL_TOOL, CallToolArgs, CallToolTool, MAX_ARGS_FILE_BYTES};
 pub use error::{ToolError, ToolsError};
 pub use execute::{
-    CallArguments, CallOutcome, OutcomeKind, ToolCall, execute_tool_call, expand_call,
+    CallArguments, CallOutcome, OutcomeKind, ToolCall, execute_tool_call, expand_call, unknown_tool,
 };
 pub use registry::{ToolRegistry, ToolRegistryBuilder};
 pub use spill::{

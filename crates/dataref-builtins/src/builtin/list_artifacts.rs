@@ -29,6 +29,8 @@ pub struct ListArgs {
 #[serde(rename_all = "camelCase")]
 struct ArtifactSummary {
     data_ref: DataRef,
+    /// What the table is: the file, the query and its arguments, the output's name.
+    name: String,
     rows: u64,
     /// Column names, in order: the first 20 of a wider table.
     columns: Vec<String>,
@@ -86,6 +88,7 @@ impl TypedTool for ListArtifactsTool {
         let artifacts = metas
             .into_iter()
             .map(|m| ArtifactSummary {
+                name: m.lineage.name(),
                 data_ref: m.data_ref,
                 rows: m.rows,
                 columns: m

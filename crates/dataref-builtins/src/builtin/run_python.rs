@@ -652,7 +652,12 @@ fn finish(
     }
     for collected in job.outputs {
         let name = collected.name.clone();
-        let description = store_output(collected, ctx, lineage.clone())?;
+        // Which output of the code this table is: its name.
+        let mut lineage = lineage.clone();
+        if let Some(recipe) = lineage.args.as_object_mut() {
+            recipe.insert("output".into(), serde_json::Value::String(name.clone()));
+        }
+        let description = store_output(collected, ctx, lineage)?;
         out.outputs.insert(name, description);
     }
     for file in job.files {

@@ -828,6 +828,8 @@ pub struct ArtifactsArgs {}
 #[serde(rename_all = "camelCase")]
 struct Listed {
     data_ref: DataRef,
+    /// What a person knows it by: the file, the query and its arguments, the output.
+    name: String,
     rows: u64,
     bytes: u64,
     columns: Vec<ColumnInfo>,
@@ -888,6 +890,7 @@ impl TypedTool for ViewArtifactsTool {
             .into_iter()
             .map(|m| Listed {
                 columns: columns_of(&m.schema),
+                name: m.lineage.name(),
                 data_ref: m.data_ref,
                 rows: m.rows,
                 bytes: m.bytes,

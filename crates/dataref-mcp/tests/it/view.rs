@@ -46,6 +46,24 @@ async fn a_host_without_the_extension_never_sees_the_views_tools() -> anyhow::Re
         tools.iter().all(|t| t.meta.is_none()),
         "no _meta.ui for such a host"
     );
+    // Not listed is not enough: a client that names one anyway is told there is no such
+    // tool, as for any unknown name, and the view's tools are not offered as close ones.
+    for name in ["view_rows", "view_chart", "view_artifacts", "view_files"] {
+        let r = crate::support::call(&session, name, json!({})).await?;
+        assert!(crate::support::is_error(&r), "{name}");
+        let text = crate::support::text(&r);
+        assert!(text.contains(&format!("unknown tool `{name}`")), "{text}");
+        assert_eq!(text.matches("`view_").count(), 1, "{text}");
+    }
+    // A host with the extension calls them.
+    let host = connect_in_process(env.server("alice")?, UiHost).await?;
+    let r = host
+        .client
+        .call_tool(dataref_mcp::rmcp::model::CallToolRequestParams::new(
+            "view_artifacts",
+        ))
+        .await?;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
     Ok(())
 }
 
@@ -80,6 +98,17 @@ async fn a_host_with_the_extension_lists_the_view_and_reads_it() -> anyhow::Resu
         );
     }
     assert_eq!(ui_of(&tools, "describe_data"), Some(Value::Null));
+    // The view is the first resource such a host lists; a plain client's list has no view.
+    let listed = session.client.list_all_resources().await?;
+    assert_eq!(listed.first().map(|r| r.uri.as_str()), Some(VIEW_URI));
+    assert_eq!(listed[0].mime_type.as_deref(), Some(VIEW_MIME));
+    let plain_listed = env
+        .connect("alice")
+        .await?
+        .client
+        .list_all_resources()
+        .await?;
+    assert!(plain_listed.iter().all(|r| r.uri != VIEW_URI));
     let read = session
         .client
         .read_resource(ReadResourceRequestParams::new(VIEW_URI))

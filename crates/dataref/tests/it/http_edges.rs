@@ -123,12 +123,24 @@ async fn stateless_call(
     tool: &str,
     args: Value,
 ) -> (u16, String) {
+    stateless_call_as(c, url, token, tool, args, json!({})).await
+}
+
+/// [`stateless_call`] from a client whose capabilities are `capabilities`.
+async fn stateless_call_as(
+    c: &reqwest::Client,
+    url: &str,
+    token: &str,
+    tool: &str,
+    args: Value,
+    capabilities: Value,
+) -> (u16, String) {
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": tool, "arguments": args, "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientInfo": {"name": "edge", "version": "0"},
-            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
         }},
     });
     let r = c
@@ -675,9 +687,16 @@ async fn web_serves_the_page_on_loopback_with_a_token_of_its_own() {
     assert_eq!(page.status(), 200);
     assert!(page.headers().contains_key("content-security-policy"));
     let mcp = format!("{base}/mcp");
-    let (status, body) = stateless_call(&c, &mcp, token, "view_artifacts", json!({})).await;
+    // The page declares the view's extension, as an MCP Apps host does.
+    let page_caps = json!({"extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}});
+    let (status, body) =
+        stateless_call_as(&c, &mcp, token, "view_artifacts", json!({}), page_caps).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"total\":0"), "{body}");
+    // A client without it has no such tool, called or listed.
+    let (status, body) = stateless_call(&c, &mcp, token, "view_artifacts", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("unknown tool `view_artifacts`"), "{body}");
     let (status, _) = stateless_call(&c, &mcp, "not-the-token", "view_artifacts", json!({})).await;
     assert_eq!(status, 401);
     let _ = child.kill();
