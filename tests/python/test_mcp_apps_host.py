@@ -357,3 +357,44 @@ def test_host_renders_a_chart_of_a_real_render_chart_result(served, site):
     assert not page_errors, page_errors
     assert not failed, failed
     print(f"mcp-apps host test: {time.monotonic() - started:.1f}s; console: {console}")
+
+
+def test_host_shows_render_tables_rows_as_it_chose_them(served, site):
+    """render_table's `limit` and `sort` hold in the view: its grid shows the rows the tool
+    showed the person, not the whole table."""
+    build_host()
+    base, token = served
+    ref = mcp_call(base, token, "fetch_sales", {"since": "2020-01-01"})["structuredContent"]["dataRef"]
+    args = {"dataRef": ref, "sort": "units", "descending": True, "limit": 7}
+    query = urllib.parse.urlencode({
+        "mcp": f"{site.origin}/relay/mcp", "token": token,
+        "tool": "render_table", "args": json.dumps(args),
+    })
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        ])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(f"{site.origin}/host.html?{query}")
+            page.wait_for_selector("iframe[data-testid=view-frame]", timeout=60_000)
+            frame = page.query_selector("iframe[data-testid=view-frame]").content_frame()
+            deadline = time.monotonic() + 90
+            while not frame.evaluate(
+                    "() => !!(window.__dataref && window.__dataref.shown === 'grid')"):
+                assert time.monotonic() < deadline, "the view never showed the grid"
+                page.wait_for_timeout(100)
+            rows = frame.locator("table[data-testid=grid] tbody tr")
+            assert rows.count() == 7, rows.count()
+            status = frame.locator("[data-testid=grid-status]").text_content()
+            assert "the first 7 shown" in status, status
+            assert frame.locator("[data-testid=grid-next]").is_disabled()
+            units = frame.locator("th[data-column=units]")
+            assert units.get_attribute("data-sort") == "desc"
+            col = [h.get_attribute("data-column")
+                   for h in frame.locator("th[data-column]").all()].index("units")
+            shown = [int(r.locator("td").nth(col + 1).text_content().replace(",", ""))
+                     for r in rows.all()]
+            assert shown == sorted(shown, reverse=True) and shown[0] == 40, shown
+        finally:
+            browser.close()

@@ -106,6 +106,21 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    """The page's server, its agents answered by the scripted model."""
+    model = ScriptedModel()
+    try:
+        yield from serve_page(tmp_path_factory, model)
+    finally:
+        model.close()
+
+
+@pytest.fixture(scope="module")
+def served_without_model(tmp_path_factory):
+    """The same server as a fresh machine has it: no model endpoint anywhere."""
+    yield from serve_page(tmp_path_factory, None)
+
+
+def serve_page(tmp_path_factory, model):
     assert BIN, "DATAREF_BIN must name the dataref binary (scripts/test sets it)"
     tmp = tmp_path_factory.mktemp("page")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DATAREF_")}
@@ -141,11 +156,12 @@ tools = ["fetch_*", "describe_data", "render_chart", "run_sql"]
 run_sql = "ask"
 
 {principals}""")
-    model = ScriptedModel()
+    if model:
+        env = {**env, "DATAREF_LLM_URL": model.url, "DATAREF_LLM_MODEL": "test-model"}
     server = subprocess.Popen(
         [BIN, "serve", "--config", str(config), "--home", str(home), "--http", "127.0.0.1:0"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**env, "DATAREF_LLM_URL": model.url, "DATAREF_LLM_MODEL": "test-model"},
+        env=env,
     )
     try:
         base, lines = None, []
@@ -161,7 +177,6 @@ run_sql = "ask"
     finally:
         server.terminate()
         server.wait(timeout=30)
-        model.close()
 
 
 @pytest.fixture(scope="module")
@@ -375,12 +390,17 @@ def test_the_grid_pages_sorts_and_filters_a_million_rows_a_page_at_a_time(served
     page.context.close()
 
 
-def test_a_download_comes_through_a_signed_link(served, browser):
+def by_region(served, column):
+    """The dataRef of `column` summed by region over the sales since June 2025."""
     described = served.call("eu_analyst", "run_sql", {
-        "sql": "SELECT region, sum(revenue) AS revenue FROM s GROUP BY region ORDER BY region",
+        "sql": f"SELECT region, sum({column}) AS {column} FROM s GROUP BY region ORDER BY region",
         "inputs": {"s": served.call("eu_analyst", "fetch_sales",
                                     {"since": "2025-06-01"})["structuredContent"]["dataRef"]}})
-    ref = described["structuredContent"]["dataRef"]
+    return described["structuredContent"]["dataRef"]
+
+
+def test_a_download_comes_through_a_signed_link(served, browser):
+    ref = by_region(served, "revenue")
     page = open_page(browser, served, "eu_analyst")
     item = page.locator("[data-testid=artifact-item]", has_text=ref)
     with page.expect_download(timeout=60_000) as d:
@@ -394,11 +414,7 @@ def test_a_download_comes_through_a_signed_link(served, browser):
 
 
 def test_tapping_a_bar_shows_its_value(served, browser):
-    described = served.call("eu_analyst", "run_sql", {
-        "sql": "SELECT region, sum(units) AS units FROM s GROUP BY region ORDER BY region",
-        "inputs": {"s": served.call("eu_analyst", "fetch_sales",
-                                    {"since": "2025-06-01"})["structuredContent"]["dataRef"]}})
-    ref = described["structuredContent"]["dataRef"]
+    ref = by_region(served, "units")
     page = open_page(browser, served, "eu_analyst", touch=True)
     item = page.locator("[data-testid=artifact-item]", has_text=ref)
     item.get_by_test_id("open-chart").click()
@@ -411,6 +427,26 @@ def test_tapping_a_bar_shows_its_value(served, browser):
     expect(tip).to_contain_text("units")
     page.wait_for_timeout(300)
     expect(tip).to_be_visible()
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_without_a_model_the_first_screen_says_how_to_connect_one(served_without_model, browser):
+    page = open_page(browser, served_without_model, "eu_analyst")
+    help_ = page.get_by_test_id("connect-model")
+    expect(help_).to_be_visible(timeout=30_000)
+    expect(help_).to_contain_text("DATAREF_LLM_URL")
+    expect(help_).to_contain_text("[agents.default]")
+    expect(help_).to_contain_text("dataref doctor")
+    expect(help_.get_by_test_id("copy-snippet")).to_have_count(3)
+    # The rest of the page works without a model: the tables are listed.
+    ref = served_without_model.call("eu_analyst", "fetch_sales",
+                                    {"since": "2025-12-01"})["structuredContent"]["dataRef"]
+    page.reload()
+    wait_ready(page)
+    expect(page.locator("[data-testid=artifact-item]", has_text=ref)).to_be_visible(timeout=30_000)
+    expect(page.get_by_test_id("connect-model")).to_be_visible()
+    shot(page, "no-model")
     assert not page.errors, page.errors
     page.context.close()
 

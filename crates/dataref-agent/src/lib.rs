@@ -26,7 +26,7 @@ pub mod run;
 pub mod session;
 
 pub use approval::{ApprovalRequest, ApproveAll, Approver, Decision, NoOneToAsk};
-pub use profile::{Agent, ProfileError};
+pub use profile::{Agent, ProfileError, endpoint_client};
 pub use run::{Checkpoint, RequestStats, RunInput, RunOutcome, Stopped};
 pub use session::{
     NewRun, SessionBackend, SessionError, SessionInfo, SessionLock, SessionStore, StoredSession,

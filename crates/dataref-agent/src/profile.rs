@@ -272,6 +272,19 @@ fn endpoint(
     profile: &AgentConfig,
     url: &str,
 ) -> Result<Arc<dyn ChatModel>, ProfileError> {
+    Ok(Arc::new(client(agent, profile, url)?))
+}
+
+/// The client of a profile's endpoint, its key expanded from the environment (for
+/// `dataref doctor`, which asks the endpoint for its models); `None` without a URL.
+pub fn endpoint_client(profile: &AgentConfig) -> Result<Option<OpenAiCompatible>, ProfileError> {
+    match &profile.model.url {
+        Some(url) => client(&profile.name, profile, url).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn client(agent: &str, profile: &AgentConfig, url: &str) -> Result<OpenAiCompatible, ProfileError> {
     let api_key = match &profile.model.api_key {
         None => None,
         Some(raw) => Some(
@@ -293,11 +306,10 @@ fn endpoint(
     settings.timeout = profile.model.timeout;
     settings.max_retries = profile.model.max_retries;
     settings.stream = profile.model.stream;
-    let client = OpenAiCompatible::new(settings).map_err(|e| ProfileError::Registry {
+    OpenAiCompatible::new(settings).map_err(|e| ProfileError::Registry {
         agent: agent.to_owned(),
         detail: e.to_string(),
-    })?;
-    Ok(Arc::new(client))
+    })
 }
 
 fn static_vars(

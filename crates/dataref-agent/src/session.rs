@@ -86,17 +86,12 @@ fn title_of(message: &str) -> String {
     cut
 }
 
-/// Messages as stored, and the title of a session they would start: the first message,
-/// on one line, cut with an ellipsis.
-fn encode(messages: &[Message]) -> (String, Vec<String>) {
-    let title = messages
-        .first()
-        .map_or_else(String::new, |m| title_of(&m.content));
-    let stored = messages
-        .iter()
-        .map(|m| serde_json::to_string(m).unwrap_or_default())
-        .collect();
-    (title, stored)
+/// Part of a run to append: all of it, or a piece kept as it went.
+struct Piece<'a> {
+    messages: &'a [Message],
+    requests: &'a [RequestStats],
+    usage: Usage,
+    starts_run: bool,
 }
 
 /// One session, as listed.
@@ -295,22 +290,14 @@ impl SessionStore {
         now: Timestamp,
         run: &RunOutcome,
     ) -> Result<(), SessionError> {
-        Self::check_id(id)?;
         let saved = run.saved.min(run.messages.len());
-        let (title, messages) = encode(&run.messages[saved..]);
-        self.backend.append(
-            principal,
-            id,
-            &NewRun {
-                agent,
-                title: &title,
-                now,
-                messages: &messages,
-                requests: &run.requests,
-                usage: run.usage,
-                starts_run: saved == 0,
-            },
-        )
+        let piece = Piece {
+            messages: &run.messages[saved..],
+            requests: &run.requests,
+            usage: run.usage,
+            starts_run: saved == 0,
+        };
+        self.append(principal, id, agent, now, &piece)
     }
 
     /// Appends messages of a run as it goes ([`crate::Checkpoint`]): `starts_run` for the
@@ -324,8 +311,35 @@ impl SessionStore {
         messages: &[Message],
         starts_run: bool,
     ) -> Result<(), SessionError> {
+        let piece = Piece {
+            messages,
+            requests: &[],
+            usage: Usage::default(),
+            starts_run,
+        };
+        self.append(principal, id, agent, now, &piece)
+    }
+
+    fn append(
+        &self,
+        principal: &Principal,
+        id: &str,
+        agent: &str,
+        now: Timestamp,
+        piece: &Piece<'_>,
+    ) -> Result<(), SessionError> {
         Self::check_id(id)?;
-        let (title, messages) = encode(messages);
+        // The title of a session its first run creates: the person's message, on one line,
+        // cut with an ellipsis.
+        let title = piece
+            .messages
+            .first()
+            .map_or_else(String::new, |m| title_of(&m.content));
+        let messages: Vec<String> = piece
+            .messages
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap_or_default())
+            .collect();
         self.backend.append(
             principal,
             id,
@@ -334,9 +348,9 @@ impl SessionStore {
                 title: &title,
                 now,
                 messages: &messages,
-                requests: &[],
-                usage: Usage::default(),
-                starts_run,
+                requests: piece.requests,
+                usage: piece.usage,
+                starts_run: piece.starts_run,
             },
         )
     }

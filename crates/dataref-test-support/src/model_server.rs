@@ -481,14 +481,27 @@ async fn read_chunked(socket: &mut TcpStream, mut raw: Vec<u8>) -> Result<Vec<u8
     }
 }
 
+/// The models `GET …/models` lists.
+pub const LISTED_MODELS: &[&str] = &["gpt-4o", "gpt-4o-mini", "test-model"];
+
 async fn connection(mut socket: TcpStream, state: Arc<Mutex<State>>) -> Result<()> {
     socket.set_nodelay(true)?;
     let Some(request) = read_request(&mut socket).await? else {
         return Ok(());
     };
+    // The model list, as OpenAI's `GET /v1/models` answers it (what `dataref doctor` asks);
+    // it uses no reply of the script.
+    if request.method == "GET" && request.path.ends_with("/models") {
+        let data: Vec<Value> = LISTED_MODELS
+            .iter()
+            .map(|id| json!({"id": id, "object": "model", "owned_by": "scripted"}))
+            .collect();
+        let body = json!({"object": "list", "data": data});
+        return write_json(&mut socket, 200, &[], &body.to_string(), None).await;
+    }
     if request.method != "POST" || !request.path.ends_with("/chat/completions") {
         let body = json!({"error": {
-            "message": format!("scripted model: no route {} {} (only POST …/chat/completions)", request.method, request.path),
+            "message": format!("scripted model: no route {} {} (only POST …/chat/completions and GET …/models)", request.method, request.path),
             "type": "invalid_request_error",
         }});
         return write_json(&mut socket, 404, &[], &body.to_string(), None).await;

@@ -93,7 +93,8 @@ pub fn run(common: &Common, http_addr: Option<&str>) -> Result<ExitCode> {
 }
 
 /// Each agent profile's model endpoint (`chat`, `ask` and the HTTP agent API need one; the
-/// demo answers with its scripted analyst without). Its tools and template are checked
+/// demo answers with its scripted analyst without), asked for its models: whether it
+/// answers, takes the key and serves the model. Its tools and template are checked
 /// against the registry when a server starts.
 fn agents(config: &Config) -> Vec<Check> {
     config
@@ -102,12 +103,7 @@ fn agents(config: &Config) -> Vec<Check> {
         .map(|a| {
             let what = format!("agent {}", a.name);
             match (&a.model.url, &a.model.model) {
-                (Some(url), Some(model)) => check(
-                    Status::Ok,
-                    &what,
-                    format!("{model} at {url}{}", if a.model.api_key.is_some() { " (with a key)" } else { "" }),
-                    None,
-                ),
+                (Some(url), Some(model)) => endpoint(&what, a, url, model),
                 (Some(url), None) => check(
                     Status::Warn,
                     &what,
@@ -126,6 +122,50 @@ fn agents(config: &Config) -> Vec<Check> {
             }
         })
         .collect()
+}
+
+/// A profile's endpoint asked for its models (`GET …/models`).
+fn endpoint(what: &str, agent: &dataref_config::AgentConfig, url: &str, model: &str) -> Check {
+    let keyed = if agent.model.api_key.is_some() {
+        " with the key"
+    } else {
+        ""
+    };
+    let client = match dataref_agent::endpoint_client(agent) {
+        Ok(Some(client)) => client,
+        Ok(None) => return check(Status::Warn, what, "no model endpoint", None),
+        Err(e) => return check(Status::Warn, what, e.to_string(), e.hint().as_deref()),
+    };
+    let runtime = match runtime(what) {
+        Ok(r) => r,
+        Err(failed) => return failed,
+    };
+    match runtime.block_on(client.models()) {
+        Ok(models) if models.is_empty() || models.iter().any(|m| m == model) => check(
+            Status::Ok,
+            what,
+            format!("{model} at {url}: the endpoint answers{keyed}"),
+            None,
+        ),
+        Ok(models) => {
+            let shown: Vec<&str> = models.iter().take(12).map(String::as_str).collect();
+            check(
+                Status::Warn,
+                what,
+                format!("{url} answers{keyed}, but does not list the model `{model}`"),
+                Some(&format!(
+                    "set DATAREF_LLM_MODEL (or the profile's `model`) to one it lists: {}{}",
+                    shown.join(", "),
+                    if models.len() > shown.len() {
+                        ", …"
+                    } else {
+                        ""
+                    }
+                )),
+            )
+        }
+        Err(e) => check(Status::Warn, what, e.to_string(), e.hint()),
+    }
 }
 
 /// `serve --http`: the config checked by the function the server runs at start, so what

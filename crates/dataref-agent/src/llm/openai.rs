@@ -153,6 +153,57 @@ impl OpenAiCompatible {
         })
     }
 
+    /// The models the endpoint lists (`GET {base}/models`, OpenAI's list): one request,
+    /// no retry, at most 10 s, for `dataref doctor` to say whether the endpoint answers,
+    /// takes the key and serves the model. An endpoint that lists none gives an empty list.
+    pub async fn models(&self) -> Result<Vec<String>, LlmError> {
+        let url = format!(
+            "{}/models",
+            self.settings.base_url.trim().trim_end_matches('/')
+        );
+        let mut request = self
+            .client
+            .get(&url)
+            .header(ACCEPT, "application/json")
+            .timeout(self.settings.timeout.min(Duration::from_secs(10)));
+        if let Some(auth) = &self.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| self.redact_error(self.unreachable(causes(&e))))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = read_capped(&mut response, MAX_ERROR_BYTES)
+                .await
+                .unwrap_or_default();
+            return Err(self.redact_error(LlmError::Status {
+                endpoint: redact_url(&url),
+                status: status.as_u16(),
+                message: provider_message(
+                    &String::from_utf8_lossy(&text),
+                    status.canonical_reason(),
+                ),
+            }));
+        }
+        let bytes = read_capped(&mut response, MAX_ERROR_BYTES * 16)
+            .await
+            .map_err(|_| self.protocol("the model list could not be read whole"))?;
+        let list: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| self.protocol(format!("`GET /models` did not answer JSON ({e})")))?;
+        Ok(list
+            .get("data")
+            .and_then(Value::as_array)
+            .map(|models| {
+                models
+                    .iter()
+                    .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// `s` with every secret replaced by `***`.
     fn redact(&self, s: String) -> String {
         self.secrets.iter().fold(s, |s, secret| {

@@ -841,20 +841,21 @@ async fn agent_http_openai_facade_streamed_and_not() {
     assert_eq!(body["sessions"], json!([]));
 
     // Streamed, with the usage chunk.
+    let streamed = |message: &str| {
+        post(
+            &c,
+            &url,
+            None,
+            json!({
+                "model": "default",
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "messages": [{"role": "user", "content": message}],
+            }),
+        )
+    };
     model.push(Reply::text("Streamed: revenue is 42.").usage(50, 5));
-    let r = post(
-        &c,
-        &url,
-        None,
-        json!({
-            "model": "default",
-            "stream": true,
-            "stream_options": {"include_usage": true},
-            "messages": [{"role": "user", "content": "Stream it"}],
-        }),
-    )
-    .await;
-    let events = Sse::new(r).all().await;
+    let events = Sse::new(streamed("Stream it").await).all().await;
     assert!(events.iter().all(|e| e.name == "message"), "data-only SSE");
     assert_eq!(events.last().expect("done").data, "[DONE]");
     let chunks: Vec<&Value> = events[..events.len() - 1].iter().map(|e| &e.data).collect();
@@ -885,18 +886,7 @@ async fn agent_http_openai_facade_streamed_and_not() {
 
     // A run the model fails, streamed: an `error` event a client raises, no `stop`.
     model.push(Reply::status(400).message("the model refused the request"));
-    let r = post(
-        &c,
-        &url,
-        None,
-        json!({
-            "model": "default",
-            "stream": true,
-            "messages": [{"role": "user", "content": "Fail it"}],
-        }),
-    )
-    .await;
-    let events = Sse::new(r).all().await;
+    let events = Sse::new(streamed("Fail it").await).all().await;
     assert_eq!(events.last().expect("done").data, "[DONE]");
     let failed = &events[events.len() - 2].data;
     assert_eq!(failed["error"]["code"], "model_error", "{events:?}");

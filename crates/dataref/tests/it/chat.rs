@@ -264,3 +264,35 @@ fn a_run_killed_mid_way_keeps_its_question_and_finished_steps() {
         .unwrap_or_else(|| panic!("{listed}"));
     assert!(line.contains("2 runs"), "{line}");
 }
+
+#[test]
+fn doctor_asks_each_agents_endpoint_for_its_models() {
+    let model = ScriptedModel::start(Vec::new()).expect("model server");
+    let doctor = |model_name: &str, url: &str| {
+        let out = dataref(&model, "doctor", &["doctor"])
+            .env("DATAREF_LLM_URL", url)
+            .env("DATAREF_LLM_MODEL", model_name)
+            .output()
+            .expect("run doctor");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let url = model.url();
+    let said = doctor("gpt-4o", &url);
+    assert!(said.contains("gpt-4o at"), "{said}");
+    assert!(said.contains("the endpoint answers"), "{said}");
+    // A model the endpoint does not serve: the ones it does.
+    let said = doctor("gpt-5-nonexistent", &url);
+    assert!(
+        said.contains("does not list the model `gpt-5-nonexistent`"),
+        "{said}"
+    );
+    assert!(said.contains("gpt-4o-mini"), "{said}");
+    // Nothing listening: unreachable, with what to check.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let said = doctor("gpt-4o", &format!("http://127.0.0.1:{port}/v1"));
+    assert!(said.contains("check DATAREF_LLM_URL"), "{said}");
+    // No request of the script was used.
+    assert!(model.requests().is_empty());
+}
