@@ -150,7 +150,7 @@ sql = "SELECT date, line, region, channel, units, revenue, discount FROM sales W
 params.since = {{ type = "date", required = true }}
 
 [agents.default]
-tools = ["fetch_*", "describe_data", "render_chart", "run_sql"]
+tools = ["fetch_*", "describe_data", "render_chart", "render_table", "run_sql"]
 
 [agents.default.approval]
 run_sql = "ask"
@@ -311,6 +311,25 @@ def test_a_chat_turn_streams_steps_a_chart_and_an_answer_that_stays_text(served,
     # The session is listed and comes back on a new load.
     expect(page.get_by_test_id("session-item")).to_have_count(1)
     shot(page, "chat")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_a_render_table_step_opens_its_table_in_the_grid(served, browser):
+    model = served.model
+    model.push(calls=[("call_t1", "fetch_sales", '{"since": "2025-11-01"}')])
+    model.push_made(lambda body: {"calls": [("call_t2", "render_table", json.dumps({
+        "dataRef": data_ref_in(last_tool_content(body)), "sort": "revenue",
+        "descending": True, "limit": 5}))]})
+    model.push(text="The five biggest sales are shown.")
+    page = open_page(browser, served, "eu_analyst")
+    page.get_by_test_id("chat-input").fill("Show me the biggest sales since November.")
+    page.get_by_test_id("chat-send").click()
+    expect(page.get_by_test_id("answer").last).to_contain_text("five biggest", timeout=120_000)
+    step = page.locator("[data-testid=tool-step][data-tool=render_table]")
+    expect(step).to_have_attribute("data-outcome", "ok")
+    step.get_by_test_id("open-table").click()
+    expect(page.get_by_test_id("grid-status")).to_contain_text("rows 1–", timeout=60_000)
     assert not page.errors, page.errors
     page.context.close()
 
