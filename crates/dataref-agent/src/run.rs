@@ -232,7 +232,6 @@ impl Agent {
             tool_calls: 0,
             saved: 0,
         };
-
         let Some(model) = self.model.clone().or(model) else {
             return finish(
                 out,

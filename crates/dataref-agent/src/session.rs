@@ -77,13 +77,7 @@ const TITLE_CHARS: usize = 80;
 /// A session's title from its first message: its words on one line, at most
 /// [`TITLE_CHARS`] characters, the last of them `…` when it was cut.
 fn title_of(message: &str) -> String {
-    let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
-    if line.chars().count() <= TITLE_CHARS {
-        return line;
-    }
-    let mut cut: String = line.chars().take(TITLE_CHARS - 1).collect();
-    cut.push('…');
-    cut
+    dataref_store::one_line(message, TITLE_CHARS)
 }
 
 /// Part of a run to append: all of it, or a piece kept as it went.

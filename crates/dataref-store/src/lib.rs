@@ -95,11 +95,11 @@ impl Lineage {
             }
             "run_python" => arg("output").unwrap_or("run_python").to_owned(),
             // A statement on one line: what a person reads a query by.
-            "run_sql" => format!("sql: {}", one_line(arg("sql").unwrap_or_default())),
+            "run_sql" => format!("sql: {}", arg("sql").unwrap_or_default()),
             "query" => format!(
                 "{}: {}",
                 arg("source").unwrap_or("query"),
-                one_line(arg("sql").unwrap_or_default())
+                arg("sql").unwrap_or_default()
             ),
             tool => {
                 let base = tool.strip_prefix("fetch_").unwrap_or(tool);
@@ -117,18 +117,20 @@ impl Lineage {
                 name
             }
         };
-        if name.chars().count() <= NAME_CHARS {
-            return name;
-        }
-        let mut cut: String = name.chars().take(NAME_CHARS - 1).collect();
-        cut.push('…');
-        cut
+        one_line(&name, NAME_CHARS)
     }
 }
 
-/// `text`'s words on one line.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+/// `text`'s words on one line, at most `max` characters, the last of them `…` when it was
+/// cut: a table's name, a session's title.
+pub fn one_line(text: &str, max: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 /// The longest [`Lineage::name`], in characters.
