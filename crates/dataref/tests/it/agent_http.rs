@@ -543,10 +543,19 @@ async fn agent_http_disconnect_cancels_the_run_and_a_busy_session_is_409() {
     assert!(body["hint"].is_string());
 
     drop(stream);
+    // The run is counted as soon as its question is kept; its record ends with the stop
+    // note once the cancelled run has finished: wait for that.
+    let ended = |body: &Value| {
+        body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .is_some_and(|c| c.contains("cancelled"))
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     let body = loop {
         let (_, body) = get(&c, &server.url(&format!("/agent/sessions/{session}")), None).await;
-        if body["session"]["runs"] == 2 {
+        if body["session"]["runs"] == 2 && ended(&body) {
             break body;
         }
         assert!(
