@@ -38,6 +38,7 @@ const record = {
   toolResult: null,
   viewCalls: [], // {name, arguments, result | error} for every tools/call the view made
   refused: [], // tools/call requests the host refused (visibility)
+  downloads: [], // ui/download-file requests: each content item, a blob decoded as text
   traffic: [], // [from, method or "response <id>"] of every message between host and view
   logs: [],
   sizes: [],
@@ -145,7 +146,7 @@ async function main() {
   const bridge = new AppBridge(
     null,
     HOST_INFO,
-    { serverTools: {}, serverResources: {}, logging: {} },
+    { serverTools: {}, serverResources: {}, logging: {}, downloadFile: {} },
     {
       hostContext: {
         toolInfo: { tool },
@@ -178,6 +179,16 @@ async function main() {
     }
   };
   bridge.onreadresource = async (params) => client.readResource(params);
+  // A real host would ask the person and save the file; this one keeps what it was given.
+  bridge.ondownloadfile = async ({ contents }) => {
+    record.downloads.push((contents || []).map((c) => ({
+      type: c.type,
+      uri: c.resource ? c.resource.uri : c.uri,
+      mimeType: c.resource ? c.resource.mimeType : c.mimeType,
+      text: c.resource ? resourceText(c.resource) : null,
+    })));
+    return {};
+  };
   bridge.onloggingmessage = (p) => record.logs.push(p);
   bridge.onsizechange = ({ width, height }) => {
     record.sizes.push({ width, height });

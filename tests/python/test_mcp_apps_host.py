@@ -42,7 +42,7 @@ HOST_DIR = ROOT / "tests" / "mcp-apps-host"
 BUNDLE = HOST_DIR / "dist" / "host.bundle.js"
 SHOT = ROOT / "target" / "browser-screenshots" / "mcp-apps-host.png"
 UI = "io.modelcontextprotocol/ui"
-APP_ONLY = {"view_rows", "view_chart", "view_artifacts"}
+APP_ONLY = {"view_rows", "view_chart", "view_artifacts", "view_files", "view_download"}
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -396,5 +396,37 @@ def test_host_shows_render_tables_rows_as_it_chose_them(served, site):
             shown = [int(r.locator("td").nth(col + 1).text_content().replace(",", ""))
                      for r in rows.all()]
             assert shown == sorted(shown, reverse=True) and shown[0] == 40, shown
+
+            # A download of what the grid shows (filtered to EMEA, by units descending)
+            # goes to the host through `ui/download-file`: the file, given whole.
+            frame.locator("input[data-testid=grid-filter][data-column=region]").fill("EMEA")
+            deadline = time.monotonic() + 30
+            while not frame.evaluate(
+                    "() => { const r = [...document.querySelectorAll("
+                    "'table[data-testid=grid] tbody tr')]; return r.length > 0"
+                    " && r.every((x) => x.textContent.includes('EMEA')); }"):
+                assert time.monotonic() < deadline, "the filter never applied"
+                page.wait_for_timeout(100)
+            page.wait_for_timeout(500)
+            frame.locator("[data-testid=download-csv]").click()
+            deadline = time.monotonic() + 60
+            while not page.evaluate("() => window.__host.downloads.length"):
+                assert time.monotonic() < deadline, frame.locator("body").text_content()[-500:]
+                page.wait_for_timeout(100)
+            [[item]] = page.evaluate("() => window.__host.downloads")
+            assert item["type"] == "resource" and item["mimeType"] == "text/csv", item
+            assert item["uri"].startswith("dataref://downloads/") and item["uri"].endswith(".csv")
+            lines = [ln for ln in item["text"].split("\r\n") if ln]
+            header = lines[0].split(",")
+            body = [dict(zip(header, ln.split(","))) for ln in lines[1:]]
+            emea = mcp_call(base, token, "run_sql", {
+                "sql": "SELECT count(*) AS n FROM s WHERE region = 'EMEA'",
+                "inputs": {"s": ref}, "store_as": "value"})["structuredContent"]["values"][0][0]
+            assert len(body) == emea > 7, (len(body), emea)
+            assert {r["region"] for r in body} == {"EMEA"}, body[:3]
+            units = [int(r["units"]) for r in body]
+            assert units == sorted(units, reverse=True), units[:20]
+            note = frame.locator("[data-testid=export-done]").text_content()
+            assert f"{emea} rows" in note.replace(",", ""), note
         finally:
             browser.close()

@@ -41,7 +41,10 @@ pub(crate) use render_table::TableArgs;
 pub(crate) use run_python::RunPythonArgs;
 pub use run_python::{RUNS_DIR, RunPythonTool, STREAM_SHOWN_BYTES, sandbox_settings};
 pub use run_sql::{RunSqlResult, RunSqlTool};
-pub use view::{MAX_PAGE_ROWS, ViewArtifactsTool, ViewChartTool, ViewRowsTool};
+pub use view::{
+    MAX_DOWNLOAD_BYTES, MAX_PAGE_ROWS, ViewArtifactsTool, ViewChartTool, ViewDownloadTool,
+    ViewRowsTool,
+};
 
 /// Every built-in tool for `config`: one `fetch_<name>` per configured query, `query` when
 /// a source allows SQL, `describe_data`, `list_artifacts`, `run_sql` (unless `[sql] enabled = false`), `run_python` (unless
@@ -113,6 +116,7 @@ pub fn builtin_registry_builder(
     b.register(Arc::new(ViewRowsTool::new(config.sql.clone())));
     b.register(Arc::new(ViewChartTool::new()));
     b.register(Arc::new(ViewArtifactsTool::new()));
+    b.register(Arc::new(ViewDownloadTool::new(config.sql.clone())));
     b.register(Arc::new(ListFilesTool::for_view()));
     for http in config.http_tools.values() {
         b.register(Arc::new(crate::http_tool::HttpTool::new(http.clone())));

@@ -40,9 +40,10 @@ pub mod replay;
 mod support;
 
 pub use builtin::{
-    Loaded, MAX_PAGE_ROWS, RUNS_DIR, RunPythonTool, RunSqlResult, RunSqlTool, STREAM_SHOWN_BYTES,
-    ViewArtifactsTool, ViewChartTool, ViewRowsTool, builtin_registry, builtin_registry_builder,
-    builtin_registry_with, load_into, mime_type_for, probe_files, sandbox_settings,
+    Loaded, MAX_DOWNLOAD_BYTES, MAX_PAGE_ROWS, RUNS_DIR, RunPythonTool, RunSqlResult, RunSqlTool,
+    STREAM_SHOWN_BYTES, ViewArtifactsTool, ViewChartTool, ViewDownloadTool, ViewRowsTool,
+    builtin_registry, builtin_registry_builder, builtin_registry_with, load_into, mime_type_for,
+    probe_files, sandbox_settings,
 };
 pub use http_tool::{EnvLookup, HttpTool};
 pub use support::ExportCsv;

@@ -13,7 +13,7 @@ use crate::raw::{RawHttpParam, RawHttpTool};
 use crate::units::{duration, size};
 
 /// The built-in tools' names (besides `fetch_<query>`): an HTTP tool may not take one.
-pub const BUILTIN_TOOL_NAMES: [&str; 17] = [
+pub const BUILTIN_TOOL_NAMES: [&str; 18] = [
     "query",
     "describe_data",
     "list_artifacts",
@@ -31,6 +31,7 @@ pub const BUILTIN_TOOL_NAMES: [&str; 17] = [
     "view_chart",
     "view_artifacts",
     "view_files",
+    "view_download",
 ];
 
 /// One `[http_tools.NAME]`, resolved. The tool's name is `name`.

@@ -23,6 +23,8 @@ pub enum ExportError {
         "a cell of column `{column}` has {chars} characters; an XLSX cell holds at most 32,767"
     )]
     CellTooLongForXlsx { column: String, chars: usize },
+    #[error("row {row} is past the table's end ({rows} rows)")]
+    NoSuchRow { row: u32, rows: u64 },
     #[error("the export was cancelled")]
     Cancelled,
     #[error("writing the file: {0}")]
@@ -58,9 +60,12 @@ impl ExportError {
             Self::CellTooLongForXlsx { .. } => {
                 Some("leave that column out (`columns`), or export as `csv` or `parquet`".into())
             }
-            Self::Cancelled | Self::Io(_) | Self::Xlsx(_) | Self::Parquet(_) | Self::Arrow(_) => {
-                None
-            }
+            Self::NoSuchRow { .. }
+            | Self::Cancelled
+            | Self::Io(_)
+            | Self::Xlsx(_)
+            | Self::Parquet(_)
+            | Self::Arrow(_) => None,
         }
     }
 
@@ -74,7 +79,11 @@ impl ExportError {
             | Self::TooWideForXlsx { .. }
             | Self::CellTooLongForXlsx { .. }
             | Self::Cancelled => true,
-            Self::Io(_) | Self::Xlsx(_) | Self::Parquet(_) | Self::Arrow(_) => false,
+            Self::NoSuchRow { .. }
+            | Self::Io(_)
+            | Self::Xlsx(_)
+            | Self::Parquet(_)
+            | Self::Arrow(_) => false,
         }
     }
 }

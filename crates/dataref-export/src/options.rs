@@ -96,6 +96,10 @@ pub struct ExportOptions {
     /// Display names by column name; columns not named keep their own.
     pub headers: BTreeMap<String, String>,
     pub sort: Option<SortBy>,
+    /// These rows of the table (numbered across its batches from 0), in this order,
+    /// instead of all of them: a view's filter and sort, decided elsewhere (it takes the
+    /// place of `sort`). A number past the table's end is [`crate::ExportError::NoSuchRow`].
+    pub rows: Option<Vec<u32>>,
     /// Rows to skip (after sorting).
     pub offset: u64,
     /// Rows to write at most (after the offset).

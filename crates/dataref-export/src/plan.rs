@@ -75,16 +75,23 @@ impl Plan {
         }
         let out_schema = Arc::new(Schema::new(fields));
 
-        let order = match &options.sort {
-            Some(sort) => Some(sort_order(batches, find(&sort.column)?, sort, None)?),
-            None => None,
-        };
         let projected = batches
             .iter()
             .filter(|b| b.num_rows() > 0)
             .map(|b| b.project(&indices))
             .collect::<Result<Vec<_>, _>>()?;
-        let total: u64 = projected.iter().map(|b| b.num_rows() as u64).sum();
+        let stored: u64 = projected.iter().map(|b| b.num_rows() as u64).sum();
+        let order = match (&options.rows, &options.sort) {
+            (Some(rows), _) => {
+                if let Some(&row) = rows.iter().find(|&&r| u64::from(r) >= stored) {
+                    return Err(ExportError::NoSuchRow { row, rows: stored });
+                }
+                Some(rows.clone())
+            }
+            (None, Some(sort)) => Some(sort_order(batches, find(&sort.column)?, sort, None)?),
+            (None, None) => None,
+        };
+        let total = order.as_ref().map_or(stored, |o| o.len() as u64);
         let offset = options.offset.min(total);
         let rows = (total - offset).min(options.limit.unwrap_or(u64::MAX));
         Ok(Self {

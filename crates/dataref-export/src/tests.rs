@@ -245,6 +245,46 @@ fn columns_headers_sort_offset_and_limit() {
     assert_eq!(units, ["3", "1", "-7"]);
 }
 
+/// A view's rows, chosen and ordered elsewhere, across batches; a row past the end is an
+/// error, never a silently shorter file.
+#[test]
+fn given_rows_go_out_in_their_order() {
+    let options = ExportOptions {
+        columns: Some(vec!["units".into()]),
+        rows: Some(vec![4, 0, 2]),
+        // `rows` takes the place of a sort.
+        sort: Some(SortBy::new("units", false)),
+        offset: 1,
+        ..ExportOptions::default()
+    };
+    let (done, bytes) = run(Format::Csv, &options);
+    assert_eq!(done.rows, 2);
+    assert_eq!(String::from_utf8(bytes).unwrap(), "units\r\n3\r\n-7\r\n");
+    let (done, _) = run(
+        Format::Parquet,
+        &ExportOptions {
+            rows: Some(Vec::new()),
+            ..ExportOptions::default()
+        },
+    );
+    assert_eq!(done.rows, 0);
+    let (schema, batches) = table();
+    let e = export(
+        Format::Csv,
+        &schema,
+        &batches,
+        &ExportOptions {
+            rows: Some(vec![1, 5]),
+            ..ExportOptions::default()
+        },
+        Cursor::new(Vec::new()),
+        &|| false,
+    )
+    .unwrap_err();
+    assert_eq!(e.to_string(), "row 5 is past the table's end (5 rows)");
+    assert!(!e.is_caller_error());
+}
+
 #[test]
 fn sorting_is_stable_with_nulls_last() {
     let batch = RecordBatch::try_from_iter([

@@ -166,6 +166,19 @@ fn attachment_block(attachment: Attachment) -> Option<ContentBlock> {
             })
             .with_annotations(for_user()),
         )),
+        Attachment::File {
+            uri,
+            mime_type,
+            data,
+        } => Some(ContentBlock::Resource(
+            EmbeddedResource::new(ResourceContents::BlobResourceContents {
+                uri,
+                mime_type: Some(mime_type),
+                blob: BASE64.encode(data),
+                meta: None,
+            })
+            .with_annotations(for_user()),
+        )),
         // `Attachment` is non-exhaustive across crates; a kind this server cannot show
         // yet is left out (the model's text result is complete without it).
         other => {

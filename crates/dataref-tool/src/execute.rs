@@ -187,6 +187,14 @@ impl CallOutcome {
                 Attachment::Document { uri, mime_type, .. } => {
                     format!("a document ({mime_type}) shown to the person: {uri}")
                 }
+                Attachment::File {
+                    uri,
+                    mime_type,
+                    data,
+                } => format!(
+                    "a file ({mime_type}, {}) given to the person: {uri}",
+                    dataref_protocol::human_bytes(data.len() as u64)
+                ),
             });
         }
         if parts.is_empty() {

@@ -26,6 +26,13 @@ pub enum Attachment {
         mime_type: String,
         text: String,
     },
+    /// A file given whole for the person to save, named by `uri` (MCP embedded resource
+    /// with a blob), e.g. what the view's grid shows, downloaded: never written anywhere.
+    File {
+        uri: String,
+        mime_type: String,
+        data: Vec<u8>,
+    },
 }
 
 /// A successful result: a small JSON value for the model (`structuredContent`, with its

@@ -134,6 +134,7 @@ impl TypedTool for ExportDataTool {
             sort: a
                 .sort_by
                 .map(|column| SortBy::new(column, a.descending.unwrap_or(false))),
+            rows: None,
             offset: a.offset.unwrap_or(0),
             limit: a.limit,
             bom: if a.bom.unwrap_or(false) {

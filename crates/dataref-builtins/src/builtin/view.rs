@@ -9,7 +9,10 @@
 //!   never repeat or skip a row;
 //! - `view_chart`: the points `render_chart` would draw (folded and downsampled the same
 //!   way), for the view to draw itself;
-//! - `view_artifacts`: the caller's tables with their provenance (tool and arguments).
+//! - `view_artifacts`: the caller's tables with their provenance (tool and arguments);
+//! - `view_download`: a table as the grid shows it (filtered and sorted) as a CSV, XLSX or
+//!   Parquet file, given whole in the result (at most [`MAX_DOWNLOAD_BYTES`]), so a
+//!   download writes nothing into the workspace.
 //!
 //! Every one opens through the store as the caller: another principal's table answers as
 //! an unknown one.
@@ -290,6 +293,22 @@ fn row_column(schema: &Schema) -> String {
     name
 }
 
+/// ` WHERE …` of every filter (each checked against its column's type), or nothing.
+fn where_sql(filter: &[Filter], schema: &Schema) -> Result<String, ToolError> {
+    let mut filters = Vec::with_capacity(filter.len());
+    for f in filter {
+        let dt = schema
+            .field_with_name(&f.column)
+            .map_or(DataType::Null, |x| x.data_type().clone());
+        filters.push(predicate(f, &dt)?);
+    }
+    Ok(if filters.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", filters.join(" AND "))
+    })
+}
+
 /// A stored table with its row numbers as one more column (last), made only when a plan
 /// reads it: the tie-breaker that makes every sort total.
 #[derive(Debug)]
@@ -297,6 +316,25 @@ struct Numbered {
     table: MappedTable,
     /// The stored columns.
     width: usize,
+}
+
+impl Numbered {
+    /// `table` numbered, and its schema with the row number's column
+    /// ([`row_column`]) last.
+    fn input(table: MappedTable) -> (SchemaRef, Arc<Self>) {
+        let schema = table.meta.schema.clone();
+        let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(
+            row_column(&schema),
+            DataType::UInt64,
+            false,
+        )));
+        let width = schema.fields().len();
+        (
+            Arc::new(Schema::new(fields)),
+            Arc::new(Self { table, width }),
+        )
+    }
 }
 
 impl Columns for Numbered {
@@ -538,23 +576,9 @@ impl TypedTool for ViewRowsTool {
             .await?;
             cells(&batches, width, &mut page);
         } else {
-            let mut filters = Vec::with_capacity(a.filter.len());
-            for f in &a.filter {
-                let dt = schema
-                    .field_with_name(&f.column)
-                    .map_or(DataType::Null, |x| x.data_type().clone());
-                filters.push(predicate(f, &dt)?);
-            }
-            let where_sql = if filters.is_empty() {
-                String::new()
-            } else {
-                format!(" WHERE {}", filters.join(" AND "))
-            };
+            let where_sql = where_sql(&a.filter, &schema)?;
             let row = row_column(&schema);
-            let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
-            fields.push(Arc::new(Field::new(&row, DataType::UInt64, false)));
-            let numbered: SchemaRef = Arc::new(Schema::new(fields));
-            let source = Arc::new(Numbered { table, width });
+            let (numbered, source) = Numbered::input(table);
             let input = || Input::columns(TABLE, numbered.clone(), source.clone());
             let mut order: Vec<String> = a
                 .sort
@@ -612,7 +636,7 @@ impl TypedTool for ViewRowsTool {
                     .filter_map(|b| b.column(0).as_any().downcast_ref::<UInt64Array>())
                     .flat_map(|c| c.values().iter().copied())
                     .collect();
-                let matched = if filters.is_empty() {
+                let matched = if where_sql.is_empty() {
                     total
                 } else {
                     let counted = collect(
@@ -664,6 +688,252 @@ impl TypedTool for ViewRowsTool {
             page,
         })?;
         out.text = Some(text);
+        Ok(out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// view_download
+
+/// The file of what the grid shows, at most: it travels whole inside one result, as
+/// base64, to the person (a larger table is exported with `export_data`).
+pub const MAX_DOWNLOAD_BYTES: u64 = 32 << 20;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DownloadArgs {
+    data_ref: DataRef,
+    format: DownloadFormat,
+    /// Sort keys, the first most significant (as `view_rows` takes them).
+    #[serde(default)]
+    sort: Vec<SortKey>,
+    /// Every filter must hold (as `view_rows` takes them).
+    #[serde(default)]
+    filter: Vec<Filter>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum DownloadFormat {
+    Csv,
+    Xlsx,
+    Parquet,
+}
+
+impl DownloadFormat {
+    fn format(self) -> dataref_export::Format {
+        match self {
+            Self::Csv => dataref_export::Format::Csv,
+            Self::Xlsx => dataref_export::Format::Xlsx,
+            Self::Parquet => dataref_export::Format::Parquet,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct DownloadResult {
+    /// The file's name: the table's name and the format's extension.
+    name: String,
+    mime_type: &'static str,
+    /// Rows in the file: those that pass the filters.
+    rows: u64,
+    bytes: u64,
+}
+
+pub struct ViewDownloadTool {
+    spec: ToolSpec,
+    config: SqlConfig,
+}
+
+impl ViewDownloadTool {
+    pub fn new(config: SqlConfig) -> Self {
+        Self {
+            spec: app_only(spec_for::<DownloadArgs, DownloadResult>(
+                "view_download",
+                "For the view: a stored table as the grid shows it (filtered and sorted), as \
+                 a CSV, XLSX or Parquet file given to the person whole; nothing is written.",
+                true,
+                false,
+            )),
+            config,
+        }
+    }
+}
+
+/// A file name from a table's name: letters, digits, `-`, `_` and `.` kept, every other
+/// run of characters one `_`.
+fn file_name(name: &str, fallback: &DataRef, ext: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_alphanumeric() || matches!(c, '-' | '_' | '.') {
+            out.push(c);
+        } else if !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    let stem = out.trim_matches(|c| c == '_' || c == '.');
+    let stem = if stem.is_empty() {
+        fallback.as_str()
+    } else {
+        stem
+    };
+    format!("{stem}.{ext}")
+}
+
+/// Bytes kept in memory up to a cap; one more is an error of kind `FileTooLarge`.
+struct Capped {
+    bytes: Vec<u8>,
+    cap: u64,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if (self.bytes.len() + buf.len()) as u64 > self.cap {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                "over the download's cap",
+            ));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TypedTool for ViewDownloadTool {
+    type Args = DownloadArgs;
+
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn run(&self, a: DownloadArgs, ctx: &RunContext) -> Result<ToolOutput, ToolError> {
+        let store = ctx.store.clone();
+        let owner = ctx.principal.clone();
+        let data_ref = a.data_ref.clone();
+        let table = blocking("view_download", move || {
+            Ok(store.map_table(&owner, &data_ref)?)
+        })
+        .await?;
+        let schema = table.meta.schema.clone();
+        for name in a
+            .sort
+            .iter()
+            .map(|s| &s.column)
+            .chain(a.filter.iter().map(|f| &f.column))
+        {
+            if schema.index_of(name).is_err() {
+                return Err(unknown_column(name, &schema));
+            }
+        }
+        // Which rows, in which order: the engine filters, and the keys and row numbers it
+        // streams back are sorted here (the view's deep page, over every matching row).
+        let rows = if a.sort.is_empty() && a.filter.is_empty() {
+            None
+        } else {
+            let where_sql = where_sql(&a.filter, &schema)?;
+            let row = row_column(&schema);
+            let (numbered, source) = Numbered::input(table.clone());
+            let mut select: Vec<String> = a
+                .sort
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("{} AS k{i}", ident(&s.column)))
+                .collect();
+            select.push(ident(&row));
+            let sql = format!("SELECT {} FROM {TABLE}{where_sql}", select.join(", "));
+            let descending: Vec<bool> = a.sort.iter().map(|s| s.descending).collect();
+            let limits = QueryLimits {
+                memory_bytes: usize::try_from(self.config.memory_bytes).unwrap_or(usize::MAX),
+                ..QueryLimits::default()
+            };
+            let work = async {
+                let batches =
+                    collect(&sql, Input::columns(TABLE, numbered, source), &limits).await?;
+                blocking("view_download", move || {
+                    deep_page(&batches, &descending, 0, usize::MAX)
+                        .map_err(|e| ToolError::Fatal(e.to_string()))
+                })
+                .await
+            };
+            let order = tokio::select! {
+                r = tokio::time::timeout(self.config.timeout, work) => r.map_err(|_| {
+                    ToolError::respond(
+                        "sorting or filtering this table took too long",
+                        Some("filter on fewer columns, or export the table".into()),
+                    )
+                })??,
+                () = ctx.cancel.cancelled() => {
+                    return Err(ToolError::respond("the download was cancelled", None));
+                }
+            };
+            let order = order
+                .into_iter()
+                .map(u32::try_from)
+                .collect::<Result<Vec<u32>, _>>()
+                .map_err(|_| {
+                    ToolError::respond(
+                        "the table has too many rows to download from the view",
+                        Some("export it with `export_data`".into()),
+                    )
+                })?;
+            Some(order)
+        };
+        let format = a.format.format();
+        let name = file_name(&table.meta.lineage.name(), &a.data_ref, format.extension());
+        let cancel = ctx.cancel.clone();
+        let (rows, bytes) = blocking("view_download", move || {
+            let batches = table.batches(None)?;
+            let options = dataref_export::ExportOptions {
+                rows,
+                ..dataref_export::ExportOptions::default()
+            };
+            let mut out = Capped {
+                bytes: Vec::new(),
+                cap: MAX_DOWNLOAD_BYTES,
+            };
+            let done =
+                dataref_export::export(format, &schema, &batches, &options, &mut out, &|| {
+                    cancel.is_cancelled()
+                });
+            match done {
+                Ok(done) => Ok((done.rows, out.bytes)),
+                Err(dataref_export::ExportError::Io(e))
+                    if e.kind() == std::io::ErrorKind::FileTooLarge =>
+                {
+                    Err(ToolError::respond(
+                        format!(
+                            "the file would be over {}, more than the view gives whole",
+                            dataref_protocol::human_bytes(MAX_DOWNLOAD_BYTES)
+                        ),
+                        Some(
+                            "filter the grid to fewer rows, pick Parquet (smaller), or export \
+                             the whole table with `export_data`"
+                                .into(),
+                        ),
+                    ))
+                }
+                Err(e) => Err(super::export_data::export_error(e)),
+            }
+        })
+        .await?;
+        let mut out = output(DownloadResult {
+            name: name.clone(),
+            mime_type: format.mime_type(),
+            rows,
+            bytes: bytes.len() as u64,
+        })?;
+        out.text = Some(format!("{name}: {rows} rows"));
+        out.attachments.push(dataref_tool::Attachment::File {
+            uri: format!("dataref://downloads/{name}"),
+            mime_type: format.mime_type().to_owned(),
+            data: bytes,
+        });
         Ok(out)
     }
 }

@@ -441,3 +441,134 @@ async fn pages_either_side_of_the_deep_page_depth_agree_over_ties() {
     let distinct: std::collections::BTreeSet<i64> = tiled.iter().copied().collect();
     assert_eq!(distinct.len(), 200, "no row twice");
 }
+
+/// The file `view_download` gives: its structured result and the bytes attached.
+async fn download(f: &Fixture, args: Value) -> (Value, Vec<u8>, String) {
+    let o = run(f, ToolCall::new("view_download", args)).await;
+    assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.text);
+    let v = o.structured.clone().unwrap();
+    let spec = f.registry.get("view_download").unwrap().spec().clone();
+    let validator = jsonschema::validator_for(spec.output_schema.as_ref().unwrap()).unwrap();
+    assert!(validator.is_valid(&v), "output schema violated: {v}");
+    match o.attachments.as_slice() {
+        [
+            dataref_tool::Attachment::File {
+                uri,
+                mime_type,
+                data,
+            },
+        ] => {
+            assert_eq!(
+                uri,
+                &format!("dataref://downloads/{}", v["name"].as_str().unwrap())
+            );
+            assert_eq!(v["bytes"], json!(data.len()));
+            assert_eq!(v["mimeType"], json!(mime_type));
+            (v, data.clone(), mime_type.clone())
+        }
+        other => panic!("one file attached, got {other:?}"),
+    }
+}
+
+/// A download of what the grid shows holds exactly the grid's rows in the grid's order
+/// (every page of `view_rows` with the same sort and filters), and writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_download_holds_what_the_grid_shows_and_writes_nothing() {
+    let f = fixture();
+    let sales = fetch(&f).await;
+    let sort = json!([{"column": "units", "descending": true}, {"column": "line"}]);
+    let filter = json!([
+        {"column": "region", "op": "=", "value": "EMEA"},
+        {"column": "line", "op": "contains", "value": "lamp"},
+    ]);
+    let mut shown = Vec::new();
+    loop {
+        let v = rows(
+            &f,
+            json!({"dataRef": sales, "sort": sort, "filter": filter,
+                   "offset": shown.len(), "limit": 500}),
+        )
+        .await;
+        let p = page(&v);
+        if p.is_empty() {
+            break;
+        }
+        shown.extend(p);
+    }
+    assert!(shown.len() > 10, "the filter keeps some rows");
+    let files = || async {
+        let o = run(&f, ToolCall::new("list_files", json!({"recursive": true}))).await;
+        assert!(!o.is_error(), "{}", o.text);
+        o.text
+    };
+    let files_before = files().await;
+    let (v, bytes, mime) = download(
+        &f,
+        json!({"dataRef": sales, "format": "csv", "sort": sort, "filter": filter}),
+    )
+    .await;
+    assert_eq!(mime, "text/csv");
+    assert_eq!(v["rows"], json!(shown.len()));
+    assert_eq!(v["name"], json!("sales_since_2020-01-01.csv"), "{v}");
+    let text = String::from_utf8(bytes).unwrap();
+    let lines: Vec<&str> = text.split("\r\n").filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines[0], "date,line,region,channel,units,revenue,discount");
+    assert_eq!(lines.len() - 1, shown.len());
+    for (line, row) in lines[1..].iter().zip(&shown) {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells[1], row[1].as_str().unwrap(), "the grid's order");
+        assert_eq!(cells[4], row[4].to_string(), "the grid's order");
+    }
+    // No sort and no filter: the whole table, here as Parquet.
+    let (v, bytes, _) = download(&f, json!({"dataRef": sales, "format": "parquet"})).await;
+    let all = stored_rows(&f, &sales);
+    assert_eq!(v["rows"], json!(all.len()));
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        bytes::Bytes::from(bytes),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let read: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(read, all.len());
+    assert_eq!(
+        files().await,
+        files_before,
+        "no file written into the workspace"
+    );
+}
+
+/// Wrong columns get the grid's hints; another principal's table is an unknown one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_download_is_refused_like_a_page() {
+    let f = fixture();
+    let sales = fetch(&f).await;
+    let o = run(
+        &f,
+        ToolCall::new(
+            "view_download",
+            json!({"dataRef": sales, "format": "csv", "sort": [{"column": "unit"}]}),
+        ),
+    )
+    .await;
+    assert!(o.is_error());
+    assert!(error_text(&o).contains("no column `unit`"), "{}", o.text);
+    let bob = as_bob(&f);
+    let theirs = execute_tool_call(
+        &f.registry,
+        ToolCall::new("view_download", json!({"dataRef": sales, "format": "xlsx"})),
+        &bob,
+    )
+    .await;
+    let unknown = execute_tool_call(
+        &f.registry,
+        ToolCall::new(
+            "view_download",
+            json!({"dataRef": RANDOM_REF, "format": "xlsx"}),
+        ),
+        &bob,
+    )
+    .await;
+    assert!(theirs.is_error());
+    assert_eq!(error_text(&theirs), error_text(&unknown));
+}

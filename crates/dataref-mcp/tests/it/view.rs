@@ -48,7 +48,13 @@ async fn a_host_without_the_extension_never_sees_the_views_tools() -> anyhow::Re
     );
     // Not listed is not enough: a client that names one anyway is told there is no such
     // tool, as for any unknown name, and the view's tools are not offered as close ones.
-    for name in ["view_rows", "view_chart", "view_artifacts", "view_files"] {
+    for name in [
+        "view_rows",
+        "view_chart",
+        "view_artifacts",
+        "view_files",
+        "view_download",
+    ] {
         let r = crate::support::call(&session, name, json!({})).await?;
         assert!(crate::support::is_error(&r), "{name}");
         let text = crate::support::text(&r);
@@ -82,8 +88,14 @@ async fn a_host_with_the_extension_lists_the_view_and_reads_it() -> anyhow::Resu
         Some(json!(VIEW_MIME))
     );
     let tools = session.client.list_all_tools().await?;
-    assert_eq!(tools.len(), plain.len() + 4, "the four view tools more");
-    for name in ["view_rows", "view_chart", "view_artifacts", "view_files"] {
+    assert_eq!(tools.len(), plain.len() + 5, "the five view tools more");
+    for name in [
+        "view_rows",
+        "view_chart",
+        "view_artifacts",
+        "view_files",
+        "view_download",
+    ] {
         assert_eq!(
             ui_of(&tools, name),
             Some(json!({"resourceUri": VIEW_URI, "visibility": ["app"]})),
