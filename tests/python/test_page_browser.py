@@ -8,7 +8,8 @@ scripted OpenAI-compatible server.
 - Stop cancels a run on the server too, and the page takes the next message;
 - the grid on the 1M-row table: pages, sorts and filters while the browser never receives
   more than a page of rows (the bytes of every answer counted on the wire);
-- a download through a signed link, and the Files list of the workspace;
+- a download of a table, or of what the grid shows (its filter and sort), given to the
+  browser whole and written nowhere; a file's through a signed link, and the Files list;
 - a file uploaded (the button's input) or dropped becomes a table under its name, with the
   file's numbers exact; one the loader refuses says why;
 - a line chart over dates zooms by a drag and resets by a double-click;
@@ -418,8 +419,9 @@ def by_region(served, column):
     return described["structuredContent"]["dataRef"]
 
 
-def test_a_download_comes_through_a_signed_link(served, browser):
+def test_a_download_is_the_table_and_writes_no_file(served, browser):
     ref = by_region(served, "revenue")
+    before = served.call("eu_analyst", "view_files", {"recursive": True})["structuredContent"]
     page = open_page(browser, served, "eu_analyst")
     item = page.locator("[data-testid=artifact-item]", has_text=ref)
     with page.expect_download(timeout=60_000) as d:
@@ -428,7 +430,44 @@ def test_a_download_comes_through_a_signed_link(served, browser):
     text = Path(path).read_text(encoding="utf-8-sig")
     assert text.splitlines()[0] == "region,revenue", text[:200]
     assert len(text.splitlines()) == 6
-    assert "/files/" in d.value.url and "sig=" in d.value.url
+    assert d.value.suggested_filename.endswith(".csv"), d.value.suggested_filename
+    assert d.value.url.startswith("blob:"), d.value.url
+    after = served.call("eu_analyst", "view_files", {"recursive": True})["structuredContent"]
+    assert after == before, "a download writes nothing into the workspace"
+    page.context.close()
+
+
+def test_the_grids_download_is_what_the_grid_shows(served, browser):
+    """Filtered to one region and sorted by revenue, largest first: the grid's CSV button
+    downloads exactly those rows in that order, not the whole table."""
+    recent = served.call("eu_analyst", "run_sql", {
+        "sql": "SELECT * FROM s WHERE date >= DATE '2025-12-01'",
+        "inputs": {"s": served.call("eu_analyst", "fetch_sales",
+                                    {"since": "2025-12-01"})["structuredContent"]["dataRef"]}})
+    ref = recent["structuredContent"]["dataRef"]
+    emea = served.call("eu_analyst", "run_sql", {
+        "sql": "SELECT count(*) AS n FROM s WHERE region = 'EMEA'",
+        "inputs": {"s": ref}, "store_as": "value"})["structuredContent"]["values"][0][0]
+    page = open_page(browser, served, "eu_analyst")
+    page.locator("[data-testid=artifact-item]", has_text=ref).get_by_test_id("open-grid").click()
+    status = page.get_by_test_id("grid-status")
+    expect(status).to_contain_text("1–100", timeout=60_000)
+    header = page.locator("[data-testid=grid-header][data-column=revenue]")
+    header.click()
+    header.click()
+    expect(header).to_have_attribute("aria-sort", "descending")
+    page.locator("[data-testid=grid-filter][data-column=region]").fill("EMEA")
+    expect(status).to_contain_text(f"(matched {emea:,})", timeout=60_000)
+    with page.expect_download(timeout=120_000) as d:
+        page.get_by_test_id("grid-download-csv").click()
+    lines = Path(d.value.path()).read_text(encoding="utf-8-sig").splitlines()
+    header_cells = lines[0].split(",")
+    rows = [dict(zip(header_cells, ln.split(","))) for ln in lines[1:]]
+    assert len(rows) == emea > 100, (len(rows), emea)
+    assert {r["region"] for r in rows} == {"EMEA"}
+    revenue = [float(r["revenue"]) for r in rows]
+    assert revenue == sorted(revenue, reverse=True), revenue[:10]
+    assert not page.errors, page.errors
     page.context.close()
 
 
@@ -677,6 +716,122 @@ def test_a_file_uploaded_or_dropped_becomes_a_table(served, browser):
     expect(bad).to_contain_text("not loaded", timeout=60_000)
     expect(bad).to_contain_text("NUL bytes")
     shot(page, "upload")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_a_named_query_runs_from_its_form_without_a_model(served_without_model, browser):
+    served = served_without_model
+    page = open_page(browser, served, "eu_analyst")
+    # The named queries are listed from tools/list: the name, the first sentence, the whole
+    # description as the title.
+    item = page.locator("[data-testid=source-item][data-tool=fetch_sales]")
+    expect(item).to_be_visible(timeout=30_000)
+    expect(item).to_contain_text("fetch_sales")
+    expect(item.locator(".q-desc")).to_have_text("Load sales on or after a date.")
+    assert "dataRef" in item.get_attribute("title")
+    assert page.locator("[data-testid=source-item]").evaluate_all(
+        "items => items.map((i) => i.getAttribute('data-tool'))") == ["fetch_sales"]
+    item.click()
+    # Its form comes from its inputSchema: `since` is a required date, with its hint.
+    form = page.locator("[data-testid=query-form][data-tool=fetch_sales]")
+    expect(form).to_be_visible()
+    since = form.locator("[data-testid=query-field][data-name=since]")
+    expect(since).to_have_attribute("type", "date")
+    expect(since).to_have_attribute("aria-required", "true")
+    param = form.locator("[data-testid=query-param][data-name=since]")
+    expect(param.locator(".req")).to_have_count(1)
+    expect(param.get_by_test_id("query-hint")).to_contain_text("YYYY-MM-DD")
+    # Run without the date: the server's error and its hint, in the form (no alert, no grid).
+    form.get_by_test_id("query-run").click()
+    error = form.get_by_test_id("error")
+    expect(error).to_contain_text("required", timeout=30_000)
+    expect(error.locator(".hint")).to_contain_text("`fetch_sales` takes `since`")
+    expect(page.get_by_test_id("grid")).to_have_count(0)
+    # With a date: the table opens in the grid, all its rows counted, and it is listed.
+    rows = served.call("eu_analyst", "fetch_sales",
+                       {"since": "2025-12-01"})["structuredContent"]["rows"]
+    since.fill("2025-12-01")
+    form.get_by_test_id("query-run").click()
+    status = page.get_by_test_id("grid-status")
+    expect(status).to_contain_text(f"of {rows:,} ", timeout=60_000)
+    ref = page.get_by_test_id("grid").get_attribute("data-ref")
+    made = page.locator(f"[data-testid=artifact-item][data-ref={ref}]")
+    expect(made).to_be_visible(timeout=30_000)
+    expect(made.get_by_test_id("artifact-name")).to_have_text("sales since=2025-12-01")
+    # Opened again, the form keeps the date it ran with.
+    item.click()
+    expect(page.locator("[data-testid=query-field][data-name=since]")).to_have_value("2025-12-01")
+    shot(page, "named-query")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_the_sql_editor_runs_over_a_fetched_table(served_without_model, browser):
+    served = served_without_model
+    ref = served.call("eu_analyst", "fetch_sales",
+                      {"since": "2025-06-01"})["structuredContent"]["dataRef"]
+    page = open_page(browser, served, "eu_analyst")
+    page.get_by_test_id("sql-open").click()
+    panel = page.get_by_test_id("sql-panel")
+    editor = panel.get_by_test_id("sql-input")
+    expect(editor).to_be_focused()
+    # A table of the list puts its alias in the SQL (a first query when the editor is empty).
+    table = panel.locator(f"[data-testid=sql-table][data-ref={ref}]")
+    expect(table).to_contain_text("sales since=2025-06-01")
+    table.click()
+    expect(editor).to_have_value("SELECT * FROM sales")
+    alias = panel.locator(f"[data-testid=sql-inputs] [data-ref={ref}]").get_by_test_id("sql-alias")
+    expect(alias).to_have_value("sales")
+    alias.fill("s")
+    editor.fill("SELECT region, sum(revenue) AS r FROM s GROUP BY region")
+    editor.press("Control+Enter")
+    status = panel.get_by_test_id("grid-status")
+    expect(status).to_contain_text("rows 1–5 of 5", timeout=60_000)
+    expect(panel.locator("tbody tr")).to_have_count(5)
+    expect(panel.get_by_test_id("grid-header")).to_have_text(["region", "r"])
+    result = panel.get_by_test_id("grid").get_attribute("data-ref")
+    expect(page.locator(f"[data-testid=artifact-item][data-ref={result}]")).to_be_visible(
+        timeout=30_000)
+    # A wrong query: the engine's message and its hint under the editor; the SQL stays.
+    editor.fill("SELECT nope FROM s")
+    panel.get_by_test_id("sql-run").click()
+    error = panel.get_by_test_id("sql-error").get_by_test_id("error")
+    expect(error).to_contain_text("No field named nope", timeout=30_000)
+    expect(error.locator(".hint")).to_contain_text("tables: `s`")
+    expect(editor).to_have_value("SELECT nope FROM s")
+    shot(page, "sql-editor")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_suggested_questions_come_with_a_model_only(served, served_without_model, browser):
+    # Made from fetch_sales ("Load sales on or after a date.") and the date of the newest
+    # table it made.
+    served.call("eu_analyst", "fetch_sales", {"since": "2025-03-01"})
+    asked = len(served.model.requests)
+    page = open_page(browser, served, "eu_analyst")
+    suggestions = page.get_by_test_id("suggestion")
+    expect(suggestions.first).to_be_visible(timeout=30_000)
+    texts = suggestions.all_inner_texts()
+    assert 2 <= len(texts) <= 3 and len(set(texts)) == len(texts), texts
+    assert all("sales" in t and "since 2025-03-01" in t for t in texts), texts
+    expect(page.get_by_test_id("connect-model")).to_have_count(0)
+    # A click puts the question in the message box, to edit or send: nothing is sent.
+    suggestions.nth(1).click()
+    box = page.get_by_test_id("chat-input")
+    expect(box).to_have_value(texts[1])
+    expect(box).to_be_focused()
+    page.wait_for_timeout(300)
+    assert len(served.model.requests) == asked
+    shot(page, "suggestions")
+    assert not page.errors, page.errors
+    page.context.close()
+    # Without a model: how to connect one, and no questions.
+    page = open_page(browser, served_without_model, "eu_analyst")
+    expect(page.get_by_test_id("connect-model")).to_be_visible(timeout=30_000)
+    expect(page.locator("[data-testid=source-item][data-tool=fetch_sales]")).to_be_visible()
+    expect(page.get_by_test_id("suggestion")).to_have_count(0)
     assert not page.errors, page.errors
     page.context.close()
 
