@@ -151,7 +151,7 @@ sql = "SELECT date, line, region, channel, units, revenue, discount FROM sales W
 params.since = {{ type = "date", required = true }}
 
 [agents.default]
-tools = ["fetch_*", "describe_data", "render_chart", "render_table", "run_sql"]
+tools = ["fetch_*", "describe_data", "render_chart", "render_table", "run_sql", "export_data"]
 
 [agents.default.approval]
 run_sql = "ask"
@@ -852,3 +852,45 @@ def test_another_principal_sees_none_of_it(served, browser):
     assert mine["isError"] and unknown["isError"]
     strip = lambda r: re.sub(r"data_[A-Za-z0-9_-]{22}", "data_…", r["content"][0]["text"])
     assert strip(mine) == strip(unknown)
+
+
+def test_a_resumed_session_shows_what_the_live_run_showed(served, browser):
+    """A run that exports a table: the answer ends with a card for the file, which
+    downloads; opened again from the list, the session shows each step's line, time and
+    outcome exactly as the live run did, and the same card."""
+    ref = by_region(served, "units")
+    model = served.model
+    model.push(calls=[("call_e", "export_data", json.dumps({"source": ref, "format": "csv"}))])
+    model.push(text="Here is the file.")
+    page = open_page(browser, served, "eu_analyst")
+    page.get_by_test_id("chat-input").fill("Export units by region as CSV.")
+    page.get_by_test_id("chat-send").click()
+    expect(page.get_by_test_id("answer").last).to_contain_text("Here is the file.",
+                                                              timeout=120_000)
+    step = page.locator("[data-testid=tool-step][data-tool=export_data]")
+    expect(step).to_have_attribute("data-outcome", "ok")
+    live = step.locator("summary").inner_text()
+    assert re.search(r"\d+ ms|\d\.\d s", live), live
+    card = page.get_by_test_id("file-card")
+    expect(card).to_have_count(1)
+    path = card.get_attribute("data-path")
+    assert path.startswith("exports/") and path.endswith(".csv"), path
+    with page.expect_download(timeout=60_000) as d:
+        card.get_by_test_id("file-card-download").click()
+    assert d.value.suggested_filename == path.rsplit("/", 1)[-1]
+    assert Path(d.value.path()).read_text(encoding="utf-8-sig").splitlines()[0] == "region,units"
+    sid = page.evaluate("() => sessionStorage.getItem('dataref.session')")
+    # The stored tool message keeps what the person was shown; the model never reads it.
+    messages = served.api("eu_analyst", "GET", f"/agent/sessions/{sid}")["messages"]
+    [tool] = [m for m in messages if m["role"] == "tool"]
+    assert tool["outcome"] == "ok" and tool["shown"]["path"] == path, tool
+    page.get_by_test_id("new-chat").click()
+    page.locator(f"[data-testid=session-item][data-id={sid}]").click()
+    again = page.locator("[data-testid=tool-step][data-tool=export_data]")
+    expect(again).to_have_attribute("data-outcome", "ok")
+    assert again.locator("summary").inner_text() == live
+    expect(page.get_by_test_id("file-card")).to_have_count(1)
+    assert page.get_by_test_id("file-card").get_attribute("data-path") == path
+    expect(page.get_by_test_id("answer").last).to_contain_text("Here is the file.")
+    assert not page.errors, page.errors
+    page.context.close()

@@ -4,6 +4,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::message::Shown;
+
 /// One thing that happened in a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -81,5 +83,20 @@ impl EventSink for NoEvents {
 impl EventSink for tokio::sync::mpsc::UnboundedSender<AgentEvent> {
     fn event(&self, event: AgentEvent) {
         let _ = self.send(event);
+    }
+}
+
+impl AgentEvent {
+    /// The call `call_id` of `tool` ended as `outcome`, the person shown `shown`.
+    pub(crate) fn finished(call_id: &str, tool: &str, outcome: &str, shown: Shown) -> Self {
+        Self::ToolCallFinished {
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            outcome: outcome.to_owned(),
+            summary: shown.summary,
+            ms: shown.ms,
+            data_ref: shown.data_ref,
+            path: shown.path,
+        }
     }
 }

@@ -18,7 +18,7 @@ pub mod tokens;
 pub mod window;
 
 pub use event::{AgentEvent, EventSink, NoEvents};
-pub use message::{AssistantToolCall, Message, Role, StepOutcome, ToolDefinition, Usage};
+pub use message::{AssistantToolCall, Message, Role, Shown, StepOutcome, ToolDefinition, Usage};
 pub mod approval;
 pub mod approvals;
 pub mod profile;

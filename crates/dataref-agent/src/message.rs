@@ -40,6 +40,27 @@ pub struct Message {
     /// kept. Never sent to the model (the provider reads role, content and ids only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<StepOutcome>,
+    /// A tool message: what the person was shown as the call finished (the step's line,
+    /// its time, the table or file it made), so a resumed session shows what the live run
+    /// did. `None` in sessions written before it was kept. Never sent to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<Shown>,
+}
+
+/// One tool call as the person saw it end: what [`crate::AgentEvent::ToolCallFinished`]
+/// told them, kept with the tool message.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Shown {
+    /// One line: what came back (a dataRef and its rows, the error).
+    pub summary: String,
+    /// How long the call took.
+    pub ms: u64,
+    /// The table the call stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_ref: Option<String>,
+    /// The workspace file the result names (a chart's PNG, an export).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// How one tool call of a run ended: the framework's [`OutcomeKind`] when it ran (or was
@@ -124,6 +145,7 @@ impl Message {
             tool_calls: calls,
             tool_call_id: None,
             outcome: None,
+            shown: None,
         }
     }
 
@@ -139,7 +161,14 @@ impl Message {
             tool_calls: Vec::new(),
             tool_call_id: Some(call_id.into()),
             outcome: Some(outcome),
+            shown: None,
         }
+    }
+
+    /// The same message, with what the person was shown of its call.
+    pub fn with_shown(mut self, shown: Shown) -> Self {
+        self.shown = Some(shown);
+        self
     }
 
     fn text(role: Role, content: impl Into<String>) -> Self {
@@ -149,6 +178,7 @@ impl Message {
             tool_calls: Vec::new(),
             tool_call_id: None,
             outcome: None,
+            shown: None,
         }
     }
 }
@@ -203,5 +233,27 @@ mod tests {
         assert_eq!(serde_json::from_str::<Message>(old).unwrap().outcome, None);
         let bad = r#"{"role":"tool","content":"x","outcome":"exploded"}"#;
         assert!(serde_json::from_str::<Message>(bad).is_err());
+    }
+
+    #[test]
+    fn what_the_person_was_shown_is_kept_and_optional() {
+        let m = Message::tool("c", "{\"dataRef\":\"data_x\"}", OutcomeKind::Ok.into()).with_shown(
+            Shown {
+                summary: "data_x · 12 rows".into(),
+                ms: 41,
+                data_ref: Some("data_x".into()),
+                path: None,
+            },
+        );
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(
+            text.ends_with(
+                r#""shown":{"summary":"data_x · 12 rows","ms":41,"data_ref":"data_x"}}"#
+            ),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Message>(&text).unwrap(), m);
+        let old = r#"{"role":"tool","content":"x","tool_call_id":"c","outcome":"ok"}"#;
+        assert_eq!(serde_json::from_str::<Message>(old).unwrap().shown, None);
     }
 }

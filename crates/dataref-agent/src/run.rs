@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::approval::{ApprovalRequest, Approver, Asked, Decision};
 use crate::event::{AgentEvent, EventSink};
 use crate::llm::{ChatModel, ChatRequest, LlmError, TextSink};
-use crate::message::{AssistantToolCall, Message, Role, StepOutcome, Usage};
+use crate::message::{AssistantToolCall, Message, Role, Shown, StepOutcome, Usage};
 use crate::profile::Agent;
 use crate::window::{self, WindowError};
 
@@ -622,16 +622,17 @@ impl Agent {
                 outcome,
                 text,
             } => {
-                events.event(AgentEvent::ToolCallFinished {
-                    call_id: c.id.clone(),
-                    tool: tool.clone(),
-                    outcome: outcome.as_str().into(),
+                let shown = Shown {
                     summary: first_line(text),
-                    ms: 0,
-                    data_ref: None,
-                    path: None,
-                });
-                Message::tool(&c.id, text.clone(), *outcome)
+                    ..Shown::default()
+                };
+                events.event(AgentEvent::finished(
+                    &c.id,
+                    tool,
+                    outcome.as_str(),
+                    shown.clone(),
+                ));
+                Message::tool(&c.id, text.clone(), *outcome).with_shown(shown)
             }
             Prepared::Run {
                 call, shown, warn, ..
@@ -669,16 +670,19 @@ impl Agent {
                 if let Some(w) = warn {
                     text = format!("{text}\n{w}");
                 }
-                events.event(AgentEvent::ToolCallFinished {
-                    call_id: c.id.clone(),
-                    tool: call.name.clone(),
-                    outcome: outcome.kind.as_str().into(),
+                let shown = Shown {
                     summary: summary_of_outcome(&outcome),
                     ms: t0.elapsed().as_millis() as u64,
                     data_ref: result_field(&outcome, "dataRef"),
                     path: result_field(&outcome, "path"),
-                });
-                Message::tool(&c.id, text, outcome.kind.into())
+                };
+                events.event(AgentEvent::finished(
+                    &c.id,
+                    &call.name,
+                    outcome.kind.as_str(),
+                    shown.clone(),
+                ));
+                Message::tool(&c.id, text, outcome.kind.into()).with_shown(shown)
             }
         }
     }
