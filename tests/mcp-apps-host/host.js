@@ -39,6 +39,7 @@ const record = {
   viewCalls: [], // {name, arguments, result | error} for every tools/call the view made
   refused: [], // tools/call requests the host refused (visibility)
   downloads: [], // ui/download-file requests: each content item, a blob decoded as text
+  links: [], // ui/open-link requests: the URLs
   traffic: [], // [from, method or "response <id>"] of every message between host and view
   logs: [],
   sizes: [],
@@ -146,7 +147,8 @@ async function main() {
   const bridge = new AppBridge(
     null,
     HOST_INFO,
-    { serverTools: {}, serverResources: {}, logging: {}, downloadFile: {} },
+    // `?download=0`: a host without `ui/download-file` (it opens links only).
+    { serverTools: {}, serverResources: {}, logging: {}, openLinks: {}, ...(q.get('download') === '0' ? {} : { downloadFile: {} }) },
     {
       hostContext: {
         toolInfo: { tool },
@@ -179,6 +181,10 @@ async function main() {
     }
   };
   bridge.onreadresource = async (params) => client.readResource(params);
+  bridge.onopenlink = async ({ url }) => {
+    record.links.push(url);
+    return {};
+  };
   // A real host would ask the person and save the file; this one keeps what it was given.
   bridge.ondownloadfile = async ({ contents }) => {
     record.downloads.push((contents || []).map((c) => ({

@@ -430,3 +430,45 @@ def test_host_shows_render_tables_rows_as_it_chose_them(served, site):
             assert f"{emea} rows" in note.replace(",", ""), note
         finally:
             browser.close()
+
+
+def test_a_host_without_downloads_gets_a_signed_link(served, site):
+    """A host that does not declare `downloadFile`: the view's CSV button saves the whole
+    table in the workspace (export_data) and asks the host to open its signed link, which
+    downloads the file without a token."""
+    build_host()
+    base, token = served
+    fetched = mcp_call(base, token, "fetch_sales", {"since": "2020-01-01"})["structuredContent"]
+    ref = fetched["dataRef"]
+    query = urllib.parse.urlencode({
+        "mcp": f"{site.origin}/relay/mcp", "token": token, "download": "0",
+        "tool": "render_table", "args": json.dumps({"dataRef": ref}),
+    })
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+        ])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(f"{site.origin}/host.html?{query}")
+            page.wait_for_selector("iframe[data-testid=view-frame]", timeout=60_000)
+            frame = page.query_selector("iframe[data-testid=view-frame]").content_frame()
+            deadline = time.monotonic() + 90
+            while not frame.evaluate(
+                    "() => !!(window.__dataref && window.__dataref.shown === 'grid')"):
+                assert time.monotonic() < deadline, "the view never showed the grid"
+                page.wait_for_timeout(100)
+            frame.locator("[data-testid=download-csv]").click()
+            deadline = time.monotonic() + 60
+            while not page.evaluate("() => window.__host.links.length"):
+                assert time.monotonic() < deadline, frame.locator("body").text_content()[-500:]
+                page.wait_for_timeout(100)
+            [url] = page.evaluate("() => window.__host.links")
+            assert page.evaluate("() => window.__host.downloads") == []
+        finally:
+            browser.close()
+    assert url.startswith(f"{base}/files/exports/") and "sig=" in url, url
+    with urllib.request.urlopen(url, timeout=60) as r:
+        lines = r.read().decode("utf-8-sig").splitlines()
+    assert lines[0] == "date,line,region,channel,units,revenue,discount", lines[0]
+    assert len(lines) - 1 == fetched["rows"], (len(lines), fetched["rows"])
