@@ -268,13 +268,23 @@ fn a_run_killed_mid_way_keeps_its_question_and_finished_steps() {
 #[test]
 fn doctor_asks_each_agents_endpoint_for_its_models() {
     let model = ScriptedModel::start(Vec::new()).expect("model server");
+    // The key goes to the endpoint, never into what doctor prints (or logs), whatever it
+    // finds.
+    const KEY: &str = "sk-test-3b1f9c2e7d4a6058";
     let doctor = |model_name: &str, url: &str| {
         let out = dataref(&model, "doctor", &["doctor"])
             .env("DATAREF_LLM_URL", url)
             .env("DATAREF_LLM_MODEL", model_name)
+            .env("DATAREF_LLM_API_KEY", KEY)
             .output()
             .expect("run doctor");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let logged = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !said.contains(KEY) && !logged.contains(KEY) && !said.contains(&KEY[3..15]),
+            "doctor printed the API key:\n{said}\n{logged}"
+        );
+        said
     };
     let url = model.url();
     let said = doctor("gpt-4o", &url);
