@@ -180,8 +180,12 @@ fn gave_up(why: &str) -> Message {
     ))
 }
 
+/// A result's JSON: the whole text, or its first line (a result whose content is all for
+/// the person reads as its structured result, then a line per file it made).
 fn parse(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
+    serde_json::from_str(text)
+        .or_else(|_| serde_json::from_str(text.lines().next().unwrap_or_default()))
+        .unwrap_or(Value::Null)
 }
 
 fn str_at(v: &Value, pointer: &str) -> Option<String> {
@@ -232,7 +236,7 @@ fn answer(since: &[Message]) -> String {
         .collect();
     if !files.is_empty() {
         text.push_str(&format!(
-            "The chart and the full table are in your workspace: {}.\n",
+            "\nThe chart and the full table are in your workspace: {}.\n",
             files.join(", ")
         ));
     }

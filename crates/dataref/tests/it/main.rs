@@ -399,6 +399,11 @@ fn demo_prints_what_the_model_receives() {
         stdout.contains("these product lines lost the most revenue"),
         "{stdout}"
     );
+    // …and it names the files it made (read from the results of the chart and the export).
+    assert!(
+        stdout.contains("The chart and the full table are in your workspace: charts/"),
+        "{stdout}"
+    );
     assert!(stdout.contains("| turn | tokens sent"), "{stdout}");
     // run_python found the quarter-over-quarter losers and stored the delta table.
     assert!(stdout.contains("▶ run_python"), "{stdout}");
