@@ -437,6 +437,34 @@ def test_a_download_is_the_table_and_writes_no_file(served, browser):
     page.context.close()
 
 
+def test_each_table_shows_its_provenance_and_opens_its_parent(served, browser):
+    sales = served.call("eu_analyst", "fetch_sales",
+                        {"since": "2025-06-01"})["structuredContent"]["dataRef"]
+    sql = "SELECT '<img src=x onerror=alert(1)>' AS tag, count(*) AS n FROM s"
+    ref = served.call("eu_analyst", "run_sql", {"sql": sql, "inputs": {"s": sales}})[
+        "structuredContent"]["dataRef"]
+    page = open_page(browser, served, "eu_analyst")
+    item = page.locator(f"[data-testid=artifact-item][data-ref={ref}]")
+    panel = item.get_by_test_id("provenance")
+    panel.locator("summary").click()
+    # The SQL as it ran, as text: the tag in it is no element of the page.
+    expect(panel).to_contain_text("onerror=alert(1)")
+    assert panel.locator("img").count() == 0
+    expect(panel.get_by_test_id("prov-engines")).to_contain_text("datafusion")
+    expect(panel.get_by_test_id("prov-checksum")).to_contain_text("blake3:")
+    parent = panel.get_by_test_id("prov-parent")
+    expect(parent).to_contain_text("s: " + sales)
+    parent.get_by_role("button").click()
+    expect(page.locator(f"[data-testid=grid][data-ref={sales}]")).to_be_visible(timeout=30_000)
+    # The fetched table's own: its source, the SQL with its parameter and the value bound.
+    fetched = page.locator(f"[data-testid=artifact-item][data-ref={sales}]")
+    fetched.get_by_test_id("provenance").locator("summary").click()
+    expect(fetched.get_by_test_id("prov-source")).to_contain_text("(sqlite)")
+    expect(fetched.get_by_test_id("provenance")).to_contain_text("2025-06-01")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
 def test_the_grids_download_is_what_the_grid_shows(served, browser):
     """Filtered to one region and sorted by revenue, largest first: the grid's CSV button
     downloads exactly those rows in that order, not the whole table."""
@@ -892,5 +920,46 @@ def test_a_resumed_session_shows_what_the_live_run_showed(served, browser):
     expect(page.get_by_test_id("file-card")).to_have_count(1)
     assert page.get_by_test_id("file-card").get_attribute("data-path") == path
     expect(page.get_by_test_id("answer").last).to_contain_text("Here is the file.")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_numbers_no_tool_produced_are_checked_then_marked(served, browser):
+    """The model's answer holds a number no tool produced: the page says it was sent back
+    to be checked, and the answer that still holds one marks it and says so; opened again,
+    the session shows the same."""
+    ref = by_region(served, "units")
+    units = served.call("eu_analyst", "run_sql", {
+        "sql": "SELECT sum(units) AS u FROM s", "inputs": {"s": ref},
+        "store_as": "value"})["structuredContent"]["values"][0][0]
+    model = served.model
+    model.push(calls=[("call_u", "run_sql", json.dumps({
+        "sql": "SELECT sum(units) AS u FROM s", "inputs": {"s": ref}, "store_as": "value"}))])
+    model.push(text="Units since June: 987,654, up 12.5% on last year.")
+    model.push(text=f"Units since June: 987,654 (the regions sum to {units:,}).")
+    page = open_page(browser, served, "eu_analyst")
+    page.get_by_test_id("chat-input").fill("How many units since June?")
+    page.get_by_test_id("chat-send").click()
+    page.get_by_test_id("approve").click(timeout=60_000)  # run_sql asks, in this profile
+    answer = page.get_by_test_id("answer").last
+    expect(answer).to_contain_text("the regions sum to", timeout=120_000)
+    check = page.get_by_test_id("grounding-check")
+    expect(check).to_contain_text("987,654")
+    expect(check).to_contain_text("12.5%")
+    expect(answer).to_have_attribute("data-grounded", "false")
+    marks = answer.get_by_test_id("ungrounded-number")
+    expect(marks).to_have_count(1)
+    expect(marks).to_have_text("987,654")
+    expect(page.get_by_test_id("ungrounded")).to_contain_text("987,654")
+    # The sum of the regions is the tool's own number: not marked.
+    assert f"{units:,}" not in marks.all_inner_texts()
+    sid = page.evaluate("() => sessionStorage.getItem('dataref.session')")
+    listed = served.api("eu_analyst", "GET", "/agent/sessions")["sessions"]
+    assert [s["ungrounded"] for s in listed if s["id"] == sid] == [1], listed
+    page.get_by_test_id("new-chat").click()
+    page.locator(f"[data-testid=session-item][data-id={sid}]").click()
+    expect(page.get_by_test_id("grounding-check")).to_contain_text("12.5%")
+    again = page.get_by_test_id("answer").last
+    expect(again.get_by_test_id("ungrounded-number")).to_have_text("987,654")
     assert not page.errors, page.errors
     page.context.close()

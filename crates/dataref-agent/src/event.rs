@@ -58,7 +58,17 @@ pub enum AgentEvent {
         text: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         stopped: Option<String>,
+        /// Every number of the answer matched a value a tool produced (or the person
+        /// wrote); absent when the run ended without an answer of the model's.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        grounded: Option<bool>,
+        /// The answer's numbers and dates that match nothing, as written.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        unmatched: Vec<String>,
     },
+    /// The model's answer held numbers that match nothing a tool produced: it is asked,
+    /// once, to check them and answer again (the answer so far was a draft).
+    Checked { unmatched: Vec<String> },
     /// The run failed (the model could not be reached, …); the history is kept.
     Error {
         message: String,

@@ -7,9 +7,11 @@
 //!   manager (repair, trimming that never splits a call from its result, the result cap).
 //! - [`prompt`]: system prompt templates.
 //! - [`event`]: what a run reports while it goes.
+//! - [`ground`]: an answer's numbers matched to what the session's tools produced.
 //! - [`record`]: a session as the record of its analysis (the built-in tools replay it).
 
 pub mod event;
+pub mod ground;
 pub mod llm;
 pub mod message;
 pub mod prompt;

@@ -45,6 +45,10 @@ pub struct Message {
     /// did. `None` in sessions written before it was kept. Never sent to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shown: Option<Shown>,
+    /// An assistant's answer: the numbers in it that match nothing a tool produced
+    /// ([`crate::ground`]). Never sent to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grounding: Option<crate::ground::Grounding>,
 }
 
 /// One tool call as the person saw it end: what [`crate::AgentEvent::ToolCallFinished`]
@@ -146,6 +150,7 @@ impl Message {
             tool_call_id: None,
             outcome: None,
             shown: None,
+            grounding: None,
         }
     }
 
@@ -162,6 +167,7 @@ impl Message {
             tool_call_id: Some(call_id.into()),
             outcome: Some(outcome),
             shown: None,
+            grounding: None,
         }
     }
 
@@ -179,6 +185,7 @@ impl Message {
             tool_call_id: None,
             outcome: None,
             shown: None,
+            grounding: None,
         }
     }
 }

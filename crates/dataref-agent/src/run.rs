@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::approval::{ApprovalRequest, Approver, Asked, Decision};
 use crate::event::{AgentEvent, EventSink};
+use crate::ground::{self, Grounding};
 use crate::llm::{ChatModel, ChatRequest, LlmError, TextSink};
 use crate::message::{AssistantToolCall, Message, Role, Shown, StepOutcome, Usage};
 use crate::profile::Agent;
@@ -135,6 +136,9 @@ pub struct RunOutcome {
     pub tool_calls: u32,
     /// How many of `messages` (from the first) the run's [`Checkpoint`] kept already.
     pub saved: usize,
+    /// How the answer's numbers held up against what the tools produced; `None` when the
+    /// run ended without an answer of the model's (a limit, an error).
+    pub grounding: Option<Grounding>,
 }
 
 impl RunOutcome {
@@ -231,6 +235,7 @@ impl Agent {
             usage: Usage::default(),
             tool_calls: 0,
             saved: 0,
+            grounding: None,
         };
         let Some(model) = self.model.clone().or(model) else {
             return finish(
@@ -269,6 +274,7 @@ impl Agent {
         let budget = limits.context_tokens.saturating_sub(limits.answer_tokens);
         let mut seen: HashMap<(String, String), u32> = HashMap::new();
         let mut last_text = String::new();
+        let mut asked_again = false;
         let mut turn: u32 = 0;
         let stop = loop {
             if cancel.is_cancelled() {
@@ -341,9 +347,31 @@ impl Agent {
             reply.role = Role::Assistant;
             reply.tool_call_id = None;
             if reply.tool_calls.is_empty() {
+                // The answer's numbers against what the session's tools produced: what
+                // matches nothing goes back to the model once, then is marked.
+                let unmatched = ground::unmatched(&reply.content, &history, Some(&system.content));
                 last_text = reply.content.clone();
+                let again = !unmatched.is_empty() && !asked_again && turn < limits.max_turns;
+                let grounding = Grounding {
+                    unmatched,
+                    asked_again: again,
+                };
+                out.grounding = Some(Grounding {
+                    asked_again: false,
+                    ..grounding.clone()
+                });
+                reply.grounding = Some(grounding.clone());
                 history.push(reply);
-                break None;
+                if !again {
+                    break None;
+                }
+                asked_again = true;
+                events.event(AgentEvent::Checked {
+                    unmatched: grounding.unmatched.clone(),
+                });
+                history.push(Message::system(ground::note(&grounding.unmatched)));
+                keep.save(&history).await;
+                continue;
             }
             if !reply.content.trim().is_empty() {
                 last_text = reply.content.clone();
@@ -725,6 +753,12 @@ fn finish(
     events.event(AgentEvent::Final {
         text: answer.clone(),
         stopped: stopped.as_ref().map(|s| s.as_str().to_owned()),
+        grounded: out.grounding.as_ref().map(Grounding::grounded),
+        unmatched: out
+            .grounding
+            .as_ref()
+            .map(|g| g.unmatched.clone())
+            .unwrap_or_default(),
     });
     window::repair(&mut history);
     out.messages = history.split_off(first_new.min(history.len()));

@@ -86,6 +86,7 @@ struct Piece<'a> {
     requests: &'a [RequestStats],
     usage: Usage,
     starts_run: bool,
+    ungrounded: u32,
 }
 
 /// One session, as listed.
@@ -100,6 +101,8 @@ pub struct SessionInfo {
     pub runs: u32,
     pub messages: u32,
     pub usage: Usage,
+    /// Answers whose numbers matched nothing a tool produced ([`crate::ground`]).
+    pub ungrounded: u32,
 }
 
 /// A session's rows as a backend keeps them.
@@ -127,6 +130,8 @@ pub struct NewRun<'a> {
     /// Whether these messages begin a run (counted in the session's runs); otherwise they
     /// continue the session's last run (a run kept as it goes, in pieces).
     pub starts_run: bool,
+    /// Answers of these messages not grounded (0 or 1), added to the session's count.
+    pub ungrounded: u32,
 }
 
 /// Where sessions live. A backend keeps rows keyed by principal and id and decides
@@ -290,6 +295,7 @@ impl SessionStore {
             requests: &run.requests,
             usage: run.usage,
             starts_run: saved == 0,
+            ungrounded: u32::from(run.grounding.as_ref().is_some_and(|g| !g.grounded())),
         };
         self.append(principal, id, agent, now, &piece)
     }
@@ -310,6 +316,7 @@ impl SessionStore {
             requests: &[],
             usage: Usage::default(),
             starts_run,
+            ungrounded: 0,
         };
         self.append(principal, id, agent, now, &piece)
     }
@@ -345,6 +352,7 @@ impl SessionStore {
                 requests: piece.requests,
                 usage: piece.usage,
                 starts_run: piece.starts_run,
+                ungrounded: piece.ungrounded,
             },
         )
     }

@@ -626,6 +626,7 @@ async fn timed_send(
         usage: Usage::default(),
         tool_calls: 0,
         saved: 0,
+        grounding: None,
     };
     host.sessions
         .append_run(

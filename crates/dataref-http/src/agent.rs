@@ -485,6 +485,9 @@ impl Call {
                         "session": sent.session,
                         "answer": sent.run.answer,
                         "stopped": sent.run.stopped.as_ref().map(Stopped::as_str),
+                        "grounded": sent.run.grounding.as_ref().map(|g| g.grounded()),
+                        "unmatched": sent.run.grounding.as_ref()
+                            .map(|g| g.unmatched.clone()).unwrap_or_default(),
                         "usage": {
                             "prompt_tokens": sent.run.usage.prompt_tokens,
                             "completion_tokens": sent.run.usage.completion_tokens,

@@ -134,6 +134,14 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ALTER TABLE dataref_artifacts ADD COLUMN checksum TEXT;
     ",
     ),
+    (
+        "0007_session_ungrounded",
+        "
+    -- Answers of each session whose numbers matched nothing a tool produced
+    -- (`dataref_agent::ground`).
+    ALTER TABLE dataref_sessions ADD COLUMN ungrounded BIGINT NOT NULL DEFAULT 0;
+    ",
+    ),
 ];
 
 /// Migrations an older build cannot run beside (it would misread what they changed). An

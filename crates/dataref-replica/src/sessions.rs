@@ -147,6 +147,7 @@ impl SessionBackend for PgSessions {
             to_i64(run.usage.prompt_tokens),
             to_i64(run.usage.completion_tokens),
         );
+        let ungrounded = i64::from(run.ungrounded);
         self.backend
             .io
             .block("appending to an agent session", async move {
@@ -198,9 +199,10 @@ impl SessionBackend for PgSessions {
                 .await?;
                 tx.execute(
                     "UPDATE dataref_sessions SET runs = $3, updated = $4, \
-                     prompt_tokens = prompt_tokens + $5, completion_tokens = completion_tokens + $6 \
+                     prompt_tokens = prompt_tokens + $5, completion_tokens = completion_tokens + $6, \
+                     ungrounded = ungrounded + $7 \
                      WHERE principal = $1 AND id = $2",
-                    &[&p, &id, &run_no, &now, &usage.0, &usage.1],
+                    &[&p, &id, &run_no, &now, &usage.0, &usage.1, &ungrounded],
                 )
                 .await?;
                 tx.commit().await?;
@@ -226,7 +228,8 @@ impl SessionBackend for PgSessions {
                         "SELECT s.id, s.agent, s.title, s.created, s.updated, s.runs, \
                          s.prompt_tokens, s.completion_tokens, \
                          (SELECT COUNT(*) FROM dataref_session_messages m \
-                          WHERE m.principal = s.principal AND m.session = s.id) \
+                          WHERE m.principal = s.principal AND m.session = s.id), \
+                         s.ungrounded \
                          FROM dataref_sessions s \
                          WHERE s.principal = $1 AND ($2::text IS NULL OR s.id = $2) \
                          ORDER BY s.updated DESC, s.id",
@@ -247,6 +250,7 @@ impl SessionBackend for PgSessions {
                                 completion_tokens: to_u64(col(r, 7)?),
                             },
                             messages: to_u32(col(r, 8)?),
+                            ungrounded: to_u32(col(r, 9)?),
                         })
                     })
                     .collect::<Result<Vec<_>, SharedError>>()

@@ -111,6 +111,8 @@ pub fn ask(
             "agent": sent.agent,
             "answer": sent.run.answer,
             "stopped": sent.run.stopped.as_ref().map(|s| s.as_str()),
+            "grounded": sent.run.grounding.as_ref().map(|g| g.grounded()),
+            "unmatched": sent.run.grounding.as_ref().map(|g| g.unmatched.clone()).unwrap_or_default(),
             "steps": steps,
             "usage": {
                 "prompt_tokens": sent.run.usage.prompt_tokens,
@@ -344,9 +346,26 @@ impl EventSink for Printer {
                 }
             }
             AgentEvent::ApprovalNeeded { .. } | AgentEvent::Usage { .. } => {}
-            AgentEvent::Final { stopped, .. } => {
+            AgentEvent::Checked { unmatched } => {
+                if self.text {
+                    print_flush("\n");
+                }
+                note(&format!(
+                    "  ? numbers no tool produced: {}; the model checks them and answers again",
+                    unmatched.join(", ")
+                ));
+            }
+            AgentEvent::Final {
+                stopped, unmatched, ..
+            } => {
                 if let Some(s) = stopped {
                     note(&format!("  (stopped: {s})"));
+                }
+                if !unmatched.is_empty() {
+                    note(&format!(
+                        "  ! not grounded: no tool produced {}",
+                        unmatched.join(", ")
+                    ));
                 }
             }
             AgentEvent::Error { message, hint } => {

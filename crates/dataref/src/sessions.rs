@@ -48,9 +48,13 @@ pub fn run(common: &Common, principal: Option<&str>, action: Action<'_>) -> Resu
                 writeln!(out, "no sessions for `{principal}`")?;
             }
             for s in list {
+                let ungrounded = match s.ungrounded {
+                    0 => String::new(),
+                    n => format!(", {n} not grounded"),
+                };
                 writeln!(
                     out,
-                    "{}  {}  {} runs, {} messages, {} tokens  agent {}  {}",
+                    "{}  {}  {} runs, {} messages, {} tokens{ungrounded}  agent {}  {}",
                     s.id,
                     s.updated,
                     s.runs,

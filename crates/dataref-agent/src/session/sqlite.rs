@@ -12,7 +12,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{NewRun, SessionBackend, SessionError, SessionInfo, StoredSession};
 use crate::message::Usage;
 
-const SCHEMA_VERSION: i64 = 1;
+/// 2: `sessions.ungrounded` (answers whose numbers matched nothing a tool produced).
+const SCHEMA_VERSION: i64 = 2;
 const SCHEMA_SQL: &str = "
 CREATE TABLE IF NOT EXISTS sessions (
     principal TEXT NOT NULL,
@@ -24,6 +25,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     runs INTEGER NOT NULL DEFAULT 0,
     prompt_tokens INTEGER NOT NULL DEFAULT 0,
     completion_tokens INTEGER NOT NULL DEFAULT 0,
+    ungrounded INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (principal, id)
 );
 CREATE TABLE IF NOT EXISTS messages (
@@ -75,6 +77,11 @@ impl SqliteSessions {
             conn.pragma_update(None, "synchronous", "FULL")?;
             let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
             conn.execute_batch(SCHEMA_SQL)?;
+            if v == 1 {
+                conn.execute_batch(
+                    "ALTER TABLE sessions ADD COLUMN ungrounded INTEGER NOT NULL DEFAULT 0",
+                )?;
+            }
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
             Ok(v)
         };
@@ -194,14 +201,16 @@ impl SessionBackend for SqliteSessions {
         }
         tx.execute(
             "UPDATE sessions SET runs = ?3, updated = ?4, prompt_tokens = prompt_tokens + ?5, \
-             completion_tokens = completion_tokens + ?6 WHERE principal = ?1 AND id = ?2",
+             completion_tokens = completion_tokens + ?6, ungrounded = ungrounded + ?7 \
+             WHERE principal = ?1 AND id = ?2",
             params![
                 p,
                 id,
                 run_no,
                 run.now.unix_seconds(),
                 run.usage.prompt_tokens as i64,
-                run.usage.completion_tokens as i64
+                run.usage.completion_tokens as i64,
+                i64::from(run.ungrounded)
             ],
         )
         .map_err(|e| self.db(e))?;
@@ -217,7 +226,8 @@ impl SessionBackend for SqliteSessions {
         let mut stmt = conn
             .prepare(
                 "SELECT s.id, s.agent, s.title, s.created, s.updated, s.runs, s.prompt_tokens, \
-                 s.completion_tokens, (SELECT COUNT(*) FROM messages m WHERE m.principal = s.principal AND m.session = s.id) \
+                 s.completion_tokens, (SELECT COUNT(*) FROM messages m WHERE m.principal = s.principal AND m.session = s.id), \
+                 s.ungrounded \
                  FROM sessions s WHERE s.principal = ?1 AND (?2 IS NULL OR s.id = ?2) \
                  ORDER BY s.updated DESC, s.id",
             )
@@ -236,6 +246,7 @@ impl SessionBackend for SqliteSessions {
                         completion_tokens: r.get::<_, i64>(7)? as u64,
                     },
                     messages: r.get::<_, i64>(8)? as u32,
+                    ungrounded: r.get::<_, i64>(9)? as u32,
                 })
             })
             .map_err(|e| self.db(e))?;

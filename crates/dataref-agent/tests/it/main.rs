@@ -10,6 +10,7 @@
     reason = "test helpers fail the test on setup errors"
 )]
 mod gateway;
+mod ground;
 mod prompt;
 mod run;
 mod window;

@@ -164,7 +164,7 @@ fn put(ctx: &RunContext, path: &str, bytes: &[u8]) {
 }
 
 /// The content of the request's last tool message, as JSON.
-fn last_tool(request: &Value) -> Value {
+pub(crate) fn last_tool(request: &Value) -> Value {
     let msgs = request["messages"].as_array().unwrap();
     let m = msgs.iter().rev().find(|m| m["role"] == "tool").unwrap();
     serde_json::from_str(m["content"].as_str().unwrap()).unwrap_or(Value::Null)

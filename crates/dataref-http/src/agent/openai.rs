@@ -519,6 +519,19 @@ impl EventSink for ChunkEvents {
                     *before = std::mem::take(since);
                 }
             }
+            // The text so far was a draft: what follows is the answer again, checked. A
+            // stream cannot take text back; the client reads why the answer repeats.
+            AgentEvent::Checked { unmatched } => {
+                since.clear();
+                before.clear();
+                let note = format!(
+                    "\n\n(dataref asked the model to check numbers no tool produced: {})\n\n",
+                    unmatched.join(", ")
+                );
+                let _ = self
+                    .tx
+                    .send(self.chunks.chunk(json!({"content": note}), None));
+            }
             // A run the model failed ends in an error event, not in an answer: its text
             // (the error's sentence) is not the assistant's.
             AgentEvent::Final { stopped, .. } if stopped.as_deref() == Some(MODEL_ERROR) => {}

@@ -41,6 +41,15 @@ fn run(asked: &str, answer: &str, tokens: u64) -> RunOutcome {
         usage,
         tool_calls: 0,
         saved: 0,
+        // An answer holding a number (a digit) is one no tool produced here.
+        grounding: Some(dataref_agent::ground::Grounding {
+            unmatched: answer
+                .split_whitespace()
+                .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+                .map(str::to_owned)
+                .collect(),
+            asked_again: false,
+        }),
     }
 }
 
@@ -111,14 +120,18 @@ fn a_session_made_through_one_replica_is_listed_read_and_continued_through_the_o
         "s1",
         "default",
         Timestamp(3_000),
-        &run("third?", "three", 30),
+        &run("third?", "3 3", 30),
     )
     .unwrap();
-    let expected = ["first?", "one", "second?", "two", "third?", "three"];
+    let expected = ["first?", "one", "second?", "two", "third?", "3 3"];
     assert_eq!(contents(&on_a.history(&ana, "s1", None).unwrap()), expected);
     assert_eq!(contents(&on_b.history(&ana, "s1", None).unwrap()), expected);
     let info = on_a.info(&ana, "s1").unwrap();
     assert_eq!((info.runs, info.messages), (3, 6));
+    assert_eq!(
+        info.ungrounded, 1,
+        "the third answer's numbers matched nothing"
+    );
     assert_eq!(info.created, Timestamp(1_000));
     assert_eq!(info.updated, Timestamp(3_000));
     assert_eq!(info.title, "first?", "the first run's title stays");

@@ -774,7 +774,7 @@ async fn agent_http_principals_are_isolated_and_approvals_are_answered_over_http
 /// `/v1/chat/completions` and `/v1/models` as an OpenAI client uses them.
 #[tokio::test(flavor = "multi_thread")]
 async fn agent_http_openai_facade_streamed_and_not() {
-    let model = ScriptedModel::start(vec![Reply::text("Revenue is 42.").usage(100, 7)])
+    let model = ScriptedModel::start(vec![Reply::text("Revenue is up.").usage(100, 7)])
         .expect("model server");
     let home = tempfile::tempdir().expect("tempdir");
     let server = configured(home.path(), &model, false);
@@ -814,7 +814,7 @@ async fn agent_http_openai_facade_streamed_and_not() {
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["model"], "default");
     assert_eq!(body["choices"][0]["message"]["role"], "assistant");
-    assert_eq!(body["choices"][0]["message"]["content"], "Revenue is 42.");
+    assert_eq!(body["choices"][0]["message"]["content"], "Revenue is up.");
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
     assert_eq!(
         body["usage"],
@@ -863,7 +863,7 @@ async fn agent_http_openai_facade_streamed_and_not() {
             }),
         )
     };
-    model.push(Reply::text("Streamed: revenue is 42.").usage(50, 5));
+    model.push(Reply::text("Streamed: revenue is up.").usage(50, 5));
     let events = Sse::new(streamed("Stream it").await).all().await;
     assert!(events.iter().all(|e| e.name == "message"), "data-only SSE");
     assert_eq!(events.last().expect("done").data, "[DONE]");
@@ -879,7 +879,7 @@ async fn agent_http_openai_facade_streamed_and_not() {
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
         .collect();
-    assert_eq!(content, "Streamed: revenue is 42.");
+    assert_eq!(content, "Streamed: revenue is up.");
     let finish: Vec<&Value> = chunks
         .iter()
         .map(|c| &c["choices"][0]["finish_reason"])

@@ -236,7 +236,7 @@ fn a_run_killed_mid_way_keeps_its_question_and_finished_steps() {
     assert!(shown.contains("calls fetch_sales"), "{shown}");
     // Resumed: the next run's request carries the question and the fetch's result, and the
     // session counts one run before it.
-    model.push(Reply::text("November: 42 units."));
+    model.push(Reply::text("November: more units than October."));
     let out = dataref(
         &model,
         "killed",
