@@ -103,11 +103,12 @@ pub fn run(args: &AgentArgs) -> Result<()> {
             .runtime
             .block_on(loop_tables(&sample, &sessions_home, smallest, args.runs));
     let _ = std::fs::remove_dir_all(&sessions_home);
-    let (loop_rows, fit_rows, history) = loop_result?;
+    let (loop_rows, fit_rows, ground_rows, history) = loop_result?;
     drop(sample);
     let mut out = std::io::stdout().lock();
     print_loop_table(&mut out, &history, args.runs, &loop_rows)?;
     print_fit_table(&mut out, &history, args.runs, &fit_rows)?;
+    print_ground_table(&mut out, &history, args.runs, &ground_rows)?;
     drop(out);
 
     let bpe = dataref_agent::tokens::o200k_base();
@@ -698,7 +699,7 @@ async fn loop_tables(
     sessions_home: &Path,
     rows: u64,
     runs: usize,
-) -> Result<(Vec<LoopRow>, Vec<FitRow>, HistoryInfo)> {
+) -> Result<(Vec<LoopRow>, Vec<FitRow>, Vec<GroundRow>, HistoryInfo)> {
     std::fs::create_dir_all(sessions_home)
         .with_context(|| format!("creating `{}`", sessions_home.display()))?;
     let mut config = config_without_endpoint(sessions_home, rows);
@@ -787,7 +788,84 @@ async fn loop_tables(
     }
 
     let fit_rows = fit_table(&agent, ctx, &history, runs)?;
-    Ok((rows_out, fit_rows, info))
+    let ground_rows = ground_table(&history, runs);
+    Ok((rows_out, fit_rows, ground_rows, info))
+}
+
+/// One timed grounding check.
+struct GroundRow {
+    what: &'static str,
+    time: Spread,
+    unmatched: usize,
+}
+
+/// [`dataref_agent::ground::unmatched`] of an answer against the whole history: one with
+/// ten numbers (some of them the history's, some not), and one with none (no history read).
+fn ground_table(history: &[Message], runs: usize) -> Vec<GroundRow> {
+    let numeric = "Revenue was 1,234,567.89 (up 12.5%), 48,210 rows; Falcon Office Chair \
+                   lost 211,258.49 (-65.2%), Cedar 185.6K; 3.4M in Q4, $12,345 on 2025-03-01, \
+                   about 1.2M in total.";
+    let plain = "The biggest loser is Falcon Office Chair; the chart and the file are ready.";
+    [
+        ("an answer with ten numbers and a date", numeric),
+        ("an answer with no number (the history is not read)", plain),
+    ]
+    .into_iter()
+    .map(|(what, answer)| {
+        let unmatched = dataref_agent::ground::unmatched(answer, history, None).len();
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t = Instant::now();
+            let u = dataref_agent::ground::unmatched(answer, history, None);
+            times.push(ms(t.elapsed()));
+            drop(u);
+        }
+        GroundRow {
+            what,
+            time: Spread::of(&times),
+            unmatched,
+        }
+    })
+    .collect()
+}
+
+fn print_ground_table(
+    out: &mut impl Write,
+    history: &HistoryInfo,
+    runs: usize,
+    rows: &[GroundRow],
+) -> Result<()> {
+    writeln!(
+        out,
+        "\ngrounding: an answer's numbers matched against every tool result of the {}-message \
+         history (`dataref_agent::ground::unmatched`, as the loop checks a final answer); {runs} runs each",
+        history.messages
+    )?;
+    writeln!(out)?;
+    writeln!(out, "| answer | p50 | p95 | unmatched |")?;
+    writeln!(out, "|---|---:|---:|---:|")?;
+    for r in rows {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            r.what,
+            fmt_ms(r.time.p50),
+            fmt_ms(r.time.p95),
+            r.unmatched
+        )?;
+    }
+    let worst = rows.iter().map(|r| r.time.p50).fold(0.0, f64::max);
+    writeln!(
+        out,
+        "\ngoal: under {FIT_GOAL_MS} ms p50, like context assembly: {} ({})",
+        if worst < FIT_GOAL_MS {
+            "met"
+        } else {
+            "NOT met"
+        },
+        fmt_ms(worst)
+    )?;
+    Ok(())
 }
 
 fn fit_table(
