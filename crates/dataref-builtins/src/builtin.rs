@@ -7,6 +7,7 @@ mod export_data;
 mod fetch;
 mod files;
 mod lake;
+mod lineage;
 mod list_artifacts;
 mod load_file;
 mod query;
@@ -30,6 +31,7 @@ pub(crate) use export_data::ExportArgs;
 pub use fetch::FetchTool;
 pub use files::{CopyFileTool, ListFilesTool, ReadFileTool, mime_type_for};
 pub use lake::probe_files;
+pub use lineage::LineageTool;
 pub use list_artifacts::ListArtifactsTool;
 pub use load_file::{LoadFileTool, Loaded, load_into};
 pub(crate) use query::QueryArgs;
@@ -47,7 +49,7 @@ pub use view::{
 };
 
 /// Every built-in tool for `config`: one `fetch_<name>` per configured query, `query` when
-/// a source allows SQL, `describe_data`, `list_artifacts`, `run_sql` (unless `[sql] enabled = false`), `run_python` (unless
+/// a source allows SQL, `describe_data`, `list_artifacts`, `lineage`, `run_sql` (unless `[sql] enabled = false`), `run_python` (unless
 /// `[python] enabled = false`), `load_file`, `read_file`, `list_files`, `copy_file`, and one tool per
 /// `[http_tools.NAME]`. `run_python`
 /// gets a sandbox of its own that starts nothing until its first call.
@@ -98,6 +100,7 @@ pub fn builtin_registry_builder(
     }
     b.register(Arc::new(DescribeDataTool::new()));
     b.register(Arc::new(ListArtifactsTool::new()));
+    b.register(Arc::new(LineageTool::new()));
     b.register(Arc::new(RenderChartTool::new()));
     b.register(Arc::new(RenderTableTool::new()));
     if config.sql.enabled {

@@ -489,7 +489,10 @@ impl HttpTool {
             }
             let store = ctx.store.clone();
             let owner = ctx.principal.clone();
-            let lineage = Lineage::new(self.config.name.clone(), Value::Object(args));
+            // When it ran and with what: the request itself (its URL may carry secrets)
+            // is not kept.
+            let lineage = Lineage::new(self.config.name.clone(), Value::Object(args))
+                .with_receipt(crate::receipt::started(ctx));
             let mut d: Description = blocking("http tool", move || {
                 let mut writer = store.create_table(&owner, batch.schema(), lineage)?;
                 writer.write(&batch)?;

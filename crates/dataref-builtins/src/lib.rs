@@ -36,6 +36,8 @@
 
 mod builtin;
 mod http_tool;
+mod receipt;
+pub mod rederive;
 pub mod replay;
 mod support;
 

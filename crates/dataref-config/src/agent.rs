@@ -40,6 +40,22 @@ pub struct AgentConfig {
     /// `default` inside `[agents.NAME.approval]`: the policy of a tool no entry names.
     /// Default `Allow`.
     pub default_approval: Approval,
+    /// `price_input` and `price_output`: what the model costs; `None` when not declared.
+    pub prices: Option<Prices>,
+}
+
+/// What a model's tokens cost, per million, in the currency the profile's author chose.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prices {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+}
+
+impl Prices {
+    /// The cost of `input` prompt tokens and `output` completion tokens.
+    pub fn cost(&self, input: u64, output: u64) -> f64 {
+        (input as f64 * self.input_per_million + output as f64 * self.output_per_million) / 1e6
+    }
 }
 
 /// An OpenAI-compatible Chat Completions endpoint. Its `Debug` shows a literal key as `***`
@@ -186,6 +202,7 @@ impl AgentConfig {
             limits: AgentLimits::default(),
             approvals: Vec::new(),
             default_approval: Approval::Allow,
+            prices: None,
         }
     }
 }
@@ -314,6 +331,31 @@ fn resolve_agent(
             "leave it out for the model's default",
         ));
     }
+    let prices = match (a.price_input, a.price_output) {
+        (None, None) => None,
+        (Some(input), Some(output)) => {
+            for (k, v) in [("price_input", input), ("price_output", output)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(invalid(
+                        key(k),
+                        format!("{v} is not a price"),
+                        "give the price per million tokens as a number of zero or more, e.g. `price_input = 0.15`",
+                    ));
+                }
+            }
+            Some(Prices {
+                input_per_million: input,
+                output_per_million: output,
+            })
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(invalid(
+                &what,
+                "`price_input` and `price_output` go together",
+                "give both, per million tokens (e.g. `price_input = 0.15` and `price_output = 0.60`), or neither",
+            ));
+        }
+    };
     let prompt = match (a.prompt, a.prompt_file) {
         (Some(_), Some(_)) => {
             return Err(invalid(
@@ -412,6 +454,7 @@ fn resolve_agent(
         limits,
         approvals: exact,
         default_approval,
+        prices,
     })
 }
 
@@ -577,6 +620,8 @@ encoding = "o200k_base"
 temperature = 0.2
 max_tokens = 2000
 stream = false
+price_input = 0.15
+price_output = 0.6
 prompt_file = "prompts/analyst.md"
 tools = ["fetch_*", "describe_data", "run_python"]
 [agents.analyst.vars]
@@ -608,6 +653,9 @@ prompt = "You are {{ team }}'s assistant."
         assert_eq!(a.model.encoding.as_deref(), Some("o200k_base"));
         assert_eq!(a.model.temperature, Some(0.2));
         assert_eq!(a.model.max_tokens, Some(2000));
+        let prices = a.prices.unwrap();
+        assert!((prices.cost(1_000_000, 500_000) - 0.45).abs() < 1e-12);
+        assert_eq!(c.agents["quick"].prices, None);
         assert!(!a.model.stream);
         assert_eq!(
             a.prompt,
@@ -705,6 +753,11 @@ prompt = "You are {{ team }}'s assistant."
             ("[agents.a]\ntimeout = 0", "agents.a.timeout"),
             ("[agents.a]\ntemperature = 3.5", "agents.a.temperature"),
             ("[agents.a]\nmax_tokens = 0", "agents.a.max_tokens"),
+            (
+                "[agents.a]\nprice_input = -1\nprice_output = 1",
+                "agents.a.price_input",
+            ),
+            ("[agents.a]\nprice_output = 0.6", "go together"),
             ("[agents.a]\nmax_retries = 100", "agents.a.max_retries"),
             ("[agents.a]\nmodel = \"\"", "agents.a.model"),
             ("[agents.a]\ntools = [\"\"]", "agents.a.tools"),

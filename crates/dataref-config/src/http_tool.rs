@@ -13,10 +13,11 @@ use crate::raw::{RawHttpParam, RawHttpTool};
 use crate::units::{duration, size};
 
 /// The built-in tools' names (besides `fetch_<query>`): an HTTP tool may not take one.
-pub const BUILTIN_TOOL_NAMES: [&str; 18] = [
+pub const BUILTIN_TOOL_NAMES: [&str; 19] = [
     "query",
     "describe_data",
     "list_artifacts",
+    "lineage",
     "render_chart",
     "render_table",
     "run_sql",

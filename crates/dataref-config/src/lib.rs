@@ -49,7 +49,7 @@ mod units;
 mod upstream;
 
 pub use access::{HttpConfig, JwtConfig, JwtKey, PrincipalConfig};
-pub use agent::{AgentConfig, AgentLimits, Approval, ModelEndpoint, PromptSource};
+pub use agent::{AgentConfig, AgentLimits, Approval, ModelEndpoint, Prices, PromptSource};
 pub use error::ConfigError;
 pub use http_tool::{
     HttpAuth, HttpMethod, HttpParam, HttpToolConfig, JsonType, ParamLocation, PathPiece,

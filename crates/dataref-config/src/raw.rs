@@ -462,6 +462,13 @@ pub(crate) struct RawAgent {
     pub max_tokens: Option<u32>,
     /// Stream the answer. Default true.
     pub stream: Option<bool>,
+    /// What the model's provider charges per million input (prompt) tokens, in your
+    /// currency (e.g. `0.15`): `dataref eval` reports a run's cost from it. Default: no
+    /// cost reported. Set with `price_output`.
+    pub price_input: Option<f64>,
+    /// What the provider charges per million output (completion) tokens (e.g. `0.60`).
+    /// Set with `price_input`.
+    pub price_output: Option<f64>,
     /// The system prompt's template, inline; not with `prompt_file`. Default: dataref's own
     /// prompt.
     pub prompt: Option<String>,

@@ -9,6 +9,8 @@
 //! - [`Principal`]: who is calling. Every artifact belongs to exactly one.
 //! - [`Description`]: what a producer returns instead of rows.
 //! - [`record::Entry`]: a conversation as the record of an analysis, for its replay.
+//! - [`Receipt`]: how a table was made (source and its version, SQL and bound values,
+//!   parents, code, engines), kept with its index row.
 //! - [`ToolSpec`]: a tool's name, description, input and output schemas.
 //! - Small helpers both the MCP glue and the HTTP server use: [`percent_encode`] and
 //!   [`percent_decode`] (workspace paths in URIs), [`mime_type`] (by extension),
@@ -23,6 +25,7 @@
 
 mod data_ref;
 mod describe;
+mod receipt;
 pub mod record;
 mod text;
 mod time;
@@ -33,6 +36,7 @@ pub use describe::{
     ColumnStats, DESCRIBED_COLUMNS, DataStats, Description, NumericStats, STATS_FIELDS, StatsTable,
     TOP_MAX_DISTINCT, TopValue,
 };
+pub use receipt::{FileRead, Parent, Receipt, SourceRead};
 pub use text::{
     human_bytes, mime_type, percent_decode, percent_encode, truncate_chars, truncate_echo,
 };

@@ -135,6 +135,15 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ",
     ),
     (
+        "0006_artifact_receipts",
+        "
+    -- How each artifact was made (`dataref_protocol::Receipt` as JSON): source and its
+    -- version, SQL and bound values, parents, code, engines. Empty for rows written before
+    -- it, which read as having no receipt.
+    ALTER TABLE dataref_artifacts ADD COLUMN receipt TEXT;
+    ",
+    ),
+    (
         "0007_session_ungrounded",
         "
     -- Answers of each session whose numbers matched nothing a tool produced

@@ -437,7 +437,7 @@ impl Call<'_, '_> {
         sql: &str,
         params: Vec<Value>,
         store: &dyn ArtifactStore,
-        lineage: Lineage,
+        mut lineage: Lineage,
         progress: &(dyn Fn(u64) + Sync),
         is_cancelled: &(dyn Fn() -> bool + Sync),
         deadline: Instant,
@@ -464,6 +464,7 @@ impl Call<'_, '_> {
         if self.check_privileges {
             self.check_login(conn).await?;
         }
+        lineage.set_source_version(gtid_executed(conn).await);
 
         let stmt = conn.prep(sql).await?;
         if stmt.num_columns() == 0 {
@@ -566,6 +567,28 @@ impl Call<'_, '_> {
 
 /// The global privileges of the session's user and of its enabled roles that go past
 /// reading, sorted; empty for a login that can only read.
+/// The server's executed GTID set (MySQL's `gtid_executed`, MariaDB's `gtid_current_pos`)
+/// as the read starts: the source's version in a receipt. `None` where the server keeps
+/// none (GTIDs off: an empty set) or will not say.
+async fn gtid_executed(conn: &mut Conn) -> Option<String> {
+    for asked in [
+        "SELECT @@GLOBAL.gtid_executed",
+        "SELECT @@GLOBAL.gtid_current_pos",
+    ] {
+        match conn.query_first::<Option<String>, _>(asked).await {
+            Ok(Some(Some(set))) if !set.trim().is_empty() => {
+                return Some(format!(
+                    "gtid {}",
+                    set.split_whitespace().collect::<String>()
+                ));
+            }
+            Ok(_) => return None,
+            Err(e) => tracing::debug!(error = %e, "no GTID set from this server"),
+        }
+    }
+    None
+}
+
 async fn beyond_reading(conn: &mut Conn) -> Result<Vec<String>, mysql_async::Error> {
     // Every value read as `Option`: the driver's conversion panics on a NULL where a
     // `String` was asked for (ENABLED_ROLES holds one NULL row when no role is enabled).

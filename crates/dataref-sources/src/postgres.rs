@@ -210,6 +210,19 @@ enum Failure {
 /// Runs each server round trip against cancellation and the deadline. On either it sends
 /// a cancel request and waits (bounded) for the server's answer, so the connection stays
 /// in step; if none comes the connection is marked lost.
+/// The WAL position and the snapshot, each asked only where the role may call the function
+/// (`CASE` calls it only then). On a standby the position is the last one replayed.
+const VERSION_SQL: &str = "\
+SELECT CASE \
+         WHEN pg_catalog.pg_is_in_recovery() THEN \
+           CASE WHEN pg_catalog.has_function_privilege('pg_catalog.pg_last_wal_replay_lsn()', 'EXECUTE') \
+                THEN pg_catalog.pg_last_wal_replay_lsn()::text END \
+         WHEN pg_catalog.has_function_privilege('pg_catalog.pg_current_wal_lsn()', 'EXECUTE') \
+           THEN pg_catalog.pg_current_wal_lsn()::text \
+       END, \
+       CASE WHEN pg_catalog.has_function_privilege('pg_catalog.pg_current_snapshot()', 'EXECUTE') \
+            THEN pg_catalog.pg_current_snapshot()::text END";
+
 struct Guard<'c> {
     cancel: CancelToken,
     is_cancelled: &'c (dyn Fn() -> bool + Sync),
@@ -358,6 +371,48 @@ impl Call<'_, '_> {
         }
     }
 
+    /// The database's version of its data as this transaction starts reading, as the
+    /// caller's role: the WAL position (the replayed one on a standby) and the transaction
+    /// snapshot, each only where the role may call the function; `None` when it may call
+    /// neither. A refusal is undone by a savepoint, so it never fails the read.
+    async fn version(
+        &self,
+        txn: &Transaction<'_>,
+        guard: &mut Guard<'_>,
+    ) -> Result<Option<String>, SourceError> {
+        guard
+            .run(txn.batch_execute("SAVEPOINT dataref_version"))
+            .await
+            .map_err(|f| self.error(f, Phase::Statement, guard))?;
+        let asked = guard.run(txn.query_one(VERSION_SQL, &[])).await;
+        let row = match asked {
+            Ok(row) => row,
+            Err(Failure::Pg(e)) => {
+                tracing::debug!(error = %e, "the source's version could not be read");
+                guard
+                    .run(txn.batch_execute("ROLLBACK TO SAVEPOINT dataref_version"))
+                    .await
+                    .map_err(|f| self.error(f, Phase::Statement, guard))?;
+                return Ok(None);
+            }
+            Err(f) => return Err(self.error(f, Phase::Statement, guard)),
+        };
+        guard
+            .run(txn.batch_execute("RELEASE SAVEPOINT dataref_version"))
+            .await
+            .map_err(|f| self.error(f, Phase::Statement, guard))?;
+        let lsn: Option<String> = row.try_get(0).ok().flatten();
+        let snapshot: Option<String> = row.try_get(1).ok().flatten();
+        let parts: Vec<String> = [
+            lsn.map(|l| format!("lsn {l}")),
+            snapshot.map(|s| format!("snapshot {s}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        Ok((!parts.is_empty()).then(|| parts.join(", ")))
+    }
+
     #[expect(clippy::too_many_arguments, reason = "one call's state, passed once")]
     async fn run(
         &self,
@@ -366,7 +421,7 @@ impl Call<'_, '_> {
         sql: &str,
         params: &[TextParam],
         store: &dyn ArtifactStore,
-        lineage: Lineage,
+        mut lineage: Lineage,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<Fetched, SourceError> {
         let timeout_ms = self
@@ -383,6 +438,7 @@ impl Call<'_, '_> {
             .run(txn.batch_execute(&setup))
             .await
             .map_err(|f| self.error(f, Phase::Role, guard))?;
+        lineage.set_source_version(self.version(txn, guard).await?);
 
         let mut stmt = guard
             .run(txn.prepare(sql))

@@ -1,9 +1,11 @@
 //! The built-in sample sales database, so `dataref demo` works on a fresh machine.
 //!
-//! One table, `sales`, one row per order line in 2025. The content is a pure function of
-//! the row count: a fixed-seed splitmix64 generator drives every choice, so two
-//! generations with the same `rows` give the same file byte for byte, and tests and demos
-//! can rely on the answers.
+//! Two tables: `sales`, one row per order line in 2025, and `lines`, the catalogue of the 300
+//! product lines (collection, product, category, list price) to join it with. The content
+//! is a pure function of the row count: a fixed-seed splitmix64 generator drives every
+//! choice, so two generations with the same `rows` give the same file byte for byte, and
+//! tests and demos can rely on the answers. A sample made before `lines` existed gets it
+//! added when it is next ensured; its `sales` stay as they were.
 //!
 //! The data has a story to find: each of the 300 product lines has a quarter-over-quarter
 //! trend (some grow, some decline, most hold steady) and a handful of popular lines
@@ -19,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use dataref_config::SampleSpec;
 use dataref_protocol::{civil_from_days, days_from_civil};
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 use crate::SourceError;
 
@@ -35,6 +37,9 @@ const PROGRESS_EVERY: u64 = 100_000;
 const TABLE: &str = "CREATE TABLE sales (id INTEGER PRIMARY KEY, date DATE NOT NULL, \
     line TEXT NOT NULL, region TEXT NOT NULL, channel TEXT NOT NULL, units INTEGER NOT NULL, \
     revenue REAL NOT NULL, discount REAL)";
+/// The catalogue: what `sales.line` joins to.
+const LINES_TABLE: &str = "CREATE TABLE lines (line TEXT PRIMARY KEY, collection TEXT NOT NULL, \
+    product TEXT NOT NULL, category TEXT NOT NULL, list_price REAL NOT NULL)";
 /// Built after the rows are in: one sort is cheaper than keeping the index up to date.
 const INDEX: &str = "CREATE INDEX sales_date ON sales(date)";
 
@@ -45,6 +50,7 @@ const PREFIXES: [&str; 20] = [
 ];
 
 /// Product kinds and their typical unit price.
+// The order and prices drive the generator: changing them changes every row of `sales`.
 const PRODUCTS: [(&str, f64); 15] = [
     ("Kettle", 39.0),
     ("Desk Lamp", 54.0),
@@ -62,6 +68,17 @@ const PRODUCTS: [(&str, f64); 15] = [
     ("Wall Clock", 29.0),
     ("Yoga Mat", 44.0),
 ];
+
+/// Each product's category in `lines` (not used by the generator).
+fn category(product: &str) -> &'static str {
+    match product {
+        "Kettle" | "Blender" | "Coffee Grinder" | "Cutting Board" => "Kitchen",
+        "Desk Lamp" | "Office Chair" | "Notebook" => "Office",
+        "Backpack" | "Water Bottle" | "Rain Jacket" | "Yoga Mat" => "Outdoor",
+        "Headphones" | "Table Fan" => "Electronics",
+        _ => "Home",
+    }
+}
 
 const REGIONS: [(&str, f64); 5] = [
     ("North America", 0.34),
@@ -104,7 +121,7 @@ pub fn ensure_sample(spec: &SampleSpec, progress: &dyn Fn(u64)) -> Result<(), So
         source,
     })?;
     if exists {
-        return Ok(());
+        return add_lines_table(&spec.path);
     }
     if let Some(dir) = spec.path.parent() {
         fs::create_dir_all(dir).map_err(|source| SourceError::Io {
@@ -115,6 +132,58 @@ pub fn ensure_sample(spec: &SampleSpec, progress: &dyn Fn(u64)) -> Result<(), So
     }
     remove_stale_temps(&spec.path);
     generate_sample(&spec.path, spec.rows, progress)
+}
+
+/// Adds `lines` to a sample made before it existed (nothing when it is there). The
+/// catalogue is a pure function of the seed, so the table is the one a new sample has. A
+/// sample that cannot be written (a read-only copy) is served as it is, without `lines`.
+fn add_lines_table(path: &Path) -> Result<(), SourceError> {
+    let upgrade = || -> rusqlite::Result<()> {
+        let mut conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        let has = |conn: &Connection| {
+            conn.query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'lines'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+        };
+        if has(&conn)? > 0 {
+            return Ok(());
+        }
+        // Another process may be adding it too: the check is repeated under the write lock.
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        if has(&tx)? == 0 {
+            write_lines(&tx)?;
+        }
+        tx.commit()
+    };
+    if let Err(e) = upgrade() {
+        tracing::warn!(
+            path = %path.display(),
+            "cannot add the `lines` table to the sample database (questions joining it will fail): {e}"
+        );
+    }
+    Ok(())
+}
+
+/// Creates and fills `lines`: the catalogue the generator draws from.
+fn write_lines(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(LINES_TABLE)?;
+    let mut insert = conn.prepare(
+        "INSERT INTO lines (line, collection, product, category, list_price) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for line in catalogue(&mut Rng(SEED)).0 {
+        insert.execute((
+            line.name.as_str(),
+            line.collection,
+            line.product,
+            category(line.product),
+            line.price,
+        ))?;
+    }
+    Ok(())
 }
 
 /// Removes temp files that a generator killed mid-write left beside `path`
@@ -271,6 +340,8 @@ impl Weighted {
 
 struct Line {
     name: String,
+    collection: &'static str,
+    product: &'static str,
     price: f64,
 }
 
@@ -295,6 +366,8 @@ fn catalogue(rng: &mut Rng) -> (Vec<Line>, [Weighted; 4]) {
             }
             lines.push(Line {
                 name: format!("{prefix} {product}"),
+                collection: prefix,
+                product,
                 price,
             });
         }
@@ -379,6 +452,8 @@ fn write_database(path: &Path, rows: u64, progress: &dyn Fn(u64)) -> rusqlite::R
         }
     }
     tx.execute_batch(INDEX)?;
+    // After `sales`, from a generator of its own: the rows above are what they always were.
+    write_lines(&tx)?;
     tx.commit()?;
     conn.close().map_err(|(_, e)| e)
 }

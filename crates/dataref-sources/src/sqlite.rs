@@ -120,7 +120,7 @@ pub fn fetch(
     req: &FetchRequest<'_>,
     store: &dyn ArtifactStore,
     owner: &Principal,
-    lineage: Lineage,
+    mut lineage: Lineage,
     progress: &(dyn Fn(u64) + Sync),
     is_cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<ArtifactMeta, SourceError> {
@@ -132,6 +132,7 @@ pub fn fetch(
         });
     };
     let mut conn = open(req.source, path)?;
+    lineage.set_source_version(file_version(path));
     let setup_failed = |e: rusqlite::Error| SourceError::Open {
         source_name: req.source.name.clone(),
         message: format!("cannot set up the connection: {e}"),
@@ -201,6 +202,64 @@ pub fn fetch(
         "fetched"
     );
     Ok(meta)
+}
+
+/// Files at most this large are hashed for a receipt; larger ones are named by size and
+/// modification time only (hashing them would cost every fetch a full read).
+const HASHED_BYTES: u64 = 64 << 20;
+
+/// The database file's version for a receipt: its size and modification time, its content
+/// hash when it is at most [`HASHED_BYTES`], and the same of its write-ahead log when there
+/// is one (committed changes live there until a checkpoint). `PRAGMA data_version` is no
+/// version: it counts changes seen by one connection, and each fetch opens its own.
+/// Read just before the statement's read transaction starts; `None` when the file cannot
+/// be looked at.
+fn file_version(path: &Path) -> Option<String> {
+    let main = file_state(path)?;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    match file_state(Path::new(&wal)) {
+        Some(wal) if !wal.starts_with("0 bytes") => Some(format!("{main}; wal {wal}")),
+        _ => Some(main),
+    }
+}
+
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the source's own database file, which this crate opens anyway"
+)]
+fn file_state(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| {
+            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            let at = dataref_protocol::Timestamp(secs).to_string();
+            format!(
+                ", modified {}.{:09}Z",
+                at.trim_end_matches('Z'),
+                d.subsec_nanos()
+            )
+        })
+        .unwrap_or_default();
+    let mut text = format!("{} bytes{modified}", meta.len());
+    if meta.len() <= HASHED_BYTES {
+        let mut hashing = dataref_store::Hashing::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => hashing.update(&buf[..n]),
+                Err(_) => return Some(text),
+            }
+        }
+        text.push_str(&format!(", {}", hashing.finish()));
+    }
+    Some(text)
 }
 
 fn open(source: &SourceConfig, path: &Path) -> Result<Connection, SourceError> {

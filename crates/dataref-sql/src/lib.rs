@@ -69,6 +69,9 @@ pub use lake::{Lake, LakeFormat};
 pub use shape::{Exceeded, MAX_DEPTH, MAX_SELECTS, MAX_TABLES};
 pub use traps::Trap;
 
+/// The version of the engine every query runs in, for a table's receipt.
+pub const DATAFUSION_VERSION: &str = datafusion::DATAFUSION_VERSION;
+
 /// What one query may use.
 #[derive(Debug, Clone)]
 pub struct QueryLimits {

@@ -196,6 +196,9 @@ pub struct IndexRow {
     pub lineage_args: String,
     /// [`Checksum`]'s text form; `None` for a row written before checksums.
     pub checksum: Option<String>,
+    /// The [`Receipt`](dataref_protocol::Receipt) as JSON; `None` for a row written before
+    /// receipts (or by a maker that keeps none).
+    pub receipt: Option<String>,
 }
 
 impl IndexRow {
@@ -217,6 +220,12 @@ impl IndexRow {
                 serde_json::to_string(&meta.lineage.args),
             )?,
             checksum: meta.checksum.map(|c| c.to_string()),
+            receipt: meta
+                .lineage
+                .receipt
+                .as_ref()
+                .map(|r| enc("receipt", serde_json::to_string(r)))
+                .transpose()?,
         })
     }
 
@@ -253,10 +262,19 @@ impl IndexRow {
                 tool: self.lineage_tool,
                 args: serde_json::from_str(&self.lineage_args)
                     .map_err(|e| json_err("lineage arguments", e))?,
+                receipt: self.receipt.as_deref().and_then(read_receipt),
             },
             checksum,
         })
     }
+}
+
+/// A receipt from the index. One a newer dataref wrote in a shape this build cannot read
+/// is no receipt, not a broken row: the table itself is fine.
+fn read_receipt(text: &str) -> Option<dataref_protocol::Receipt> {
+    serde_json::from_str(text)
+        .inspect_err(|e| tracing::debug!(error = %e, "a receipt this build cannot read"))
+        .ok()
 }
 
 /// A count or size read from an index, which stores them signed.

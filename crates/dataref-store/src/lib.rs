@@ -36,6 +36,7 @@
 mod backend;
 mod checksum;
 mod clock;
+mod compare;
 mod error;
 mod local;
 mod stats;
@@ -45,6 +46,7 @@ mod value;
 pub use backend::{ArtifactBytes, ArtifactIndex, IndexRow, Opened, to_u64};
 pub use checksum::{Checksum, Hashing, PieceHash, Pieces};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use compare::{Change, ColumnChange, EXAMPLES, Example, TableDiff, compare_tables};
 pub use error::StoreError;
 pub use local::{DamagedTable, LocalStore, SqliteIndex, StoreLimits, SweepReport, VerifyReport};
 pub use stats::{ColumnSource, SampleOptions, describe, describe_data};
@@ -59,13 +61,16 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use dataref_protocol::{DataRef, Principal, Timestamp};
+use dataref_protocol::{DataRef, Principal, Receipt, Timestamp};
 
-/// Which tool, with which arguments, made an artifact.
+/// Which tool, with which arguments, made an artifact; and its receipt, how it was made
+/// (the source and its version, the SQL and bound values, the parents, the engines).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lineage {
     pub tool: String,
     pub args: serde_json::Value,
+    /// `None` for a table stored before receipts were kept, or by a maker that keeps none.
+    pub receipt: Option<Receipt>,
 }
 
 impl Lineage {
@@ -73,6 +78,22 @@ impl Lineage {
         Self {
             tool: tool.into(),
             args,
+            receipt: None,
+        }
+    }
+
+    /// The same lineage with `receipt`.
+    #[must_use]
+    pub fn with_receipt(mut self, receipt: Receipt) -> Self {
+        self.receipt = Some(receipt);
+        self
+    }
+
+    /// Records the version of the source a producer read (when it has a receipt saying
+    /// which source it read).
+    pub fn set_source_version(&mut self, version: Option<String>) {
+        if let Some(source) = self.receipt.as_mut().and_then(|r| r.source.as_mut()) {
+            source.version = version;
         }
     }
 

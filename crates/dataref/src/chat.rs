@@ -27,12 +27,19 @@ pub struct Options<'a> {
     pub principal: Option<&'a str>,
 }
 
-struct Started {
-    app: App,
-    ctx: RunContext,
+/// An app started for one principal's agent runs (`chat`, `ask`, `eval`).
+pub(crate) struct Started {
+    pub app: App,
+    pub ctx: RunContext,
+    pub config: dataref_config::Config,
 }
 
-fn start(common: &Common, principal: Option<&str>, agent: Option<&str>) -> Result<Started> {
+/// Starts the app for `principal` and checks that `agent` has a model to ask.
+pub(crate) fn start(
+    common: &Common,
+    principal: Option<&str>,
+    agent: Option<&str>,
+) -> Result<Started> {
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
     let app = App::start(&config)?;
@@ -55,10 +62,10 @@ fn start(common: &Common, principal: Option<&str>, agent: Option<&str>) -> Resul
         app.shared.clock.clone(),
         SpillSweep::Workspace(workspace),
     );
-    Ok(Started { app, ctx })
+    Ok(Started { app, ctx, config })
 }
 
-fn with_hint(message: &str, hint: Option<String>) -> anyhow::Error {
+pub(crate) fn with_hint(message: &str, hint: Option<String>) -> anyhow::Error {
     match hint {
         Some(h) => anyhow::anyhow!("{message}\nhint: {h}"),
         None => anyhow::anyhow!("{message}"),
@@ -74,7 +81,7 @@ pub fn ask(
     json_out: bool,
     yes: bool,
 ) -> Result<ExitCode> {
-    let Started { app, ctx } = start(common, opts.principal, opts.agent)?;
+    let Started { app, ctx, .. } = start(common, opts.principal, opts.agent)?;
     let printer = Printer::new(!json_out);
     let approver: Box<dyn Approver> = if yes {
         Box::new(ApproveAll)
@@ -142,7 +149,7 @@ pub fn ask(
 
 /// `dataref chat`: a conversation on the terminal.
 pub fn chat(common: &Common, opts: Options<'_>) -> Result<ExitCode> {
-    let Started { app, ctx } = start(common, opts.principal, opts.agent)?;
+    let Started { app, ctx, .. } = start(common, opts.principal, opts.agent)?;
     let agent = app
         .agents
         .agent(opts.agent)
@@ -231,7 +238,7 @@ pub fn chat(common: &Common, opts: Options<'_>) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn shutdown(app: &App) {
+pub(crate) fn shutdown(app: &App) {
     dataref_app::shutdown_python(app.python.as_deref());
 }
 

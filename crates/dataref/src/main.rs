@@ -2,6 +2,8 @@
 //!
 //! `serve` (MCP over stdio, or Streamable HTTP with `--http`), `token` (bearer tokens for
 //! HTTP callers), `demo` (the canonical analysis, played as an MCP client would),
+//! `replay` (a table made again from its receipt, and what changed), `eval` (an agent
+//! scored on a suite of questions with answers computed on the sources),
 //! `doctor` (what is missing and how to fix it), `bench` (runs the `dataref-bench`
 //! executable beside this one). Logs go to stderr; stdout is the MCP channel for `serve`
 //! and the report for the others.
@@ -19,8 +21,10 @@
 mod chat;
 mod demo;
 mod doctor;
+mod eval;
 mod forward;
 mod log;
+mod replay;
 mod serve;
 mod sessions;
 mod settings;
@@ -126,6 +130,34 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Ask an agent every question of a suite and score the answers against values computed
+    /// by SQL on the sources: accuracy, grounded rate, tokens, tool calls, time and cost.
+    #[command(long_about = EVAL_HELP)]
+    Eval {
+        #[command(flatten)]
+        common: Common,
+        /// The suite: a TOML file of `[[case]]`s (`evals/sample.toml` for the built-in sample).
+        #[arg(value_name = "SUITE")]
+        suite: PathBuf,
+        /// The `[agents.NAME]` profile (default: `default`, or the only one).
+        #[arg(long, value_name = "NAME")]
+        agent: Option<String>,
+        /// Whose tools, tables and sessions (default: `$DATAREF_PRINCIPAL`, else config).
+        #[arg(long, value_name = "NAME")]
+        principal: Option<String>,
+        /// Ask each question this many times (each in a session of its own).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Exit 3 when the share of passed runs is under this (0 to 1), e.g. 0.9.
+        #[arg(long, value_name = "X")]
+        min_accuracy: Option<f64>,
+        /// Print one JSON object instead of the table: every case's runs and the totals.
+        #[arg(long)]
+        json: bool,
+        /// Approve every call the profile's policy would ask about (there is no one to ask).
+        #[arg(long)]
+        yes: bool,
+    },
     /// A principal's agent sessions: list them, show or delete one, or export one as a
     /// notebook or a Python script that re-runs its queries and code against the sources.
     Sessions {
@@ -136,6 +168,27 @@ enum Command {
         principal: Option<String>,
         #[command(subcommand)]
         command: Option<SessionsCommand>,
+    },
+    /// Make a stored table again from its receipt (the same SQL and parameters on its
+    /// sources, or its SQL or code over its parents) and say whether it is identical,
+    /// changed (rows added, removed, changed) or unavailable.
+    #[command(long_about = REPLAY_HELP)]
+    Replay {
+        #[command(flatten)]
+        common: Common,
+        /// The table's dataRef.
+        #[arg(value_name = "REF")]
+        data_ref: String,
+        /// Whose table, run as whom (default: `$DATAREF_PRINCIPAL`, else config).
+        #[arg(long, value_name = "NAME")]
+        principal: Option<String>,
+        /// Derive a `run_sql` or `run_python` table from its parents as stored, instead of
+        /// replaying each parent from its sources first.
+        #[arg(long)]
+        stored_parents: bool,
+        /// Print one JSON object: the outcome, the diff, the parents' outcomes.
+        #[arg(long)]
+        json: bool,
     },
     /// The artifact store itself: `verify` hashes every stored table against the checksum
     /// written with it and names what is damaged.
@@ -210,9 +263,14 @@ enum SessionsCommand {
         /// `ipynb` (a notebook) or `script` (a Python script).
         #[arg(long, default_value = "ipynb")]
         format: String,
-        /// Where to write it (default: `<id>.ipynb` or `<id>.py` here).
+        /// Where to write it (default: `<id>.ipynb`, `<id>.py` or `<id>.toml` here).
         #[arg(long, short, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// Write an eval case instead (`[[case]]` TOML for `dataref eval`): the first
+        /// question, and the SQL of the last `query` as the expected value (else the
+        /// answer's numbers).
+        #[arg(long, conflicts_with = "format")]
+        eval: bool,
     },
 }
 
@@ -262,6 +320,39 @@ enum TokenCommand {
         name: String,
     },
 }
+
+const EVAL_HELP: &str = "\
+Ask an agent every question of a suite and score the answers.
+
+Each `[[case]]` of the suite has a question and the SQL that computes its answer on a source
+(run read-only as the principal before any question is asked), and says how the answer is
+scored: `number` (some number of the answer within the tolerance, 0.5% by default, of the
+first cell; a share may be answered as a percent), `set` (every value of the first column
+named, any order), `ordered` (in that order) or `text` (the first cell named). Each question
+runs in a session of its own (`dataref sessions show ID` replays one), `--runs N` times.
+
+The report is a Markdown table per case (result, expected, got, grounded, tokens in and out,
+tool calls, seconds) and the totals: accuracy (passed runs over all runs), grounded rate
+(answers whose every number matched a tool's value), tokens, tool calls, wall time, and the
+cost when the profile declares `price_input` and `price_output`. `--json` prints the same as
+one JSON object. It needs a model: `DATAREF_LLM_URL` (and `DATAREF_LLM_MODEL`) or the
+profile's `url`. Exit codes: 0 done (and at or over `--min-accuracy`), 3 under
+`--min-accuracy`, 1 an error (a bad suite, a case's SQL failing, no model).";
+
+const REPLAY_HELP: &str = "\
+Make a stored table again from its receipt and compare it with the table as stored.
+
+A producer's table (`fetch_*`, `query`, `load_file`) is read again with the same SQL and
+parameters from its source as it is now, as the same principal; a named query only while the
+config still has it with the same SQL. A `run_sql` or `run_python` table is derived again
+from its parents, each replayed from its own sources first (`--stored-parents`: from the
+parents as stored). The original is left as it was; the table made again is a new table of
+the principal's, kept until its TTL.
+
+Identical: the same rows (in the same order where the SQL has a top-level ORDER BY). Changed:
+rows added, removed and changed, matched by the first column unique in both versions, with a
+few examples. Unavailable: no receipt, a parent expired, the source gone or refusing the
+principal. Exit codes: 0 identical, 3 changed, 4 unavailable, 1 an error of dataref's.";
 
 const SERVE_HELP: &str = "\
 Serve the tools over MCP.
@@ -315,6 +406,27 @@ fn main() -> ExitCode {
             json,
             yes,
         } => chat::ask(&common, agent.options(), &question, json, yes),
+        Command::Eval {
+            common,
+            suite,
+            agent,
+            principal,
+            runs,
+            min_accuracy,
+            json,
+            yes,
+        } => eval::run(
+            &common,
+            eval::Options {
+                suite: &suite,
+                agent: agent.as_deref(),
+                principal: principal.as_deref(),
+                runs,
+                json,
+                min_accuracy,
+                yes,
+            },
+        ),
         Command::Sessions {
             common,
             principal,
@@ -324,14 +436,32 @@ fn main() -> ExitCode {
                 None | Some(SessionsCommand::List) => sessions::Action::List,
                 Some(SessionsCommand::Show { id }) => sessions::Action::Show(id),
                 Some(SessionsCommand::Delete { id }) => sessions::Action::Delete(id),
-                Some(SessionsCommand::Export { id, format, out }) => sessions::Action::Export {
+                Some(SessionsCommand::Export {
                     id,
                     format,
+                    out,
+                    eval,
+                }) => sessions::Action::Export {
+                    id,
+                    format: if *eval { "eval" } else { format.as_str() },
                     out: out.as_deref(),
                 },
             };
             sessions::run(&common, principal.as_deref(), action)
         }
+        Command::Replay {
+            common,
+            data_ref,
+            principal,
+            stored_parents,
+            json,
+        } => replay::run(
+            &common,
+            principal.as_deref(),
+            &data_ref,
+            stored_parents,
+            json,
+        ),
         Command::Store {
             common,
             command: StoreCommand::Verify { drop },

@@ -1,6 +1,6 @@
 //! `dataref sessions`: a principal's agent sessions — list, show, delete, and export as the
 //! reproducible analysis record (a notebook or a Python script that re-runs the producers
-//! and the code against the sources, with no rows in it).
+//! and the code against the sources, with no rows in it), or as an eval case.
 
 use std::io::Write;
 use std::path::Path;
@@ -110,6 +110,11 @@ pub fn run(common: &Common, principal: Option<&str>, action: Action<'_>) -> Resu
                 "script" | "py" => (
                     script(&dataref_agent::record::record(&history), &meta, &config),
                     "py",
+                ),
+                // `--eval`: a case for `dataref eval`.
+                "eval" => (
+                    crate::eval::case_from_session(id, &history, &config)?,
+                    "toml",
                 ),
                 other => anyhow::bail!(
                     "unknown export format `{other}`\nhint: use `--format ipynb` or `--format script`"

@@ -21,7 +21,7 @@ pub fn verify(common: &Common, drop_damaged: bool) -> Result<ExitCode> {
         && !shared.pending_migrations().is_empty()
     {
         anyhow::bail!(
-            "the shared index keeps no checksums yet: no server of this version has set it up\n\
+            "the shared index is older than this dataref (no checksums or receipts yet): no server of this version has set it up\n\
              hint: start `dataref serve --http` with this config once (it brings the index up to date)"
         );
     }

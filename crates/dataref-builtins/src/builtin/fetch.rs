@@ -140,6 +140,8 @@ pub(crate) async fn produce(
     policy: SqlPolicy,
     lineage: Lineage,
 ) -> Result<Description, ToolError> {
+    // The source adds its version as it reads.
+    let lineage = lineage.with_receipt(crate::receipt::producer(ctx, &source, &sql, &params));
     if matches!(source.kind, SourceKind::Files { .. }) {
         let memory = sources.sql_memory_bytes();
         return super::lake::produce(ctx, &source, sql, params, policy, lineage, memory).await;

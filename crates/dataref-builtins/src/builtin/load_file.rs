@@ -118,9 +118,17 @@ impl TypedTool for LoadFileTool {
         let progress = ctx.progress.clone();
         let cancel = ctx.cancel.clone();
         let lineage = Lineage::new("load_file", serde_json::to_value(&a).unwrap_or_default());
+        let receipt = crate::receipt::started(ctx);
         let d = blocking("load_file", move || {
             let path = workspace.resolve(&a.path)?;
-            let file = workspace.open_read(&path)?;
+            let mut file = workspace.open_read(&path)?;
+            // The bytes the table is read from: hashed, then read again from the start of
+            // the same open file.
+            let read = file_read(&mut file, path.as_str()).map_err(|e| load_error(&a.path, e))?;
+            let lineage = lineage.with_receipt(dataref_protocol::Receipt {
+                file: Some(read),
+                ..receipt
+            });
             let is_cancelled = || cancel.is_cancelled();
             let mut opened = dataref_load::open(file, path.as_str(), &options, &is_cancelled)
                 .map_err(|e| load_error(&a.path, e))?;
@@ -154,6 +162,31 @@ impl TypedTool for LoadFileTool {
         .await?;
         output(d)
     }
+}
+
+/// `file`'s size and content hash, for the receipt; the file is left at its start.
+fn file_read(
+    file: &mut std::fs::File,
+    path: &str,
+) -> Result<dataref_protocol::FileRead, LoadError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut hashing = dataref_store::Hashing::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(LoadError::Io)?;
+        if n == 0 {
+            break;
+        }
+        hashing.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    file.seek(SeekFrom::Start(0)).map_err(LoadError::Io)?;
+    Ok(dataref_protocol::FileRead {
+        path: path.to_owned(),
+        bytes,
+        checksum: hashing.finish().to_string(),
+    })
 }
 
 /// Why [`load_into`] stored nothing.

@@ -324,10 +324,13 @@ fn run_blocking(
         CodeSource::File(requested) => read_code_file(&ctx.workspace, &requested)?,
     };
     // Inputs: the caller's own live tables only (the store checks the owner).
+    let mut receipt = crate::receipt::started(ctx);
     let mut inputs = Vec::with_capacity(a.inputs.len());
     for (name, data_ref) in &a.inputs {
         // The owner check and an open: the rows are mapped in the sandbox, not here.
         let file = ctx.store.open_file(&ctx.principal, data_ref)?;
+        let meta = ctx.store.meta(&ctx.principal, data_ref)?;
+        receipt.parents.push(crate::receipt::parent(name, &meta));
         inputs.push((name.clone(), file));
     }
     let mut files = Vec::with_capacity(a.files.len());
@@ -366,7 +369,19 @@ fn run_blocking(
     if let Some(path) = &a.code_file {
         recipe["code_file"] = json!(path);
     }
-    let lineage = Lineage::new("run_python", recipe);
+    receipt.code = Some(code);
+    // The runtime the run used (provisioned by now, so this only reads it).
+    if let Ok(runtime) = sandbox.runtime(&|_| {}) {
+        receipt
+            .engines
+            .insert("python".into(), runtime.versions.python.clone());
+        for package in ["pandas", "pyarrow", "numpy"] {
+            if let Some(v) = runtime.versions.packages.get(package) {
+                receipt.engines.insert(package.into(), v.clone());
+            }
+        }
+    }
+    let lineage = Lineage::new("run_python", recipe).with_receipt(receipt);
     let out_cap = sandbox.settings().limits.out_bytes;
     let mut result = finish(run, ctx, lineage, timeout, out_cap)?;
     bound_lists(&mut result, ctx.limits.max_result_chars);
@@ -656,6 +671,9 @@ fn finish(
         let mut lineage = lineage.clone();
         if let Some(recipe) = lineage.args.as_object_mut() {
             recipe.insert("output".into(), serde_json::Value::String(name.clone()));
+        }
+        if let Some(receipt) = lineage.receipt.as_mut() {
+            receipt.output = Some(name.clone());
         }
         let description = store_output(collected, ctx, lineage)?;
         out.outputs.insert(name, description);

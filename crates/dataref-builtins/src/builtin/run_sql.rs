@@ -142,26 +142,36 @@ impl TypedTool for RunSqlTool {
         for name in a.inputs.keys() {
             check_name(name)?;
         }
-        let lineage = Lineage::new(
-            "run_sql",
-            serde_json::json!({"sql": a.sql, "inputs": a.inputs}),
-        );
+        let mut receipt = crate::receipt::started(ctx);
         // The owner check on every input: another principal's ref answers as an unknown one.
-        let inputs = {
+        let (inputs, parents) = {
             let store = ctx.store.clone();
             let owner = ctx.principal.clone();
             let wanted = a.inputs.clone();
             blocking("run_sql", move || {
                 let mut inputs = Vec::with_capacity(wanted.len());
+                let mut parents = Vec::with_capacity(wanted.len());
                 for (name, data_ref) in wanted {
                     let table = store.map_table(&owner, &data_ref)?;
+                    parents.push(crate::receipt::parent(&name, &table.meta));
                     let schema = table.meta.schema.clone();
                     inputs.push(Input::columns(name, schema, Arc::new(Mapped(table))));
                 }
-                Ok(inputs)
+                Ok((inputs, parents))
             })
             .await?
         };
+        receipt.sql = Some(a.sql.clone());
+        receipt.parents = parents;
+        receipt.engines.insert(
+            "datafusion".into(),
+            dataref_sql::DATAFUSION_VERSION.to_owned(),
+        );
+        let lineage = Lineage::new(
+            "run_sql",
+            serde_json::json!({"sql": a.sql, "inputs": a.inputs}),
+        )
+        .with_receipt(receipt);
         let limits = QueryLimits {
             memory_bytes: usize::try_from(self.config.memory_bytes).unwrap_or(usize::MAX),
             ..QueryLimits::default()

@@ -1108,6 +1108,12 @@ struct Listed {
     arguments: Value,
     created_at: dataref_protocol::Timestamp,
     expires_at: dataref_protocol::Timestamp,
+    /// The stored content's hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checksum: Option<String>,
+    /// How it was made (the provenance panel); none for a table stored before receipts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt: Option<dataref_protocol::Receipt>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -1126,7 +1132,7 @@ impl ViewArtifactsTool {
             spec: app_only(spec_for::<ArtifactsArgs, ArtifactsResult>(
                 "view_artifacts",
                 "For the view: your stored tables, newest first, with the tool and arguments \
-                 that made each.",
+                 that made each and its receipt.",
                 true,
                 false,
             )),
@@ -1168,6 +1174,8 @@ impl TypedTool for ViewArtifactsTool {
                 arguments: m.lineage.args,
                 created_at: m.created_at,
                 expires_at: m.expires_at,
+                checksum: m.checksum.map(|c| c.to_string()),
+                receipt: m.lineage.receipt,
             })
             .collect();
         let text = format!("{} of {total} tables", artifacts.len());

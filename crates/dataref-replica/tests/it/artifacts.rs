@@ -110,6 +110,24 @@ fn a_table_written_through_one_replica_is_read_through_the_other() {
         vec![r2, r.clone()]
     );
     assert_eq!(a.usage(&alice).unwrap(), b.usage(&alice).unwrap());
+    // A receipt written through one replica reads back whole through the other; a table
+    // without one reads as having none.
+    let mut receipt = dataref_protocol::Receipt::started(Timestamp(1_800_000_000));
+    receipt.sql = Some("SELECT 1".into());
+    let mut w = a
+        .create_table(
+            &alice,
+            schema(),
+            Lineage::new("query", serde_json::json!({})).with_receipt(receipt.clone()),
+        )
+        .unwrap();
+    w.write(&batch(0, 3)).unwrap();
+    let with = w.finish().unwrap().data_ref;
+    assert_eq!(
+        b.meta(&alice, &with).unwrap().lineage.receipt,
+        Some(receipt)
+    );
+    assert_eq!(b.meta(&alice, &r).unwrap().lineage.receipt, None);
 }
 
 #[test]

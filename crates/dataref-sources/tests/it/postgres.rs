@@ -147,7 +147,17 @@ impl Pg {
             who,
             self.store.as_ref(),
             &owner,
-            Lineage::new("test", serde_json::json!({ "sql": sql })),
+            // A receipt naming the source, for the source to add its version to.
+            Lineage::new("test", serde_json::json!({ "sql": sql })).with_receipt(
+                dataref_protocol::Receipt {
+                    source: Some(dataref_protocol::SourceRead {
+                        name: "warehouse".into(),
+                        kind: "postgres".into(),
+                        version: None,
+                    }),
+                    ..dataref_protocol::Receipt::default()
+                },
+            ),
             progress,
             is_cancelled,
         )
@@ -226,6 +236,36 @@ async fn row_level_security_gives_each_principal_its_own_rows() {
             .to_vec(),
         [1050, 3025]
     );
+}
+
+/// A receipt's version of a PostgreSQL source: the WAL position and the snapshot, as the
+/// caller's role; a function the role may not call is left out and the read goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_receipt_names_the_wal_position_and_snapshot_the_role_may_see() {
+    let pg = Pg::start(1).await;
+    let version = |f: &Fetched| {
+        f.meta
+            .lineage
+            .receipt
+            .as_ref()
+            .and_then(|r| r.source.as_ref())
+            .and_then(|s| s.version.clone())
+    };
+    let sql = "SELECT id FROM sales ORDER BY id";
+    let got = pg.query("eu_analyst", sql).await.unwrap();
+    let rows = got.meta.rows;
+    let v = version(&got).expect("a version");
+    assert!(v.starts_with("lsn ") && v.contains(", snapshot "), "{v}");
+    pg.server
+        .execute(
+            "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_current_wal_lsn() FROM PUBLIC;
+             REVOKE EXECUTE ON FUNCTION pg_catalog.pg_current_snapshot() FROM PUBLIC;",
+        )
+        .await
+        .unwrap();
+    let got = pg.query("eu_analyst", sql).await.unwrap();
+    assert_eq!(version(&got), None);
+    assert_eq!(got.meta.rows, rows);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

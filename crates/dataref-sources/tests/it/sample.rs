@@ -229,3 +229,68 @@ fn sizes_out_of_range_are_refused() {
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn the_catalogue_joins_every_sale_and_is_added_to_an_older_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::builtin_sample(dir.path().join("home"), 5_000);
+    let spec = config.sample.clone().unwrap();
+    ensure_sample(&spec, &|_| {}).unwrap();
+    let conn = Connection::open(&spec.path).unwrap();
+    let catalogue = |conn: &Connection| -> (i64, i64, i64, f64) {
+        conn.query_row(
+            "SELECT count(*), count(DISTINCT category), count(DISTINCT collection),
+                    round(sum(list_price), 2) FROM lines",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap()
+    };
+    let made = catalogue(&conn);
+    assert_eq!((made.0, made.1, made.2), (300, 5, 20));
+    let unjoined: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sales s LEFT JOIN lines l ON l.line = s.line
+             WHERE l.line IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(unjoined, 0, "every sale's line is in the catalogue");
+    // Revenue is the list price, discounted, with a little noise.
+    let off: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sales s JOIN lines l USING (line)
+             WHERE s.revenue > s.units * l.list_price * 1.031
+                OR s.revenue < s.units * l.list_price * (1 - coalesce(s.discount, 0)) * 0.969",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(off, 0);
+    let sales = |conn: &Connection| -> (f64, i64, String) {
+        conn.query_row(
+            "SELECT sum(revenue * id), count(*), group_concat(line, '|') FROM sales",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    };
+    let before = sales(&conn);
+
+    // A sample made before `lines` existed gets it, the same, and its sales stay as they are.
+    conn.execute_batch("DROP TABLE lines").unwrap();
+    drop(conn);
+    ensure_sample(&spec, &|_| {}).unwrap();
+    let conn = Connection::open(&spec.path).unwrap();
+    assert_eq!(catalogue(&conn), made);
+    assert_eq!(sales(&conn), before);
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(tables, ["lines", "sales"]);
+}

@@ -17,7 +17,8 @@ use crate::{ArtifactMeta, Checksum, StoreError};
 /// Bumped when the table layout changes; an index written by a newer dataref is refused.
 ///
 /// 2: `checksum` (added to a version-1 index in place; its rows adopt one on first read).
-const SCHEMA_VERSION: i64 = 2;
+/// 3: `receipt` (added in place; older rows have none).
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA_SQL: &str = "
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -31,14 +32,15 @@ CREATE TABLE IF NOT EXISTS artifacts (
     expires_at   INTEGER NOT NULL,
     lineage_tool TEXT    NOT NULL,
     lineage_args TEXT    NOT NULL,
-    checksum     TEXT
+    checksum     TEXT,
+    receipt      TEXT
 );
 CREATE INDEX IF NOT EXISTS artifacts_owner_created ON artifacts (owner, created_at DESC);
 CREATE INDEX IF NOT EXISTS artifacts_expires ON artifacts (expires_at);
 ";
 
 const COLUMNS: &str = "ref, owner, rows, bytes, schema, null_counts, created_at, expires_at, \
-                       lineage_tool, lineage_args, checksum";
+                       lineage_tool, lineage_args, checksum, receipt";
 
 /// Another connection (another process on the same home) may hold the write lock for a
 /// moment; waiting beats failing a producer.
@@ -71,14 +73,16 @@ impl SqliteIndex {
             )));
         }
         conn.execute_batch(SCHEMA_SQL)?;
-        // A version-1 index (no checksums yet): the column is added, empty.
-        let has_checksum: bool = conn.query_row(
-            "SELECT COUNT(*) > 0 FROM pragma_table_info('artifacts') WHERE name = 'checksum'",
-            [],
-            |row| row.get(0),
-        )?;
-        if !has_checksum {
-            conn.execute_batch("ALTER TABLE artifacts ADD COLUMN checksum TEXT")?;
+        // An older index (no checksums, no receipts yet): each column is added, empty.
+        for column in ["checksum", "receipt"] {
+            let has: bool = conn.query_row(
+                "SELECT COUNT(*) > 0 FROM pragma_table_info('artifacts') WHERE name = ?1",
+                [column],
+                |row| row.get(0),
+            )?;
+            if !has {
+                conn.execute_batch(&format!("ALTER TABLE artifacts ADD COLUMN {column} TEXT"))?;
+            }
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(Self {
@@ -131,6 +135,7 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<IndexRow> {
         lineage_tool: row.get(8)?,
         lineage_args: row.get(9)?,
         checksum: row.get(10)?,
+        receipt: row.get(11)?,
     })
 }
 
@@ -209,7 +214,7 @@ impl ArtifactIndex for SqliteIndex {
         tx.execute(
             &format!(
                 "INSERT INTO artifacts ({COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
             ),
             params![
                 row.data_ref,
@@ -223,6 +228,7 @@ impl ArtifactIndex for SqliteIndex {
                 row.lineage_tool,
                 row.lineage_args,
                 row.checksum,
+                row.receipt,
             ],
         )?;
         tx.commit()?;

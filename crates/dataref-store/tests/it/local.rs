@@ -1062,3 +1062,70 @@ fn a_table_stored_before_checksums_adopts_one_on_first_read() {
             .is_damage()
     );
 }
+
+/// A receipt is kept with the row and read back whole; a row of an index from before
+/// receipts (no `receipt` column: added empty on open) reads as having none.
+#[test]
+fn a_receipt_round_trips_and_an_older_index_reads_as_none() {
+    let mut fx = Fixture::new(StoreLimits::default());
+    let alice = owner("alice");
+    let before = write_table(&fx.store, &alice, &[batch(0, 10)]);
+    let mut receipt = dataref_protocol::Receipt::started(Timestamp(T0));
+    receipt.sql = Some("SELECT * FROM sales WHERE region = :region".into());
+    receipt
+        .params
+        .insert("region".into(), serde_json::json!("EU"));
+    receipt.source = Some(dataref_protocol::SourceRead {
+        name: "shop".into(),
+        kind: "sqlite".into(),
+        version: Some("12 bytes".into()),
+    });
+    let mut w = fx
+        .store
+        .create_table(&alice, schema(), lineage().with_receipt(receipt.clone()))
+        .unwrap();
+    w.write(&batch(0, 10)).unwrap();
+    let with = w.finish().unwrap();
+    fx.restart();
+    assert_eq!(
+        fx.store
+            .meta(&alice, &with.data_ref)
+            .unwrap()
+            .lineage
+            .receipt,
+        Some(receipt)
+    );
+    assert_eq!(
+        fx.store
+            .meta(&alice, &before.data_ref)
+            .unwrap()
+            .lineage
+            .receipt,
+        None
+    );
+    drop(std::mem::replace(
+        &mut fx.store,
+        LocalStore::open(
+            tempfile::tempdir().unwrap().path(),
+            StoreLimits::default(),
+            fx.clock.clone(),
+        )
+        .unwrap(),
+    ));
+    {
+        // What a version-2 index looks like: no `receipt` column.
+        let conn = rusqlite::Connection::open(fx.home().join("index.sqlite")).unwrap();
+        conn.execute_batch("ALTER TABLE artifacts DROP COLUMN receipt; PRAGMA user_version = 2;")
+            .unwrap();
+    }
+    fx.restart();
+    assert_eq!(
+        fx.store
+            .meta(&alice, &with.data_ref)
+            .unwrap()
+            .lineage
+            .receipt,
+        None
+    );
+    assert_eq!(fx.store.list(&alice, 10).unwrap().1, 2);
+}

@@ -44,6 +44,10 @@ const COMMON_FILTERS: &[(&str, &str)] = &[
     // in `-`).
     (r"\bdata_[A-Za-z0-9_-]{22}", "data_[ref]"),
     (r"\bfile_[A-Za-z0-9_-]{22}", "file_[ref]"),
+    // Content hashes (a receipt's checksums and a source file's version).
+    (r"blake3:[0-9a-f]{64}", "blake3:[hash]"),
+    // The host's Python the managed runtime was made from (a receipt's engines).
+    (r#"(python\\?"\s*:\s*\\?")3\.\d+\.\d+"#, "${1}3.[x]"),
 ];
 
 /// `settings` with the common filters, and each `(literal, placeholder)` of `named`.
@@ -195,6 +199,13 @@ async fn one_result_per_built_in_tool() {
     );
     let top_lines = data_ref(&python, "/outputs/top_lines/dataRef");
     results.push(("run_python", python));
+    // What the model reads when it asks how a table was made: a derived one, with its code,
+    // its parent and the engines.
+    let lineage = ok(
+        call(&client, "lineage", json!({"dataRef": top_lines})).await,
+        "lineage",
+    );
+    results.push(("lineage", lineage));
 
     for (tool, args) in [
         (
@@ -293,6 +304,7 @@ fn help_of_every_command() {
         &["demo"],
         &["chat"],
         &["ask"],
+        &["eval"],
         &["sessions"],
         &["sessions", "export"],
         &["store"],
