@@ -38,7 +38,7 @@ impl Grounding {
 }
 
 /// Unmatched claims named, at most.
-const MAX_UNMATCHED: usize = 10;
+pub const MAX_UNMATCHED: usize = 10;
 /// Integers up to this, written without decimals, unit or separator, are not checked.
 const SMALL: f64 = 10.0;
 
