@@ -127,13 +127,14 @@ impl Lake {
     pub(crate) async fn table(
         &self,
         ctx: &SessionContext,
-    ) -> Result<(Arc<dyn TableProvider>, SchemaRef), SqlError> {
+    ) -> Result<(Arc<dyn TableProvider>, SchemaRef, String), SqlError> {
         let state = ctx.state();
         let url = self.url()?;
         let fail = |e: DataFusionError| lake_error(self, &e);
         // One listing per query: the first data file (by name) gives the format when none
-        // is configured, the extension its siblings are matched by, and the schema.
-        let found = self.first_file(&state, &url, self.format).await?;
+        // is configured, the extension its siblings are matched by, and the schema; the
+        // files' ETags (or sizes and times) give the lake's version.
+        let (found, version) = self.first_file(&state, &url, self.format).await?;
         let (format, extension) = LakeFormat::of_name(&found).ok_or_else(|| SqlError::Lake {
             location: self.location.clone(),
             message: format!("cannot tell the format of `{found}`"),
@@ -168,17 +169,19 @@ impl Lake {
             .with_schema(schema);
         let table = ListingTable::try_new(config).map_err(fail)?;
         let schema = table.schema();
-        Ok((Arc::new(table), schema))
+        Ok((Arc::new(table), schema, version))
     }
 
     /// The name of the first data file under the location (of `format`, if given): hidden
-    /// files and markers such as `_SUCCESS` are not data.
+    /// files and markers such as `_SUCCESS` are not data. And the lake's version as the
+    /// listing found it: how many data files, their bytes, the newest, and a hash over
+    /// each file's name, size, time and ETag (a file replaced, added or removed changes it).
     async fn first_file(
         &self,
         state: &datafusion::execution::session_state::SessionState,
         url: &ListingTableUrl,
         format: Option<LakeFormat>,
-    ) -> Result<String, SqlError> {
+    ) -> Result<(String, String), SqlError> {
         let fail = |e: DataFusionError| lake_error(self, &e);
         let mut files = url
             .list_all_files(state, self.store.as_ref(), "")
@@ -186,6 +189,7 @@ impl Lake {
             .map_err(fail)?;
         let mut any = None;
         let mut first: Option<String> = None;
+        let mut seen: Vec<(String, u64, i64, String)> = Vec::new();
         while let Some(meta) = files.next().await {
             let meta = meta.map_err(fail)?;
             let name = meta.location.filename().unwrap_or_default().to_owned();
@@ -199,6 +203,12 @@ impl Lake {
             };
             let location = meta.location.to_string();
             if fits {
+                seen.push((
+                    location.clone(),
+                    meta.size,
+                    meta.last_modified.timestamp_micros(),
+                    meta.e_tag.clone().unwrap_or_default(),
+                ));
                 // The first by name, whatever order the store lists in.
                 if first.as_ref().is_none_or(|f| location < *f) {
                     first = Some(location);
@@ -208,7 +218,21 @@ impl Lake {
             }
         }
         if let Some(first) = first {
-            return Ok(first);
+            seen.sort();
+            let mut hash = blake3::Hasher::new();
+            for (location, size, micros, etag) in &seen {
+                hash.update(format!("{location}\n{size}\n{micros}\n{etag}\n").as_bytes());
+            }
+            let bytes: u64 = seen.iter().map(|f| f.1).sum();
+            let newest = seen.iter().map(|f| f.2).max().unwrap_or_default();
+            let newest = dataref_protocol::Timestamp(newest.div_euclid(1_000_000));
+            let hex = hash.finalize().to_hex();
+            let version = format!(
+                "{} files, {bytes} bytes, newest {newest}, listing blake3:{}",
+                seen.len(),
+                &hex.as_str()[..16]
+            );
+            return Ok((first, version));
         }
         Err(SqlError::Lake {
             location: self.location.clone(),

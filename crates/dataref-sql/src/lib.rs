@@ -103,6 +103,7 @@ pub struct Query {
     batches: tokio::sync::mpsc::Receiver<Result<Option<RecordBatch>, SqlError>>,
     ended: bool,
     schema: SchemaRef,
+    source_version: Option<String>,
     /// Stops the query's task when the query is dropped.
     _task: engine::AbortOnDrop,
 }
@@ -169,15 +170,23 @@ impl Query {
                 }
             }
         })?;
-        let schema = ready
+        let (schema, source_version) = ready
             .await
             .map_err(|_| SqlError::Engine("the query's task ended without an answer".into()))??;
         Ok(Self {
             batches,
             ended: false,
             schema,
+            source_version,
             _task: task,
         })
+    }
+
+    /// The version of a lake's files as the query's listing found them: their count,
+    /// bytes, newest time and a hash over names, sizes, times and ETags. `None` for a query
+    /// over stored tables.
+    pub fn source_version(&self) -> Option<&str> {
+        self.source_version.as_deref()
     }
 
     /// The result's schema.
@@ -206,7 +215,7 @@ impl Query {
     }
 }
 
-type Ready = tokio::sync::oneshot::Sender<Result<SchemaRef, SqlError>>;
+type Ready = tokio::sync::oneshot::Sender<Result<(SchemaRef, Option<String>), SqlError>>;
 type Sent = tokio::sync::mpsc::Sender<Result<Option<RecordBatch>, SqlError>>;
 
 /// Plans and runs the query on the engine's runtime: the schema (or the error) goes to
@@ -232,10 +241,11 @@ async fn drive(
         mut stream,
         tables,
         memory_bytes,
+        version,
     } = running;
     if ready
         .take()
-        .is_none_or(|r| r.send(Ok(stream.schema())).is_err())
+        .is_none_or(|r| r.send(Ok((stream.schema(), version))).is_err())
     {
         return;
     }
@@ -256,6 +266,8 @@ struct Running {
     stream: SendableRecordBatchStream,
     tables: Vec<TableColumns>,
     memory_bytes: usize,
+    /// A lake's version as its listing found it.
+    version: Option<String>,
 }
 
 impl Running {
@@ -266,24 +278,24 @@ impl Running {
         limits: &QueryLimits,
     ) -> Result<Self, SqlError> {
         let memory = limits.memory_bytes;
-        let (ctx, tables) = match tables {
+        let (ctx, tables, version) = match tables {
             Tables::Inputs(inputs) => {
                 let columns: Vec<TableColumns> = inputs.iter().map(TableColumns::of).collect();
                 let ctx = context(inputs, lake::Stores::default(), limits)
                     .map_err(|e| SqlError::from_engine(e, sql, &columns, memory))?;
-                (ctx, columns)
+                (ctx, columns, None)
             }
             Tables::Lake(lake) => {
                 let ctx = context(Vec::new(), lake.stores()?, limits)
                     .map_err(|e| SqlError::from_engine(e, sql, &[], memory))?;
-                let (table, schema) = lake.table(&ctx).await?;
+                let (table, schema, version) = lake.table(&ctx).await?;
                 ctx.register_table(lake.name.as_str(), table)
                     .map_err(|e| SqlError::from_engine(e, sql, &[], memory))?;
                 let columns = vec![TableColumns {
                     name: lake.name.clone(),
                     columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
                 }];
-                (ctx, columns)
+                (ctx, columns, Some(version))
             }
         };
         let fail = |e| SqlError::from_engine(e, sql, &tables, memory);
@@ -330,6 +342,7 @@ impl Running {
             stream,
             tables,
             memory_bytes: memory,
+            version,
         })
     }
 }

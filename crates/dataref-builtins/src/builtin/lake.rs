@@ -65,6 +65,8 @@ pub(crate) async fn produce(
         let mut query = Query::start_with(&sql, Tables::Lake(lake), values, &limits)
             .await
             .map_err(sql_error)?;
+        let mut lineage = lineage;
+        lineage.set_source_version(query.source_version().map(str::to_owned));
         store_result(&mut query, Vec::new(), ctx, lineage, Some(source.max_rows)).await
     };
     let meta = tokio::select! {

@@ -151,6 +151,33 @@ async fn a_lake_on_s3_and_files_on_disk_are_queried_by_reference() {
         text(&got)
     );
 
+    // The receipt names the lake's version as the listing found it; a file added to the
+    // lake changes it.
+    let version = |r: &rmcp::model::CallToolResult| {
+        r.structured_content.as_ref().unwrap()["receipt"]["source"]["version"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}", text(r)))
+            .to_owned()
+    };
+    let before = version(&call(&client, "lineage", json!({"dataRef": d["dataRef"]})).await);
+    assert!(
+        before.starts_with("2 files, ") && before.contains("listing blake3:"),
+        "{before}"
+    );
+    upload(
+        &s3,
+        &[(
+            "lake/sales/year=2025/part-1.parquet",
+            parquet(&["Locks"], &[1]),
+        )],
+    )
+    .await;
+    let again = call(&client, "fetch_units_by_line", json!({"year": "2025"})).await;
+    let again = again.structured_content.clone().unwrap();
+    let after = version(&call(&client, "lineage", json!({"dataRef": again["dataRef"]})).await);
+    assert!(after.starts_with("3 files, "), "{after}");
+    assert_ne!(before, after);
+
     // The model's SQL on the lake, and on files on disk by glob.
     let r = call(
         &client,
