@@ -359,6 +359,18 @@ def test_host_renders_a_chart_of_a_real_render_chart_result(served, site):
     print(f"mcp-apps host test: {time.monotonic() - started:.1f}s; console: {console}")
 
 
+def grid_in_host(page, site, query):
+    """The host page with `query`, once the view in its frame shows a grid: the frame."""
+    page.goto(f"{site.origin}/host.html?{query}")
+    page.wait_for_selector("iframe[data-testid=view-frame]", timeout=60_000)
+    frame = page.query_selector("iframe[data-testid=view-frame]").content_frame()
+    deadline = time.monotonic() + 90
+    while not frame.evaluate("() => !!(window.__dataref && window.__dataref.shown === 'grid')"):
+        assert time.monotonic() < deadline, "the view never showed the grid"
+        page.wait_for_timeout(100)
+    return frame
+
+
 def test_host_shows_render_tables_rows_as_it_chose_them(served, site):
     """render_table's `limit` and `sort` hold in the view: its grid shows the rows the tool
     showed the person, not the whole table."""
@@ -376,14 +388,7 @@ def test_host_shows_render_tables_rows_as_it_chose_them(served, site):
         ])
         try:
             page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.goto(f"{site.origin}/host.html?{query}")
-            page.wait_for_selector("iframe[data-testid=view-frame]", timeout=60_000)
-            frame = page.query_selector("iframe[data-testid=view-frame]").content_frame()
-            deadline = time.monotonic() + 90
-            while not frame.evaluate(
-                    "() => !!(window.__dataref && window.__dataref.shown === 'grid')"):
-                assert time.monotonic() < deadline, "the view never showed the grid"
-                page.wait_for_timeout(100)
+            frame = grid_in_host(page, site, query)
             rows = frame.locator("table[data-testid=grid] tbody tr")
             assert rows.count() == 7, rows.count()
             status = frame.locator("[data-testid=grid-status]").text_content()
@@ -450,14 +455,7 @@ def test_a_host_without_downloads_gets_a_signed_link(served, site):
         ])
         try:
             page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.goto(f"{site.origin}/host.html?{query}")
-            page.wait_for_selector("iframe[data-testid=view-frame]", timeout=60_000)
-            frame = page.query_selector("iframe[data-testid=view-frame]").content_frame()
-            deadline = time.monotonic() + 90
-            while not frame.evaluate(
-                    "() => !!(window.__dataref && window.__dataref.shown === 'grid')"):
-                assert time.monotonic() < deadline, "the view never showed the grid"
-                page.wait_for_timeout(100)
+            frame = grid_in_host(page, site, query)
             frame.locator("[data-testid=download-csv]").click()
             deadline = time.monotonic() + 60
             while not page.evaluate("() => window.__host.links.length"):

@@ -25,8 +25,6 @@ crates/dataref-mcp/ui/view.html as it is now instead (intercepted in the browser
 policy the server would send for it), to try an edit of the page without a rebuild.
 """
 
-import base64
-import hashlib
 import json
 import os
 import re
@@ -39,6 +37,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from page_support import page_from_source, wait_ready
 from scripted_model import ScriptedModel
 
 BIN = os.environ.get("DATAREF_BIN")
@@ -46,7 +45,6 @@ CHROMIUM = os.environ.get("DATAREF_CHROMIUM", "/usr/bin/chromium")
 ROWS = 1_000_000
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "target" / "browser-screenshots"
-VIEW_HTML = ROOT / "crates" / "dataref-mcp" / "ui" / "view.html"
 PAGE_FROM_SOURCE = os.environ.get("DATAREF_PAGE_FROM_SOURCE") == "1"
 XSS = "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">"
 
@@ -190,40 +188,6 @@ def browser():
         ])
         yield b
         b.close()
-
-
-def page_from_source():
-    """The page as crates/dataref-http/src/page.rs serves it, made from the source file: the
-    document and its headers, the policy naming its one script and one style by SHA-256."""
-    html = VIEW_HTML.read_text(encoding="utf-8")
-
-    def hashed(tag):
-        open_, close = f"<{tag}>", f"</{tag}>"
-        assert html.count(f"<{tag}") == 1, f"view.html must have exactly one <{tag}>"
-        start = html.index(open_) + len(open_)
-        text = html[start:html.index(close, start)]
-        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
-
-    csp = (f"default-src 'none'; script-src {hashed('script')}; style-src {hashed('style')}; "
-           "img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; "
-           "form-action 'none'; frame-ancestors 'none'")
-    return html.encode(), {
-        "Content-Type": "text/html; charset=utf-8",
-        "Content-Security-Policy": csp,
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "Cache-Control": "no-cache",
-        "Cross-Origin-Opener-Policy": "same-origin",
-    }
-
-
-def wait_ready(page, timeout_s=60):
-    """Until the page says it is ready. Polled with `evaluate` of a function: the page's
-    policy refuses `eval`, which `wait_for_function` runs its predicate through."""
-    deadline = time.monotonic() + timeout_s
-    while not page.evaluate("() => !!(window.__dataref && window.__dataref.ready)"):
-        assert time.monotonic() < deadline, "the page never became ready"
-        page.wait_for_timeout(50)
 
 
 def open_page(browser, served, who, touch=False):

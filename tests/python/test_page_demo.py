@@ -19,19 +19,18 @@ DATAREF_PAGE_FROM_SOURCE=1 serves `/` from crates/dataref-mcp/ui/view.html as it
 copy the binary embeds, to try an edit of the page without a rebuild.
 """
 
-import base64
-import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
+
+from page_support import page_from_source, wait_ready
 
 BIN = os.environ.get("DATAREF_BIN")
 CHROMIUM = os.environ.get("DATAREF_CHROMIUM", "/usr/bin/chromium")
@@ -40,7 +39,6 @@ ROOT = Path(__file__).resolve().parents[2]
 HOMES = ROOT / "target" / "tmp"
 SHOTS = ROOT / "target" / "browser-screenshots"
 DOCS_SHOT = ROOT / "docs" / "page.png"
-VIEW_HTML = ROOT / "crates" / "dataref-mcp" / "ui" / "view.html"
 PAGE_FROM_SOURCE = os.environ.get("DATAREF_PAGE_FROM_SOURCE") == "1"
 # Set (to anything) writes docs/page.png, as `check_generated` in crates/dataref/tests/it/docs.rs.
 UPDATE_DOCS = os.environ.get("DATAREF_UPDATE_DOCS") is not None
@@ -107,41 +105,6 @@ def start_web(home, env):
         raise AssertionError("`dataref web` printed no address to open:\n" + "".join(lines))
     threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()
     return found.group(1), found.group(2), server
-
-
-def page_from_source():
-    """The page as crates/dataref-http/src/page.rs serves it, made from the source file: the
-    document and its headers, the policy naming its one script and one style by SHA-256
-    (as test_page_browser.py makes it)."""
-    html = VIEW_HTML.read_text(encoding="utf-8")
-
-    def hashed(tag):
-        open_, close = f"<{tag}>", f"</{tag}>"
-        assert html.count(f"<{tag}") == 1, f"view.html must have exactly one <{tag}>"
-        start = html.index(open_) + len(open_)
-        text = html[start:html.index(close, start)]
-        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
-
-    csp = (f"default-src 'none'; script-src {hashed('script')}; style-src {hashed('style')}; "
-           "img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; "
-           "form-action 'none'; frame-ancestors 'none'")
-    return html.encode(), {
-        "Content-Type": "text/html; charset=utf-8",
-        "Content-Security-Policy": csp,
-        "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer",
-        "Cache-Control": "no-cache",
-        "Cross-Origin-Opener-Policy": "same-origin",
-    }
-
-
-def wait_ready(page, timeout_s=60):
-    """Until the page says it is ready (polled: the page's policy refuses `eval`, which
-    `wait_for_function` needs)."""
-    deadline = time.monotonic() + timeout_s
-    while not page.evaluate("() => !!(window.__dataref && window.__dataref.ready)"):
-        assert time.monotonic() < deadline, "the page never became ready"
-        page.wait_for_timeout(50)
 
 
 def answer_lines(text):

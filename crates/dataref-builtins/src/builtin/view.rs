@@ -426,6 +426,47 @@ fn rows_at(
         .collect())
 }
 
+/// Every column a sort key or a filter names is one of `schema`'s.
+fn check_columns(sort: &[SortKey], filter: &[Filter], schema: &Schema) -> Result<(), ToolError> {
+    for name in sort
+        .iter()
+        .map(|s| &s.column)
+        .chain(filter.iter().map(|f| &f.column))
+    {
+        if schema.index_of(name).is_err() {
+            return Err(unknown_column(name, schema));
+        }
+    }
+    Ok(())
+}
+
+/// The engine's limits for the view's sorting and filtering: `[sql] memory`.
+fn query_limits(config: &SqlConfig) -> QueryLimits {
+    QueryLimits {
+        memory_bytes: usize::try_from(config.memory_bytes).unwrap_or(usize::MAX),
+        ..QueryLimits::default()
+    }
+}
+
+/// `work` (sorting or filtering a table for `what`), within `[sql] timeout` and until the
+/// call is cancelled.
+async fn bounded<T>(
+    config: &SqlConfig,
+    ctx: &RunContext,
+    what: &str,
+    work: impl std::future::Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    tokio::select! {
+        r = tokio::time::timeout(config.timeout, work) => r.map_err(|_| {
+            ToolError::respond(
+                "sorting or filtering this table took too long",
+                Some("filter on fewer columns, or export the table".into()),
+            )
+        })?,
+        () = ctx.cancel.cancelled() => Err(ToolError::respond(format!("{what} was cancelled"), None)),
+    }
+}
+
 fn unknown_column(column: &str, schema: &Schema) -> ToolError {
     let available: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     ToolError::respond(
@@ -535,16 +576,7 @@ impl TypedTool for ViewRowsTool {
         let schema = table.meta.schema.clone();
         let total = table.meta.rows;
         let width = schema.fields().len();
-        for name in a
-            .sort
-            .iter()
-            .map(|s| &s.column)
-            .chain(a.filter.iter().map(|f| &f.column))
-        {
-            if schema.index_of(name).is_err() {
-                return Err(unknown_column(name, &schema));
-            }
-        }
+        check_columns(&a.sort, &a.filter, &schema)?;
         let mut page = Vec::new();
         let matched;
         if a.sort.is_empty() && a.filter.is_empty() {
@@ -615,10 +647,7 @@ impl TypedTool for ViewRowsTool {
             };
             let descending: Vec<bool> = a.sort.iter().map(|s| s.descending).collect();
             let offset = a.offset;
-            let limits = QueryLimits {
-                memory_bytes: usize::try_from(self.config.memory_bytes).unwrap_or(usize::MAX),
-                ..QueryLimits::default()
-            };
+            let limits = query_limits(&self.config);
             let work = async {
                 if deep {
                     let batches = collect(&sql, input(), &limits).await?;
@@ -658,17 +687,7 @@ impl TypedTool for ViewRowsTool {
                 };
                 Ok::<_, ToolError>((rows, matched))
             };
-            let (rows, counted) = tokio::select! {
-                r = tokio::time::timeout(self.config.timeout, work) => r.map_err(|_| {
-                    ToolError::respond(
-                        "sorting or filtering this table took too long",
-                        Some("filter on fewer columns, or export the table".into()),
-                    )
-                })??,
-                () = ctx.cancel.cancelled() => {
-                    return Err(ToolError::respond("the page was cancelled", None));
-                }
-            };
+            let (rows, counted) = bounded(&self.config, ctx, "the page", work).await?;
             matched = counted;
             let table = source.table.clone();
             let batches = blocking("view_rows", move || Ok(rows_at(&table, &rows)?)).await?;
@@ -821,16 +840,7 @@ impl TypedTool for ViewDownloadTool {
         })
         .await?;
         let schema = table.meta.schema.clone();
-        for name in a
-            .sort
-            .iter()
-            .map(|s| &s.column)
-            .chain(a.filter.iter().map(|f| &f.column))
-        {
-            if schema.index_of(name).is_err() {
-                return Err(unknown_column(name, &schema));
-            }
-        }
+        check_columns(&a.sort, &a.filter, &schema)?;
         // Which rows, in which order: the engine filters, and the keys and row numbers it
         // streams back are sorted here (the view's deep page, over every matching row).
         let rows = if a.sort.is_empty() && a.filter.is_empty() {
@@ -848,10 +858,7 @@ impl TypedTool for ViewDownloadTool {
             select.push(ident(&row));
             let sql = format!("SELECT {} FROM {TABLE}{where_sql}", select.join(", "));
             let descending: Vec<bool> = a.sort.iter().map(|s| s.descending).collect();
-            let limits = QueryLimits {
-                memory_bytes: usize::try_from(self.config.memory_bytes).unwrap_or(usize::MAX),
-                ..QueryLimits::default()
-            };
+            let limits = query_limits(&self.config);
             let work = async {
                 let batches =
                     collect(&sql, Input::columns(TABLE, numbered, source), &limits).await?;
@@ -861,17 +868,7 @@ impl TypedTool for ViewDownloadTool {
                 })
                 .await
             };
-            let order = tokio::select! {
-                r = tokio::time::timeout(self.config.timeout, work) => r.map_err(|_| {
-                    ToolError::respond(
-                        "sorting or filtering this table took too long",
-                        Some("filter on fewer columns, or export the table".into()),
-                    )
-                })??,
-                () = ctx.cancel.cancelled() => {
-                    return Err(ToolError::respond("the download was cancelled", None));
-                }
-            };
+            let order = bounded(&self.config, ctx, "the download", work).await?;
             let order = order
                 .into_iter()
                 .map(u32::try_from)
