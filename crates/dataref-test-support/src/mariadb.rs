@@ -32,8 +32,18 @@ const INSTALL: &str = "no MariaDB server binaries (mariadbd, mariadb-install-db,
 
 impl TestMariadb {
     /// Initialises a data directory in a new temp dir and starts the server on a free
-    /// loopback port.
+    /// loopback port, without a binary log.
     pub fn start() -> Result<Self> {
+        Self::start_with(false)
+    }
+
+    /// The same with the binary log on: the server keeps GTIDs of what it writes (a
+    /// receipt's version of the source).
+    pub fn start_logged() -> Result<Self> {
+        Self::start_with(true)
+    }
+
+    fn start_with(binlog: bool) -> Result<Self> {
         let server = find(&["mariadbd", "mysqld"]).context(INSTALL)?;
         let install = find(&["mariadb-install-db", "mysql_install_db"]).context(INSTALL)?;
         find(&["mariadb", "mysql"]).context(INSTALL)?;
@@ -79,9 +89,14 @@ impl TestMariadb {
             .arg(format!("--socket={}", dir.path().join("sock").display()))
             .arg(format!("--port={port}"))
             .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .arg(if binlog {
+                format!("--log-bin={}", dir.path().join("binlog").display())
+            } else {
+                "--skip-log-bin".to_owned()
+            })
             .args([
                 "--bind-address=127.0.0.1",
-                "--skip-log-bin",
+                "--server-id=1",
                 "--skip-name-resolve",
                 "--innodb-buffer-pool-size=64M",
                 "--innodb-log-file-size=16M",

@@ -46,7 +46,8 @@ fn config(db: &TestMariadb, principal_user: &str, password_var: &str) -> String 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn named_queries_and_model_sql_run_as_the_callers_own_user() {
-    let db = TestMariadb::start().expect("start MariaDB (scripts/test installs it)");
+    // With its binary log: the receipt of a fetch names the server's GTID position.
+    let db = TestMariadb::start_logged().expect("start MariaDB (scripts/test installs it)");
     db.execute(SETUP).unwrap();
     let home = tempfile::tempdir().unwrap();
     let path = home.path().join("dataref.toml");
@@ -88,6 +89,11 @@ async fn named_queries_and_model_sql_run_as_the_callers_own_user() {
     assert_ne!(r.is_error, Some(true), "{}", text(&r));
     let d = r.structured_content.clone().unwrap();
     assert_eq!(d["rows"], 2, "{d}");
+    let lineage = call(&client, "lineage", json!({"dataRef": d["dataRef"]})).await;
+    let receipt = &lineage.structured_content.as_ref().unwrap()["receipt"];
+    assert_eq!(receipt["source"]["kind"], "mysql", "{receipt}");
+    let version = receipt["source"]["version"].as_str().unwrap_or_default();
+    assert!(version.starts_with("gtid 0-1-"), "{receipt}");
     // The exact sum of an unsigned BIGINT column past 2^63, computed where the data is.
     let r = call(
         &client,
