@@ -16,8 +16,10 @@
 //! [`Outcome::Unavailable`] with the reason (no receipt, a parent or the source gone, the
 //! principal refused by the source).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Mutex;
 
 use dataref_config::Config;
 use dataref_protocol::{DataRef, Receipt};
@@ -92,6 +94,10 @@ impl Replayed {
     }
 }
 
+/// Tables deep a lineage is replayed, at most: each level is a table derived from the one
+/// below, so a deeper chain is refused rather than followed without end.
+pub const MAX_REPLAY_DEPTH: usize = 64;
+
 /// Makes `data_ref` again as `ctx`'s principal through `registry`'s tools and compares.
 pub async fn replay(
     registry: &ToolRegistry,
@@ -100,17 +106,71 @@ pub async fn replay(
     data_ref: &DataRef,
     parents: Parents,
 ) -> Replayed {
-    replay_boxed(registry, config, ctx, data_ref.clone(), parents).await
+    let walk = Walk {
+        registry,
+        config,
+        ctx,
+        parents,
+        done: Mutex::new(HashMap::new()),
+    };
+    walk.replay(data_ref.clone(), 0).await
 }
 
-fn replay_boxed<'a>(
+/// One replay's walk down a lineage: a parent two tables share is made again once.
+struct Walk<'a> {
     registry: &'a ToolRegistry,
     config: &'a Config,
     ctx: &'a RunContext,
-    data_ref: DataRef,
     parents: Parents,
-) -> Pin<Box<dyn Future<Output = Replayed> + Send + 'a>> {
-    Box::pin(async move {
+    /// The tables replayed so far in this walk.
+    done: Mutex<HashMap<DataRef, Replayed>>,
+}
+
+impl Walk<'_> {
+    fn replay(
+        &self,
+        data_ref: DataRef,
+        depth: usize,
+    ) -> Pin<Box<dyn Future<Output = Replayed> + Send + '_>> {
+        Box::pin(async move {
+            let seen = self
+                .done
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&data_ref)
+                .cloned();
+            if let Some(r) = seen {
+                return r;
+            }
+            let r = replay_one(self, data_ref.clone(), depth).await;
+            self.done
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(data_ref, r.clone());
+            r
+        })
+    }
+}
+
+async fn replay_one(walk: &Walk<'_>, data_ref: DataRef, depth: usize) -> Replayed {
+    let Walk {
+        registry,
+        config,
+        ctx,
+        parents,
+        ..
+    } = *walk;
+    {
+        if depth > MAX_REPLAY_DEPTH {
+            return Replayed::unavailable(
+                &data_ref,
+                None,
+                format!(
+                    "its lineage is more than {MAX_REPLAY_DEPTH} tables deep; replay a table \
+                     nearer its sources, or use --stored-parents"
+                ),
+            );
+        }
         let meta = {
             let (store, owner, r) = (ctx.store.clone(), ctx.principal.clone(), data_ref.clone());
             blocking("replay", move || Ok(store.meta(&owner, &r)?)).await
@@ -139,14 +199,7 @@ fn replay_boxed<'a>(
                 for parent in &receipt.parents {
                     let from = match parents {
                         Parents::Replay => {
-                            let r = replay_boxed(
-                                registry,
-                                config,
-                                ctx,
-                                parent.data_ref.clone(),
-                                parents,
-                            )
-                            .await;
+                            let r = walk.replay(parent.data_ref.clone(), depth + 1).await;
                             let made = r.replayed_as.clone();
                             let reason = match &r.outcome {
                                 Outcome::Unavailable { reason } => Some(reason.clone()),
@@ -262,7 +315,7 @@ fn replay_boxed<'a>(
         out.replayed_as = Some(made.clone());
         out.outcome = compare(ctx, &data_ref, &made, &receipt, tool).await;
         out
-    })
+    }
 }
 
 /// The table a re-run made, from its result: `dataRef`, or run_python's output of that name.

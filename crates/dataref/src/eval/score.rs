@@ -53,19 +53,7 @@ pub fn score(answer: &str, expected: &[Value], matching: Match, tolerance: f64) 
                 (None, Value::Text(_)) => fail("not named"),
             }
         }
-        Match::Set => {
-            let missing: Vec<String> = expected
-                .iter()
-                .filter(|v| find(v, 0).is_none())
-                .map(show)
-                .collect();
-            if missing.is_empty() {
-                pass(&format!("all {} named", expected.len()))
-            } else {
-                fail(&format!("missing {}", missing.join(", ")))
-            }
-        }
-        Match::Ordered => {
+        Match::Set | Match::Ordered => {
             let missing: Vec<String> = expected
                 .iter()
                 .filter(|v| find(v, 0).is_none())
@@ -73,6 +61,9 @@ pub fn score(answer: &str, expected: &[Value], matching: Match, tolerance: f64) 
                 .collect();
             if !missing.is_empty() {
                 return fail(&format!("missing {}", missing.join(", ")));
+            }
+            if matching == Match::Set {
+                return pass(&format!("all {} named", expected.len()));
             }
             // Each after the one before: the earliest such placing exists if any does.
             let mut from = 0;
