@@ -538,6 +538,49 @@ async fn a_download_holds_what_the_grid_shows_and_writes_nothing() {
     );
 }
 
+/// A file over what the view gives whole is refused with the way around (the page then
+/// exports to the workspace), and nothing is written: not the file, not a part of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_download_over_the_cap_is_refused_and_writes_nothing() {
+    // 40 rows of 1 MB each: a 40 MB CSV, over the 32 MiB the view gives whole.
+    let (f, wide_ref) = big_table(
+        "SELECT row_number() OVER () AS n, repeat('x', 1000000) AS big FROM sales LIMIT 40",
+    )
+    .await;
+    let files = || async {
+        let o = run(&f, ToolCall::new("list_files", json!({"recursive": true}))).await;
+        assert!(!o.is_error(), "{}", o.text);
+        o.text
+    };
+    let files_before = files().await;
+    let o = run(
+        &f,
+        ToolCall::new(
+            "view_download",
+            json!({"dataRef": wide_ref, "format": "csv"}),
+        ),
+    )
+    .await;
+    assert!(o.is_error(), "{}", o.text);
+    assert!(o.attachments.is_empty(), "no part of the file is sent");
+    let text = error_text(&o);
+    assert!(
+        text.contains("would be over 32 MiB, more than the view gives whole"),
+        "{text}"
+    );
+    assert!(text.contains("export_data"), "the way around: {text}");
+    assert_eq!(files().await, files_before, "nothing written");
+    // Filtered under the cap, the same table comes whole.
+    let (v, bytes, _) = download(
+        &f,
+        json!({"dataRef": wide_ref, "format": "csv", "filter": [
+            {"column": "n", "op": "<=", "value": "5"}]}),
+    )
+    .await;
+    assert_eq!(v["rows"], json!(5), "{v}");
+    assert!(bytes.len() > 5_000_000);
+}
+
 /// Wrong columns get the grid's hints; another principal's table is an unknown one.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_download_is_refused_like_a_page() {
