@@ -69,6 +69,27 @@ pub enum AgentEvent {
     /// The model's answer held numbers that match nothing a tool produced: it is asked,
     /// once, to check them and answer again (the answer so far was a draft).
     Checked { unmatched: Vec<String> },
+    /// A budget of `[budgets]` this run counts against is at or past 80% of its cap (once
+    /// per budget and window in a run), or would go over its cap with the next model
+    /// request (`stopped`: the run stops before that request, and its `final` says so).
+    Budget {
+        /// Its key in the config, e.g. `budgets.agents.analyst.tokens_per_day`.
+        budget: String,
+        /// `day` or `month` (UTC).
+        window: String,
+        /// `tokens`, or `micros` (millionths of the agents' price currency).
+        unit: String,
+        /// What the window's requests used so far (`percent` is of this).
+        used: u64,
+        /// What the request the run stopped before would have taken at most (its prompt
+        /// plus its largest answer); 0 on a warning.
+        estimate: u64,
+        cap: u64,
+        percent: u64,
+        /// When the window starts again.
+        resets: dataref_protocol::Timestamp,
+        stopped: bool,
+    },
     /// The run failed (the model could not be reached, …); the history is kept.
     Error {
         message: String,

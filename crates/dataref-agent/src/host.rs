@@ -108,8 +108,15 @@ impl AgentHost {
         sessions: SessionStore,
     ) -> Result<Self, SendError> {
         let mut agents = BTreeMap::new();
+        // Every run of every agent is kept in the sessions' usage ledger and counted
+        // against `[budgets]`.
+        let metering = sessions.ledger().map(|ledger| crate::budget::Metering {
+            ledger,
+            budgets: Arc::new(config.budgets.clone()),
+        });
         for profile in config.agents.values() {
-            let agent = Agent::resolve(profile, config, registry)?;
+            let mut agent = Agent::resolve(profile, config, registry)?;
+            agent.metering = metering.clone();
             agents.insert(profile.name.clone(), Arc::new(agent));
         }
         let default =
@@ -303,6 +310,10 @@ impl Checkpoint for SessionCheckpoint {
             .map_err(|e| e.to_string())?;
         self.started.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    fn session(&self) -> Option<&str> {
+        Some(&self.id)
     }
 }
 

@@ -10,6 +10,7 @@
 //! - [`ground`]: an answer's numbers matched to what the session's tools produced.
 //! - [`record`]: a session as the record of its analysis (the built-in tools replay it).
 
+pub mod budget;
 pub mod event;
 pub mod ground;
 pub mod llm;

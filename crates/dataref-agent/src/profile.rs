@@ -101,6 +101,9 @@ pub struct Agent {
     /// The variables that do not change per run: `agent`, `tools`, `sources`, `queries`,
     /// the profile's own.
     pub vars: BTreeMap<String, Value>,
+    /// The usage ledger and the budgets its runs count against; `None` counts nothing
+    /// (set by the [`AgentHost`](crate::AgentHost) from its sessions' ledger).
+    pub metering: Option<crate::budget::Metering>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -230,6 +233,7 @@ impl Agent {
             counter: Arc::new(counter),
             model,
             vars,
+            metering: None,
         })
     }
 

@@ -21,8 +21,10 @@ use dataref_tool::{
 use futures_util::future::join_all;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::approval::{ApprovalRequest, Approver, Asked, Decision};
+use crate::budget::{BudgetUse, RunMeter};
 use crate::event::{AgentEvent, EventSink};
 use crate::ground::{self, Grounding};
 use crate::llm::{ChatModel, ChatRequest, LlmError, TextSink};
@@ -41,6 +43,9 @@ pub enum Stopped {
     Model(String),
     /// The context budget cannot hold even the system prompt, the tools and the message.
     Context(String),
+    /// The next model request would take a budget of `[budgets]` over its cap (what was
+    /// used plus the request's prompt and largest answer): no request until it resets.
+    Budget(BudgetUse),
 }
 
 impl Stopped {
@@ -53,6 +58,7 @@ impl Stopped {
             Self::Cancelled => "cancelled",
             Self::Model(_) => "model_error",
             Self::Context(_) => "context_budget",
+            Self::Budget(_) => "budget",
         }
     }
 
@@ -75,6 +81,15 @@ impl Stopped {
             Self::Cancelled => "The run was cancelled.".to_owned(),
             Self::Model(m) => format!("I could not finish: {m}"),
             Self::Context(m) => format!("I stopped: {m}"),
+            Self::Budget(u) => format!(
+                "I stopped before finishing: the next model request would take the budget \
+                 `{}` over its cap ({} this UTC {}); it resets at {}. Ask the platform team \
+                 to raise it, or continue after it resets.",
+                u.budget,
+                u.over_by(),
+                u.window.as_str(),
+                u.resets
+            ),
         }
     }
 }
@@ -107,6 +122,11 @@ pub trait Checkpoint: Send + Sync {
     /// which then keeps nothing more before its end: [`RunOutcome::saved`] says how many
     /// of its messages were kept.
     async fn save(&self, messages: &[Message]) -> Result<(), String>;
+
+    /// The session the run's messages are kept in, for the usage ledger's rows.
+    fn session(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// One model request of a run.
@@ -181,10 +201,16 @@ const REPEAT_WARN: u32 = 2;
 
 struct Streamed<'a> {
     events: &'a dyn EventSink,
+    /// The text streamed so far: a request cut short is counted from it.
+    text: std::sync::Mutex<String>,
 }
 
 impl TextSink for Streamed<'_> {
     fn text(&self, delta: &str) {
+        self.text
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push_str(delta);
         self.events.event(AgentEvent::TextDelta {
             text: delta.to_owned(),
         });
@@ -209,6 +235,36 @@ enum Prepared {
 impl Agent {
     /// Runs one message of the person to the agent's answer (or a limit).
     pub async fn run(&self, input: RunInput<'_>) -> RunOutcome {
+        // One trace per run (a child of the request's span when a server runs it): the
+        // model calls and the tool calls are its children. The person's message is recorded
+        // only when `[traces] include_text` says so (then exported, and in the log too).
+        let span = tracing::info_span!(
+            "agent_run",
+            otel.name = %format_args!("invoke_agent {}", self.name),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = %self.name,
+            gen_ai.request.model = %self.model_name(),
+            principal = %input.ctx.principal,
+            gen_ai.prompt = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            tool_calls = tracing::field::Empty,
+            stopped = tracing::field::Empty,
+        );
+        if dataref_ops::trace::include_text() {
+            span.record("gen_ai.prompt", &*input.message);
+        }
+        let out = self.run_in_span(input).instrument(span.clone()).await;
+        span.record("gen_ai.usage.input_tokens", out.usage.prompt_tokens);
+        span.record("gen_ai.usage.output_tokens", out.usage.completion_tokens);
+        span.record("tool_calls", out.tool_calls);
+        if let Some(stopped) = &out.stopped {
+            span.record("stopped", stopped.as_str());
+        }
+        out
+    }
+
+    async fn run_in_span(&self, input: RunInput<'_>) -> RunOutcome {
         let RunInput {
             ctx,
             mut history,
@@ -270,6 +326,15 @@ impl Agent {
             first_new,
             saved: 0,
         };
+        let meter = self.metering.as_ref().map(|metering| RunMeter {
+            metering,
+            agent: &self.name,
+            model: self.model_name(),
+            principal: ctx.principal.as_str(),
+            session: checkpoint.and_then(|c| c.session()).unwrap_or(""),
+            prices: self.config.prices.as_ref(),
+            state: Default::default(),
+        });
         keep.save(&history).await;
         let budget = limits.context_tokens.saturating_sub(limits.answer_tokens);
         let mut seen: HashMap<(String, String), u32> = HashMap::new();
@@ -286,7 +351,6 @@ impl Agent {
             if turn >= limits.max_turns {
                 break Some(Stopped::MaxTurns(limits.max_turns));
             }
-            turn += 1;
             let fitted =
                 match window::fit(&system, &self.definitions, &history, &self.counter, budget) {
                     Ok(f) => f,
@@ -298,6 +362,23 @@ impl Agent {
                         )));
                     }
                 };
+            // Budgets: checked with what this request may take at most (its prompt and its
+            // largest answer), so a run stops before a request that would go over.
+            let prompt_tokens = fitted.tokens as u64;
+            if let Some(m) = &meter {
+                let next = Usage {
+                    prompt_tokens,
+                    completion_tokens: self
+                        .config
+                        .model
+                        .max_tokens
+                        .map_or(limits.answer_tokens as u64, u64::from),
+                };
+                if let Some(over) = m.check(ctx.clock.now(), next, events).await {
+                    break Some(Stopped::Budget(over));
+                }
+            }
+            turn += 1;
             let request = ChatRequest {
                 model: self.model_name().to_owned(),
                 messages: fitted.messages,
@@ -305,13 +386,89 @@ impl Agent {
                 temperature: self.config.model.temperature,
                 max_tokens: self.config.model.max_tokens,
             };
-            let sink = Streamed { events };
+            let sink = Streamed {
+                events,
+                text: std::sync::Mutex::default(),
+            };
+            // A request the provider did not count: its prompt and what streamed so far.
+            let estimate = |sink: &Streamed<'_>| Usage {
+                prompt_tokens,
+                completion_tokens: self.counter.count_text(
+                    &sink
+                        .text
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                ) as u64,
+            };
+            let asked = Instant::now();
+            // The GenAI semantic conventions' client span for one model request.
+            let call_span = tracing::info_span!(
+                "model_call",
+                otel.name = %format_args!("chat {}", request.model),
+                otel.kind = "client",
+                gen_ai.operation.name = "chat",
+                gen_ai.system = "openai",
+                gen_ai.provider.name = "openai",
+                gen_ai.request.model = %request.model,
+                gen_ai.agent.name = %self.name,
+                turn,
+                gen_ai.usage.input_tokens = tracing::field::Empty,
+                gen_ai.usage.output_tokens = tracing::field::Empty,
+                gen_ai.response.finish_reasons = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+            );
             let answer = tokio::select! {
-                r = model.complete(&request, &sink, &cancel) => r,
+                r = model.complete(&request, &sink, &cancel).instrument(call_span.clone()) => r,
                 () = tokio::time::sleep_until(deadline) => {
+                    let waited = asked.elapsed().as_secs_f64();
+                    dataref_ops::metrics::model_request(
+                        &self.name, &request.model, 0, 0, waited, false,
+                    );
+                    if let Some(m) = &meter {
+                        m.record(ctx.clock.now(), estimate(&sink), true, events).await;
+                    }
                     break Some(Stopped::WallTime(limits.wall_time));
                 }
             };
+            match &answer {
+                Ok(r) => {
+                    let usage = r.usage.unwrap_or_default();
+                    call_span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);
+                    call_span.record("gen_ai.usage.output_tokens", usage.completion_tokens);
+                    if let Some(reason) = &r.finish_reason {
+                        call_span.record("gen_ai.response.finish_reasons", reason.as_str());
+                    }
+                }
+                Err(_) => {
+                    call_span.record("otel.status_code", "ERROR");
+                }
+            }
+            drop(call_span);
+            // A cancelled request is the caller's doing, not the model's: not counted.
+            if !matches!(answer, Err(LlmError::Cancelled)) {
+                let usage = answer
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.usage)
+                    .unwrap_or_default();
+                dataref_ops::metrics::model_request(
+                    &self.name,
+                    &request.model,
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    asked.elapsed().as_secs_f64(),
+                    answer.is_ok(),
+                );
+            }
+            // A request cut short or failed is kept with an estimate: repeating a cancel just
+            // before the end must not dodge the budgets. A provider's refusal (4xx but a
+            // timeout) processed nothing and is not counted.
+            if let (Some(m), Err(e)) = (&meter, &answer)
+                && !matches!(e, LlmError::Status { status: 400..=407 | 409..=499, .. })
+            {
+                m.record(ctx.clock.now(), estimate(&sink), true, events)
+                    .await;
+            }
             let response = match answer {
                 Ok(r) => r,
                 Err(LlmError::Cancelled) => break Some(Stopped::Cancelled),
@@ -329,6 +486,24 @@ impl Agent {
                 }
             };
             let usage = response.usage.unwrap_or_default();
+            if let Some(m) = &meter {
+                match response.usage {
+                    Some(u) => m.record(ctx.clock.now(), u, false, events).await,
+                    // No usage from the provider: the prompt and the answer as counted here.
+                    None => {
+                        let mut answered = response.message.content.clone();
+                        for c in &response.message.tool_calls {
+                            answered.push_str(&c.name);
+                            answered.push_str(&c.arguments);
+                        }
+                        let counted = Usage {
+                            prompt_tokens,
+                            completion_tokens: self.counter.count_text(&answered) as u64,
+                        };
+                        m.record(ctx.clock.now(), counted, true, events).await;
+                    }
+                }
+            }
             out.usage.add(usage);
             let stats = RequestStats {
                 turn,
@@ -583,6 +758,12 @@ impl Agent {
                     arguments: args.clone(),
                     via,
                 };
+                dataref_ops::audit::approval_asked(
+                    ctx.principal.as_str(),
+                    &request.call_id,
+                    &request.tool,
+                    &request.arguments,
+                );
                 // The person is told only once the question can be answered: an answer
                 // given the moment they see it must find it.
                 let asked = async {
@@ -606,6 +787,15 @@ impl Agent {
                         Decision::Deny(Some("the run reached its time limit while waiting".into()))
                     }
                 };
+                dataref_ops::audit::approval_answered(
+                    ctx.principal.as_str(),
+                    &request.call_id,
+                    &request.tool,
+                    match &decision {
+                        Decision::Approve => Ok(()),
+                        Decision::Deny(reason) => Err(reason.as_deref()),
+                    },
+                );
                 if let Decision::Deny(reason) = decision {
                     let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
                     return Prepared::Answered {

@@ -199,19 +199,45 @@ impl SessionLock for NoLock {
 #[derive(Debug)]
 pub struct SessionStore {
     backend: Box<dyn SessionBackend>,
+    /// The usage ledger kept beside the sessions ([`crate::budget`]); `None` keeps none.
+    ledger: Option<std::sync::Arc<dyn crate::budget::UsageLedger>>,
 }
 
 impl SessionStore {
     /// Opens (and creates) `<home>/agent/sessions.sqlite`.
     pub fn open(home: &Path) -> Result<Self, SessionError> {
-        Ok(Self::with_backend(Box::new(sqlite::SqliteSessions::open(
-            home,
-        )?)))
+        let sessions = sqlite::SqliteSessions::open(home)?;
+        let ledger = sqlite::SqliteUsage::open(home)?;
+        Ok(Self::with_backend(Box::new(sessions)).with_ledger(std::sync::Arc::new(ledger)))
     }
 
-    /// Sessions kept by `backend` (the shared index of several replicas).
+    /// Sessions kept by `backend` (the shared index of several replicas), with no usage
+    /// ledger ([`SessionStore::with_ledger`] adds one).
     pub fn with_backend(backend: Box<dyn SessionBackend>) -> Self {
-        Self { backend }
+        Self {
+            backend,
+            ledger: None,
+        }
+    }
+
+    /// These sessions with `ledger` as the usage ledger of the runs kept in them.
+    pub fn with_ledger(mut self, ledger: std::sync::Arc<dyn crate::budget::UsageLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// The usage ledger of `<home>/agent/sessions.sqlite`, opened read-only to report it
+    /// (`dataref usage`): `None` when no usage was recorded there yet. Creates nothing.
+    pub fn read_ledger(
+        home: &Path,
+    ) -> Result<Option<std::sync::Arc<dyn crate::budget::UsageLedger>>, SessionError> {
+        Ok(sqlite::SqliteUsage::open_read_only(home)?
+            .map(|l| std::sync::Arc::new(l) as std::sync::Arc<dyn crate::budget::UsageLedger>))
+    }
+
+    /// The usage ledger kept beside these sessions, if any.
+    pub fn ledger(&self) -> Option<std::sync::Arc<dyn crate::budget::UsageLedger>> {
+        self.ledger.clone()
     }
 
     /// A new random session id (`s-` and 20 hex digits).

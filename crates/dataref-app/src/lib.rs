@@ -23,6 +23,7 @@
 //! server is wrapped around what this builds, by the binary) or the test support.
 
 mod error;
+mod metrics;
 mod sample;
 pub mod setup;
 mod sweep;

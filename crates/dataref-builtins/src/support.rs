@@ -36,13 +36,22 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, ToolError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
+    // The work stays in the caller's span (the tool call's), so what it records (the
+    // store's reads and writes, the sandbox job) is part of the same trace.
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f))
         .await
         .map_err(|e| ToolError::Fatal(format!("{what} task ended abnormally: {e}")))?
 }
 
 /// A producer's error as the model or the operator must see it.
 pub(crate) fn source_error(e: SourceError) -> ToolError {
+    // A source query stopped by a limit counts with run_sql's, for the same alert.
+    match &e {
+        SourceError::Timeout { .. } => dataref_ops::metrics::sql_stopped("time"),
+        SourceError::TooManyRows { .. } => dataref_ops::metrics::sql_stopped("rows"),
+        _ => {}
+    }
     // The rows were read; storing them failed because the shared store is out of reach:
     // the store's own words (it passes, nothing was stored), not the source's.
     if let SourceError::Store(store) = e {

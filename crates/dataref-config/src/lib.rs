@@ -36,20 +36,26 @@
 
 mod access;
 pub mod agent;
+mod audit;
+pub mod budget;
 pub mod env;
 mod error;
 pub mod http_tool;
+pub mod metrics;
 mod raw;
 pub mod reference;
 mod resolve;
 mod shared;
 mod spill;
 pub mod tls;
+pub mod traces;
 mod units;
 mod upstream;
 
 pub use access::{HttpConfig, JwtConfig, JwtKey, PrincipalConfig};
 pub use agent::{AgentConfig, AgentLimits, Approval, ModelEndpoint, Prices, PromptSource};
+pub use audit::AuditConfig;
+pub use budget::{Budget, BudgetCap, BudgetConfig, BudgetScope, BudgetWindow};
 pub use error::ConfigError;
 pub use http_tool::{
     HttpAuth, HttpMethod, HttpParam, HttpToolConfig, JsonType, ParamLocation, PathPiece,

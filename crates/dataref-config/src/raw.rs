@@ -79,6 +79,24 @@ pub(crate) struct RawConfig {
     /// everything.
     // `None` when the file has no `[shared]` table: one server, local store.
     pub shared: Option<RawShared>,
+    /// Caps on what agents spend on models: tokens and money per UTC day and month, per
+    /// agent profile, per principal and per group of principals. A run that would go over
+    /// one stops, saying which; a warning comes at 80%.
+    #[serde(default)]
+    pub budgets: crate::budget::RawBudgets,
+    /// The Prometheus metrics endpoint, on a port of its own. Without `listen` there is
+    /// none.
+    #[serde(default)]
+    pub metrics: crate::metrics::RawMetrics,
+    /// OpenTelemetry traces over OTLP/HTTP: one trace per MCP request or agent run, with
+    /// spans for model calls, tool calls, the sandbox, SQL and the store. Without
+    /// `endpoint` none are exported.
+    #[serde(default)]
+    pub traces: crate::traces::RawTraces,
+    /// The audit trail: an append-only, hash-chained JSON-lines record of every data
+    /// access, never row values. On by default, under `<data dir>/audit`.
+    #[serde(default)]
+    pub audit: crate::audit::RawAudit,
 }
 
 /// `[server]`.

@@ -75,6 +75,14 @@ pub struct Config {
     /// The object store and index several replicas share (`[shared]`); `None`: this
     /// server's own data dir holds everything.
     pub shared: Option<SharedConfig>,
+    /// Caps on agents' model use (`[budgets]`); empty when none.
+    pub budgets: crate::budget::BudgetConfig,
+    /// The Prometheus endpoint (`[metrics]`); `None`: none.
+    pub metrics: Option<crate::metrics::MetricsConfig>,
+    /// Where spans are exported (`[traces]`); `None`: nowhere.
+    pub traces: Option<crate::traces::TracesConfig>,
+    /// The audit trail (`[audit]`).
+    pub audit: crate::audit::AuditConfig,
 }
 
 /// `run_sql`: queries over dataRefs in the embedded engine (`[sql]`).
@@ -552,6 +560,7 @@ impl Config {
             }],
             columns: BTreeMap::new(),
         };
+        let audit = crate::audit::AuditConfig::default_in(&home);
         Self {
             home,
             principal: default_principal(),
@@ -569,6 +578,10 @@ impl Config {
             agents: default_agents(env),
             http_tools: BTreeMap::new(),
             shared: None,
+            audit,
+            budgets: crate::budget::BudgetConfig::default(),
+            metrics: None,
+            traces: None,
         }
     }
 
@@ -723,6 +736,10 @@ impl Config {
         let query_tools: Vec<String> = queries.values().map(QueryConfig::tool_name).collect();
         let http_tools = resolve_http_tools(raw.http_tools, &query_tools)?;
         let shared = raw.shared.map(|s| resolve_shared(s, base)).transpose()?;
+        let audit = crate::audit::resolve_audit(raw.audit, base, &home)?;
+        let budgets = crate::budget::resolve_budgets(raw.budgets, &agents)?;
+        let metrics = crate::metrics::resolve_metrics(raw.metrics)?;
+        let traces = crate::traces::resolve_traces(raw.traces)?;
         Ok(Self {
             home,
             principal,
@@ -740,6 +757,10 @@ impl Config {
             agents,
             http_tools,
             shared,
+            budgets,
+            metrics,
+            traces,
+            audit,
         })
     }
 }

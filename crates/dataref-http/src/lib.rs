@@ -66,6 +66,9 @@
 //! 6. `router`: the one place paths meet their stacks;
 //! 7. `server`: bind, serve, drain ([`HttpServer`]).
 //!
+//! Beside them, `metrics` (importing only `error`): the layer that counts every request,
+//! and [`MetricsEndpoint`], the Prometheus endpoint on a port of its own (`[metrics]`).
+//!
 //! Owns: `axum`, `hyper`, `hyper-util` and `ring` (token hashes, JWT signatures, signed links).
 //! Must not import rmcp, the tools, the store or the sandbox: the agent runtime
 //! (`dataref-agent`) and the tool framework (`dataref-tool`) are what it runs agents on.
@@ -73,6 +76,7 @@ mod agent;
 mod error;
 mod layer;
 mod links;
+mod metrics;
 mod paths;
 mod response;
 mod route;
@@ -87,6 +91,7 @@ pub use error::HttpError;
 pub use layer::auth::{NewToken, new_token};
 pub use layer::limits::{LimitConfig, Limiter, Permit, Refused, SlotKind};
 pub use links::SigningKey;
+pub use metrics::{MetricsEndpoint, validate_metrics};
 pub use paths::{MCP_PATH, READY_PATH};
 pub use server::HttpServer;
 pub use state::{HttpOptions, Readiness, Replicated};

@@ -1,6 +1,7 @@
 //! The one place paths meet their stacks. Outermost first:
 //!
 //! ```text
+//! measure (dataref_http_requests_total)                 every request
 //! guard (Host, Origin)                                  every request
 //! ├─ /ready, /.well-known/oauth-protected-resource[/mcp]  GET (and HEAD), no token
 //! └─ counted (a shutdown waits for it)
@@ -140,6 +141,8 @@ pub(crate) fn router(s: &Arc<AppState>) -> Router {
         )
         .merge(counted)
         .layer(from_fn_with_state(s.guard.clone(), guard::check))
+        // Outermost: a request the guard refuses is counted too.
+        .layer(from_fn(crate::metrics::measure))
         .with_state(s.clone())
 }
 

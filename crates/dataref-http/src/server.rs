@@ -181,8 +181,8 @@ impl HttpServer {
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
-                    let stream = match accepted {
-                        Ok((stream, _)) => stream,
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => accepted,
                         Err(e) => {
                             // Out of file descriptors and the like: wait, do not spin.
                             tracing::warn!("accepting a connection failed: {e}");
@@ -195,7 +195,13 @@ impl HttpServer {
                         .header_read_timeout(HEADER_TIMEOUT)
                         .serve_connection(
                             TokioIo::new(SendTimeout::new(stream, send_timeout)),
-                            TowerToHyperService::new(router.clone()),
+                            // The peer's address goes with each request (the audit trail
+                            // names where a refused token came from): one wrapper around
+                            // the router, not its routes layered again per connection.
+                            TowerToHyperService::new(tower::Layer::layer(
+                                &axum::Extension(crate::layer::auth::Peer(peer)),
+                                router.clone(),
+                            )),
                         );
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {

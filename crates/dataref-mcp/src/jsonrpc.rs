@@ -20,11 +20,12 @@ use std::sync::Arc;
 use std::convert::Infallible;
 
 use bytes::Bytes;
+use dataref_ops::metrics;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use rmcp::RoleServer;
-use rmcp::model::{ClientJsonRpcMessage, ErrorCode, RequestId};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ErrorCode, JsonRpcMessage, RequestId};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
@@ -46,6 +47,26 @@ pub(crate) enum Verdict {
     Ignore,
     /// The error response to send back (a whole JSON-RPC error object).
     Reject(Value),
+}
+
+/// Counts one incoming message in the metrics: a request by its method (`other` for one
+/// of a protocol rmcp does not know), a refused message as `invalid`. Responses and
+/// notifications are not requests.
+fn count(transport: metrics::Transport, verdict: &Verdict) {
+    let method = match verdict {
+        Verdict::Message(message) => match message.as_ref() {
+            JsonRpcMessage::Request(r) => match &r.request {
+                ClientRequest::CustomRequest(_) => metrics::OTHER,
+                known => known.method(),
+            },
+            JsonRpcMessage::Response(_)
+            | JsonRpcMessage::Notification(_)
+            | JsonRpcMessage::Error(_) => return,
+        },
+        Verdict::Ignore => return,
+        Verdict::Reject(_) => "invalid",
+    };
+    metrics::mcp_request(transport, method);
 }
 
 /// Checks one message (a stdio line without its newline, or an HTTP body).
@@ -361,6 +382,7 @@ async fn read_lines<R, W>(
                 check(bytes)
             }
         };
+        count(metrics::Transport::Stdio, &verdict);
         match verdict {
             Verdict::Message(message) => {
                 if tx.send(*message).await.is_err() {
@@ -466,7 +488,9 @@ where
             ));
         }
     };
-    match check(&bytes) {
+    let verdict = check(&bytes);
+    count(metrics::Transport::Http, &verdict);
+    match verdict {
         Verdict::Message(_) => Ok(Request::from_parts(parts, Full::new(bytes))),
         // Over HTTP even a notification gets an answer: the one for input not accepted.
         Verdict::Ignore => Err(answer(

@@ -26,6 +26,7 @@ use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::host::{Caller, DownloadLinks};
 use crate::notify::{Change, Level, LogSink, Session, Watch};
@@ -221,6 +222,88 @@ impl DatarefServer {
             }
         }
     }
+
+    /// `tools/call`, inside its request's span.
+    async fn call_tool_traced(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = request
+            .arguments
+            .map_or_else(|| Value::Object(Map::new()), Value::Object);
+        let name = request.name.into_owned();
+        let registry = &self.inner.registry;
+        // The view's own tools are for a host that shows the view (it declared the
+        // extension): to any other client they do not exist, called or listed.
+        let app_only = registry.get(&name).is_some_and(|t| t.spec().ui.app_only);
+        if app_only && !crate::view::host_shows_views(&context) {
+            let outcome = dataref_tool::unknown_tool(registry, &name);
+            return Ok(CallToolResponse::Complete(tools::to_call_result(outcome)));
+        }
+        // The request id names the call in the log and in its outcome.
+        let call = ToolCall::new(name.clone(), args).with_id(context.id.to_string());
+        // The request's token: `notifications/cancelled` cancels it, and the tool's
+        // producer polls it and removes its partial artifact.
+        let cancel = context.ct.clone();
+        let base = self.context(&context)?;
+        let log = LogSink::new(context.peer.clone(), self.session.level());
+        let token = context.meta.get_progress_token();
+        let outcome = if token.is_none() && !log.wants(Level::Debug) {
+            let ctx = base.for_call(Arc::new(NoProgress), cancel);
+            execute_tool_call(registry, call, &ctx).await
+        } else {
+            let (sink, reports, steps) =
+                progress::channel(token.is_some(), log.wants(Level::Debug));
+            let ctx = base.for_call(sink, cancel);
+            let done = CancellationToken::new();
+            let run = async {
+                let outcome = execute_tool_call(registry, call, &ctx).await;
+                done.cancel();
+                outcome
+            };
+            let forward = async {
+                if let Some(token) = token {
+                    progress::forward(context.peer.clone(), token, reports, done.clone()).await;
+                }
+            };
+            let log_steps = progress::log_steps(steps, &log, &name, LOGGER, done.clone());
+            tokio::join!(run, forward, log_steps).0
+        };
+        if outcome.is_error() {
+            let first = outcome.text.lines().next().unwrap_or_default();
+            log.send(
+                Level::Warning,
+                LOGGER,
+                json!({"tool": name, "message": format!("`{name}` failed: {}", first.trim_start_matches("error: "))}),
+            )
+            .await;
+        } else if let (OutcomeKind::Spilled, Some(spilled)) =
+            (outcome.kind, outcome.structured.as_ref())
+        {
+            let path = spilled
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            log.send(
+                Level::Notice,
+                LOGGER,
+                json!({
+                    "tool": name,
+                    "spilled": path,
+                    "bytes": spilled.get("bytes"),
+                    "message": format!("the result of `{name}` was large and is in your workspace at `{path}`"),
+                }),
+            )
+            .await;
+        }
+        self.inner.watch.refresh(&base.principal).await;
+        let mut result = tools::to_call_result(outcome);
+        if let Some(links) = self.inner.links.get() {
+            tools::add_download_links(&mut result, &base.principal, links.as_ref());
+        }
+        Ok(CallToolResponse::Complete(result))
+    }
 }
 
 impl PerPrincipal {
@@ -301,80 +384,19 @@ impl ServerHandler for DatarefServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let args = request
-            .arguments
-            .map_or_else(|| Value::Object(Map::new()), Value::Object);
-        let name = request.name.into_owned();
-        let registry = &self.inner.registry;
-        // The view's own tools are for a host that shows the view (it declared the
-        // extension): to any other client they do not exist, called or listed.
-        let app_only = registry.get(&name).is_some_and(|t| t.spec().ui.app_only);
-        if app_only && !crate::view::host_shows_views(&context) {
-            let outcome = dataref_tool::unknown_tool(registry, &name);
-            return Ok(CallToolResponse::Complete(tools::to_call_result(outcome)));
-        }
-        // The request id names the call in the log and in its outcome.
-        let call = ToolCall::new(name.clone(), args).with_id(context.id.to_string());
-        // The request's token: `notifications/cancelled` cancels it, and the tool's
-        // producer polls it and removes its partial artifact.
-        let cancel = context.ct.clone();
-        let base = self.context(&context)?;
-        let log = LogSink::new(context.peer.clone(), self.session.level());
-        let token = context.meta.get_progress_token();
-        let outcome = if token.is_none() && !log.wants(Level::Debug) {
-            let ctx = base.for_call(Arc::new(NoProgress), cancel);
-            execute_tool_call(registry, call, &ctx).await
-        } else {
-            let (sink, reports, steps) =
-                progress::channel(token.is_some(), log.wants(Level::Debug));
-            let ctx = base.for_call(sink, cancel);
-            let done = CancellationToken::new();
-            let run = async {
-                let outcome = execute_tool_call(registry, call, &ctx).await;
-                done.cancel();
-                outcome
-            };
-            let forward = async {
-                if let Some(token) = token {
-                    progress::forward(context.peer.clone(), token, reports, done.clone()).await;
-                }
-            };
-            let log_steps = progress::log_steps(steps, &log, &name, LOGGER, done.clone());
-            tokio::join!(run, forward, log_steps).0
-        };
-        if outcome.is_error() {
-            let first = outcome.text.lines().next().unwrap_or_default();
-            log.send(
-                Level::Warning,
-                LOGGER,
-                json!({"tool": name, "message": format!("`{name}` failed: {}", first.trim_start_matches("error: "))}),
-            )
-            .await;
-        } else if let (OutcomeKind::Spilled, Some(spilled)) =
-            (outcome.kind, outcome.structured.as_ref())
-        {
-            let path = spilled
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            log.send(
-                Level::Notice,
-                LOGGER,
-                json!({
-                    "tool": name,
-                    "spilled": path,
-                    "bytes": spilled.get("bytes"),
-                    "message": format!("the result of `{name}` was large and is in your workspace at `{path}`"),
-                }),
-            )
-            .await;
-        }
-        self.inner.watch.refresh(&base.principal).await;
-        let mut result = tools::to_call_result(outcome);
-        if let Some(links) = self.inner.links.get() {
-            tools::add_download_links(&mut result, &base.principal, links.as_ref());
-        }
-        Ok(CallToolResponse::Complete(result))
+        // One trace per request (over stdio or HTTP): the tool call, the SQL, the sandbox
+        // and the store below are its children.
+        let span = tracing::info_span!(
+            "mcp_request",
+            otel.name = %format_args!("tools/call {}", request.name),
+            otel.kind = "server",
+            mcp.method.name = "tools/call",
+            gen_ai.tool.name = %request.name,
+            jsonrpc.request.id = %context.id,
+        );
+        self.call_tool_traced(request, context)
+            .instrument(span)
+            .await
     }
 
     /// Also starts sending this session its principal's `notifications/resources/list_changed`

@@ -146,6 +146,19 @@ impl ArtifactIndex for PgIndex {
         to_u64(used, "bytes")
     }
 
+    fn totals(&self, now: Timestamp) -> Result<(u64, u64), StoreError> {
+        let pg = self.backend.pg.clone();
+        let (tables, bytes): (i64, i64) =
+            self.backend
+                .io
+                .block("counting the stored tables", async move {
+                    let c = pg.get().await?;
+                    let row = c.query_one(TOTALS, &[&now.0]).await?;
+                    Ok((row.get(0), row.get(1)))
+                })?;
+        Ok((to_u64(tables, "tables")?, to_u64(bytes, "bytes")?))
+    }
+
     fn insert_within_quota(
         &self,
         meta: &ArtifactMeta,
@@ -296,6 +309,8 @@ impl ArtifactIndex for PgIndex {
 
 const USAGE: &str = "SELECT COALESCE(SUM(bytes), 0)::BIGINT FROM dataref_artifacts \
                      WHERE owner = $1 AND expires_at > $2";
+const TOTALS: &str = "SELECT COUNT(*)::BIGINT, COALESCE(SUM(bytes), 0)::BIGINT \
+                      FROM dataref_artifacts WHERE expires_at > $1";
 
 /// Artifact bytes in the bucket, read through this replica's cache.
 #[derive(Debug, Clone)]
@@ -352,7 +367,9 @@ impl ArtifactBytes for ObjectBytes {
     fn open(&self, meta: &ArtifactMeta) -> Result<Option<Opened>, StoreError> {
         let data_ref = &meta.data_ref;
         let name = artifact_name(data_ref.as_str());
-        if let Some(file) = self.backend.cache.open_file(&name)? {
+        let cached = self.backend.cache.open_file(&name)?;
+        dataref_ops::metrics::cache_lookup("artifacts", cached.is_some());
+        if let Some(file) = cached {
             // Checked by the store the first time this process maps it.
             return Ok(Some(Opened {
                 file,

@@ -41,6 +41,19 @@ impl SharedError {
         }
     }
 
+    /// Counts it in the metrics (`dataref_shared_store_errors_total`), by kind.
+    pub(crate) fn count(&self) {
+        dataref_ops::metrics::shared_store_error(match self {
+            Self::IndexUnreachable(_) => "unreachable",
+            Self::Index(_) => "index",
+            Self::Objects(_) => "objects",
+            Self::TimedOut { .. } => "timed_out",
+            Self::Local { .. } => "local",
+            Self::Config { .. } => "config",
+            Self::Runtime(_) => "runtime",
+        });
+    }
+
     /// True when the store is (for now) out of reach, as opposed to a fault of ours.
     pub fn is_unavailable(&self) -> bool {
         match self {

@@ -86,6 +86,9 @@ impl Io {
                 Ok(answer) => answer,
                 Err(_) => Err(SharedError::TimedOut { what, after: bound }),
             };
+            if let Err(e) = &answer {
+                e.count();
+            }
             // The caller may be gone; its answer is then nobody's.
             let _ = tx.send(answer);
         });
@@ -107,13 +110,17 @@ impl Io {
             )));
         };
         let task = runtime.spawn(async move {
-            match tokio::time::timeout(timeout, fut).await {
+            let answer = match tokio::time::timeout(timeout, fut).await {
                 Ok(answer) => answer,
                 Err(_) => Err(SharedError::TimedOut {
                     what,
                     after: timeout,
                 }),
+            };
+            if let Err(e) = &answer {
+                e.count();
             }
+            answer
         });
         task.await
             .map_err(|e| SharedError::Runtime(format!("{what}: {e}")))?

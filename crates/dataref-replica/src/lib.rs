@@ -22,6 +22,7 @@
 
 mod approvals;
 mod artifacts;
+mod audit;
 mod cache;
 mod error;
 mod files;
@@ -34,6 +35,7 @@ mod pg;
 mod schema;
 mod sessions;
 mod tls;
+mod usage;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -255,6 +257,37 @@ impl Shared {
         dataref_agent::SessionStore::with_backend(Box::new(sessions::PgSessions::new(
             self.backend.clone(),
         )))
+        .with_ledger(self.usage_ledger())
+    }
+
+    /// The usage ledger in the shared index: every replica's model requests, which
+    /// `[budgets]` count and `dataref usage` reports.
+    pub fn usage_ledger(&self) -> Arc<dyn dataref_agent::budget::UsageLedger> {
+        Arc::new(usage::PgUsage::new(self.backend.clone()))
+    }
+
+    /// A copy of each line of this process's audit trail (`trail`, its id) into the index's
+    /// `dataref_audit`, written in the background; lines that cannot be kept are dropped
+    /// and counted (`dataref_ops::audit::dropped`), and a line whose seq the index holds
+    /// with another hash is counted ([`audit_conflicts`](Self::audit_conflicts)) and
+    /// logged. `dataref_ops::audit::flush` waits for its queue at exit.
+    pub fn audit_forward(&self, trail: &str) -> Box<dyn dataref_ops::audit::Forward> {
+        Box::new(audit::PgAudit::start(
+            self.backend.clone(),
+            trail.to_owned(),
+        ))
+    }
+
+    /// The index's copy of trail `trail`'s lines, by seq (for `dataref audit verify` and the
+    /// tests).
+    pub fn audit_lines(&self, trail: &str) -> Result<Vec<(u64, String)>, SharedError> {
+        audit::lines(&self.backend, trail)
+    }
+
+    /// Lines the index already held under their seq with another hash, since the process
+    /// started: two trails with one id, or a trail rewritten. Each is logged.
+    pub fn audit_conflicts(&self) -> u64 {
+        audit::conflicts()
     }
 
     /// The agent runs' pending approvals in the shared index: a run waits on the replica

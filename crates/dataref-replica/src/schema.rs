@@ -151,6 +151,52 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ALTER TABLE dataref_sessions ADD COLUMN ungrounded BIGINT NOT NULL DEFAULT 0;
     ",
     ),
+    (
+        "0008_usage_ledger",
+        "
+    -- One row per model request of any replica's agents (usage.rs): budgets are counted
+    -- on it, `dataref usage` reports it. Kept when its session goes. The indexes hold the
+    -- summed columns, so a budget check is an index-only scan.
+    CREATE TABLE dataref_usage (
+        at                BIGINT NOT NULL,
+        principal         TEXT   NOT NULL,
+        agent             TEXT   NOT NULL,
+        model             TEXT   NOT NULL,
+        prompt_tokens     BIGINT NOT NULL,
+        completion_tokens BIGINT NOT NULL,
+        cost_micros       BIGINT NOT NULL,
+        session           TEXT   NOT NULL,
+        -- The tokens are dataref's estimate (cancelled, timed out, failed, no usage sent).
+        estimated         BOOLEAN NOT NULL DEFAULT false
+    );
+    CREATE INDEX dataref_usage_agent ON dataref_usage (agent, at)
+        INCLUDE (prompt_tokens, completion_tokens, cost_micros);
+    CREATE INDEX dataref_usage_principal ON dataref_usage (principal, at)
+        INCLUDE (prompt_tokens, completion_tokens, cost_micros);
+    ",
+    ),
+    (
+        "0009_audit",
+        "
+    -- Every replica's audit trail (audit.rs): each line as its replica wrote it to its own
+    -- files, chained per trail (`trail`, the id in its directory's `audit.id`), so the copy
+    -- here can be checked like the files.
+    CREATE TABLE dataref_audit (
+        trail     TEXT        NOT NULL,
+        seq       BIGINT      NOT NULL,
+        at        TIMESTAMPTZ NOT NULL,
+        principal TEXT        NOT NULL,
+        event     TEXT        NOT NULL,
+        record    JSONB       NOT NULL,
+        line      TEXT        NOT NULL,
+        prev      TEXT        NOT NULL,
+        hash      TEXT        NOT NULL,
+        PRIMARY KEY (trail, seq)
+    );
+    CREATE INDEX dataref_audit_at ON dataref_audit (at);
+    CREATE INDEX dataref_audit_principal ON dataref_audit (principal, at);
+    ",
+    ),
 ];
 
 /// Migrations an older build cannot run beside (it would misread what they changed). An

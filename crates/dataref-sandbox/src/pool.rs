@@ -491,6 +491,35 @@ impl PythonSandbox {
         progress: &dyn Fn(&str),
         cancel: &dyn Fn() -> bool,
     ) -> Result<PythonRun, SandboxError> {
+        // The job's span, under the caller's (the tool call's): waiting in line, the
+        // sandbox taken or started, the run. No code, no output in it.
+        let span = tracing::info_span!(
+            "sandbox_job",
+            inputs = job.inputs.len(),
+            warm = tracing::field::Empty,
+            status = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let _in_job = span.enter();
+        let ran = self.run_in_span(job, progress, cancel);
+        match &ran {
+            Ok(run) => {
+                span.record("warm", run.warm);
+                span.record("status", tracing::field::debug(&run.status));
+            }
+            Err(_) => {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        ran
+    }
+
+    fn run_in_span(
+        &self,
+        job: PythonJob,
+        progress: &dyn Fn(&str),
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<PythonRun, SandboxError> {
         if job.inputs.len() > MAX_INPUTS {
             return Err(SandboxError::TooManyInputs(job.inputs.len()));
         }
@@ -511,6 +540,7 @@ impl PythonSandbox {
                 pool.warm_runs += 1;
             } else {
                 pool.cold_runs += 1;
+                dataref_ops::metrics::sandbox_cold_start();
             }
         }
         tracing::debug!(warm = was_warm, "run_python job handed to its sandbox");
@@ -535,6 +565,7 @@ impl PythonSandbox {
         let _ = send_go(&socket, &fds);
         drop(socket);
         let outcome = started.wait(job.timeout, cancel)?;
+        count_kill(outcome.status);
         let result = match (outcome.status, &outcome.out) {
             (JobStatus::Exited(_) | JobStatus::Signaled(_), Some(out)) => {
                 Some(exchange::collect_at(out, dir.0.root(), &settings.caps))
@@ -652,6 +683,19 @@ impl Drop for PythonSandbox {
     fn drop(&mut self) {
         self.shutdown(Duration::from_secs(10));
     }
+}
+
+/// A job stopped by us or the kernel, in the metrics; one that ended by itself is not.
+fn count_kill(status: JobStatus) {
+    let reason = match status {
+        JobStatus::Exited(_) | JobStatus::Signaled(_) => return,
+        JobStatus::TimedOut => "timeout",
+        JobStatus::MemoryLimit => "memory",
+        JobStatus::OutputFlood => "output_flood",
+        JobStatus::OutLimit => "out_limit",
+        JobStatus::Cancelled => "cancelled",
+    };
+    dataref_ops::metrics::sandbox_killed(reason);
 }
 
 /// Job directories of dataref processes that are gone (killed with jobs running or warm

@@ -190,9 +190,12 @@ impl SqlError {
             {
                 invalid(format!("invalid regular expression: {e}"))
             }
-            DataFusionError::ResourcesExhausted(_) => Self::OutOfMemory {
-                limit_bytes: memory_bytes,
-            },
+            DataFusionError::ResourcesExhausted(_) => {
+                dataref_ops::metrics::sql_stopped("memory");
+                Self::OutOfMemory {
+                    limit_bytes: memory_bytes,
+                }
+            }
             _ => Self::Engine(root.to_string()),
         }
     }

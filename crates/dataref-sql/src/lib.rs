@@ -62,6 +62,7 @@ use datafusion::sql::parser::{DFParserBuilder, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::{SetExpr, Statement as AstStatement};
 use datafusion::sql::sqlparser::dialect::dialect_from_str;
 use futures_util::{FutureExt, StreamExt};
+use tracing::Instrument;
 
 pub use error::{SqlError, TableColumns};
 pub use input::{Columns, Input};
@@ -143,11 +144,24 @@ impl Query {
                 limit: MAX_SQL_BYTES,
             });
         }
+        // The query's span lasts while its task runs (planned, executed, every batch
+        // sent). Its text is recorded only when traces are told to include text, so it
+        // reaches neither an exported span nor the log otherwise.
+        let span = tracing::info_span!(
+            "sql_query",
+            db.system.name = "datafusion",
+            db.operation.name = "SELECT",
+            db.query.text = tracing::field::Empty,
+            db.query.parameters = params.len(),
+        );
+        if dataref_ops::trace::include_text() {
+            span.record("db.query.text", sql);
+        }
         let sql = sql.to_owned();
         let limits = limits.clone();
         let (tx, batches) = tokio::sync::mpsc::channel(QUEUE);
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
-        let task = engine::spawn(async move {
+        let job = async move {
             let mut ready_tx = Some(ready_tx);
             let work = drive(&sql, tables, params, &limits, &tx, &mut ready_tx);
             // A panic in the engine (a reader meeting a damaged file, say) fails this query
@@ -169,7 +183,8 @@ impl Query {
                     }
                 }
             }
-        })?;
+        };
+        let task = engine::spawn(job.instrument(span))?;
         let (schema, source_version) = ready
             .await
             .map_err(|_| SqlError::Engine("the query's task ended without an answer".into()))??;

@@ -69,6 +69,14 @@ pub trait ArtifactIndex: Send + Sync + std::fmt::Debug {
     /// Every live row of every owner, oldest first: what `dataref store verify` checks.
     fn every(&self, now: Timestamp) -> Result<Vec<ArtifactMeta>, StoreError>;
 
+    /// Live tables of every owner: how many, and their bytes (the metrics' store size,
+    /// read at scrape time). This default reads every row; an index should count in one
+    /// statement.
+    fn totals(&self, now: Timestamp) -> Result<(u64, u64), StoreError> {
+        let every = self.every(now)?;
+        Ok((every.len() as u64, every.iter().map(|m| m.bytes).sum()))
+    }
+
     /// Deletes `data_ref`'s row whoever owns it (`dataref store verify --drop`, for a table
     /// beyond repair); true when there was one.
     fn drop_row(&self, data_ref: &DataRef) -> Result<bool, StoreError>;

@@ -264,6 +264,12 @@ pub trait ArtifactStore: Send + Sync {
 
     /// Removes expired artifacts (index row, then file).
     fn sweep(&self) -> Result<SweepReport, StoreError>;
+
+    /// Live artifacts of every owner: how many, and their bytes; `None` from a store that
+    /// does not count them. For the metrics, read at scrape time.
+    fn totals(&self) -> Result<Option<(u64, u64)>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// A table being written. Dropping it without `finish` aborts: the partial file is removed

@@ -55,6 +55,7 @@ use std::time::Duration;
 
 use rustix::fs::{FlockOperation, flock};
 
+use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use dataref_protocol::{DataRef, Principal, Timestamp};
 
@@ -423,22 +424,46 @@ impl ArtifactStore for LocalStore {
     ) -> Result<Box<dyn TableWriter>, StoreError> {
         let cap = self.cap_for(owner)?;
         let data_ref = self.mint_ref()?;
-        let writer = LocalTableWriter::create(
-            self.inner.clone(),
-            owner.clone(),
-            data_ref,
-            schema,
-            lineage,
-            cap,
-        )?;
-        Ok(Box::new(writer))
+        // Open from here to `finish` (or the abort): the trace shows how long a table took
+        // to write, under the tool call that wrote it.
+        let span = tracing::info_span!(
+            "store_write",
+            data_ref = %data_ref,
+            tool = %lineage.tool,
+            rows = tracing::field::Empty,
+            bytes = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let writer = span.in_scope(|| {
+            LocalTableWriter::create(
+                self.inner.clone(),
+                owner.clone(),
+                data_ref,
+                schema,
+                lineage,
+                cap,
+            )
+        })?;
+        Ok(Box::new(TracedWriter { writer, span }))
     }
 
     fn map_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<MappedTable, StoreError> {
+        let span = tracing::info_span!(
+            "store_read",
+            data_ref = %data_ref,
+            rows = tracing::field::Empty,
+            bytes = tracing::field::Empty,
+            cached = tracing::field::Empty,
+        );
+        let _in_read = span.enter();
         // The owner check, on every read: the cache below is only looked at after it.
         let meta = self.meta(owner, data_ref)?;
+        span.record("rows", meta.rows);
+        span.record("bytes", meta.bytes);
         let path = self.inner.artifact_path(data_ref);
-        let mapping = match self.inner.kept_mapping(data_ref) {
+        let kept = self.inner.kept_mapping(data_ref);
+        span.record("cached", kept.is_some());
+        let mapping = match kept {
             Some(mapping) => mapping,
             None => {
                 let (_, buffer) = self.inner.open_verified(&meta, verify::Check::Once)?;
@@ -453,6 +478,8 @@ impl ArtifactStore for LocalStore {
     }
 
     fn open_file(&self, owner: &Principal, data_ref: &DataRef) -> Result<File, StoreError> {
+        let _in_read =
+            tracing::info_span!("store_read", data_ref = %data_ref, file = true).entered();
         let meta = self.meta(owner, data_ref)?;
         let (file, _) = self.inner.open_verified(&meta, verify::Check::Once)?;
         Ok(file)
@@ -478,6 +505,10 @@ impl ArtifactStore for LocalStore {
         self.inner.index.usage(owner, self.inner.clock.now())
     }
 
+    fn totals(&self) -> Result<Option<(u64, u64)>, StoreError> {
+        self.inner.index.totals(self.inner.clock.now()).map(Some)
+    }
+
     fn sweep(&self) -> Result<SweepReport, StoreError> {
         let now = self.inner.clock.now();
         let expired = self.inner.index.take_expired(now)?;
@@ -494,6 +525,40 @@ impl ArtifactStore for LocalStore {
         }
         self.inner.forget_expired(now);
         Ok(report)
+    }
+}
+
+/// A table write inside its `store_write` span, which closes when the writer is dropped
+/// (finished or aborted).
+struct TracedWriter {
+    writer: LocalTableWriter,
+    span: tracing::Span,
+}
+
+impl TableWriter for TracedWriter {
+    fn write(&mut self, batch: &RecordBatch) -> Result<(), StoreError> {
+        let _in_write = self.span.enter();
+        self.writer.write(batch)
+    }
+
+    fn rows(&self) -> u64 {
+        self.writer.rows()
+    }
+
+    fn finish(self: Box<Self>) -> Result<ArtifactMeta, StoreError> {
+        let Self { writer, span } = *self;
+        let _in_write = span.enter();
+        let finished = Box::new(writer).finish();
+        match &finished {
+            Ok(meta) => {
+                span.record("rows", meta.rows);
+                span.record("bytes", meta.bytes);
+            }
+            Err(_) => {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        finished
     }
 }
 

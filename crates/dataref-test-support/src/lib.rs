@@ -30,6 +30,9 @@
 //! [`TestHaproxy`] ([`haproxy`]): Debian's HAProxy in front of given backends on a free
 //! loopback port: round robin, or sticky on a response header such as `Mcp-Session-Id`.
 //!
+//! [`TestPrometheus`] ([`prometheus`]): Debian's Prometheus scraping one target every
+//! second, queried through its HTTP API; [`promtool_check_metrics`] checks a scraped text.
+//!
 //! [`raw_http`]: a minimal blocking HTTP/1.1 client for probes and plain requests.
 //!
 //! [`ServeHttp`] ([`serve`]): a `dataref serve --http` a test or benchmark started, found by
@@ -49,6 +52,7 @@ mod binary;
 pub mod haproxy;
 pub mod mariadb;
 pub mod model_server;
+pub mod prometheus;
 pub mod raw_http;
 pub mod s3;
 pub mod serve;
@@ -57,6 +61,7 @@ pub use adbc::adbc_driver;
 pub use haproxy::{HaproxyOptions, HealthCheck, Stickiness, TestHaproxy};
 pub use mariadb::TestMariadb;
 pub use model_server::{Call, Received, Reply, ScriptedModel};
+pub use prometheus::{TestPrometheus, promtool_check_metrics, promtool_check_rules};
 pub use s3::TestS3;
 pub use serve::ServeHttp;
 
@@ -328,6 +333,59 @@ impl TestPostgres {
 
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    /// Stops the server and all its backends (`SIGSTOP`): connections stay open and every
+    /// query hangs, as in an outage that does not refuse. [`TestPostgres::thaw`] resumes.
+    pub fn freeze(&self) -> Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Resumes a server [`TestPostgres::freeze`] stopped.
+    pub fn thaw(&self) -> Result<()> {
+        self.signal("-CONT")
+    }
+
+    /// `kill SIGNAL` to the postmaster (from `postmaster.pid`) and every process under it.
+    fn signal(&self, signal: &str) -> Result<()> {
+        let pid_file = std::fs::read_to_string(self.data_dir().join("postmaster.pid"))?;
+        let root: u32 = pid_file
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .context("postmaster.pid names no pid")?;
+        let mut parents: Vec<(u32, u32)> = Vec::new();
+        for entry in std::fs::read_dir("/proc")?.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // `pid (comm) state ppid …`: the fields after the last `)`.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            if let Some(ppid) = ppid {
+                parents.push((pid, ppid));
+            }
+        }
+        let mut tree = vec![root];
+        let mut i = 0;
+        while let Some(&p) = tree.get(i) {
+            tree.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+            i += 1;
+        }
+        let status = Command::new("kill")
+            .arg(signal)
+            .args(tree.iter().map(u32::to_string))
+            .status()?;
+        anyhow::ensure!(status.success(), "kill {signal} {tree:?}: {status}");
+        Ok(())
     }
 
     /// The directory of the server's Unix socket.

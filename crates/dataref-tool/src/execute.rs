@@ -236,9 +236,18 @@ pub async fn execute_tool_call(
         principal = %ctx.principal,
         tool = %call.name,
         call_id = %call.id,
+        otel.name = %format_args!("execute_tool {}", call.name),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %call.name,
+        outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     );
     let id = call.id.clone();
-    let mut outcome = execute(registry, call, ctx).instrument(span).await;
+    let mut outcome = execute(registry, call, ctx).instrument(span.clone()).await;
+    span.record("outcome", outcome.kind.as_str());
+    if outcome.is_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     outcome.call_id = id;
     outcome
 }
@@ -285,6 +294,8 @@ pub async fn expand_call(
 async fn execute(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> CallOutcome {
     let started = Instant::now();
     let name = call.name.clone();
+    // The audit trail's copy of the call as given, when a trail is kept.
+    let audited = dataref_ops::audit::installed().then(|| call.clone());
     let ran = run(registry, call, ctx).await;
     let target = ran.target.as_deref().unwrap_or(&name);
     let spilled = ran
@@ -334,6 +345,31 @@ async fn execute(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> C
         ms = started.elapsed().as_millis() as u64,
         "tool call"
     );
+    // By the tool that ran (a delegated call's target, not `call_tool`); a name the
+    // registry does not hold (one a model invented) is not a label value.
+    let known = registry
+        .entry(target)
+        .map_or(dataref_ops::metrics::OTHER, |_| target);
+    dataref_ops::metrics::tool_call(
+        known,
+        outcome.kind.as_str(),
+        started.elapsed().as_secs_f64(),
+    );
+    if let Some(c) = &audited {
+        dataref_ops::audit::tool_call(dataref_ops::audit::ToolCallRecord {
+            principal: ctx.principal.as_str(),
+            call_id: &c.id,
+            tool: &c.name,
+            target,
+            arguments: match &c.arguments {
+                CallArguments::Json(v) => dataref_ops::audit::Arguments::Json(v),
+                CallArguments::Text(t) => dataref_ops::audit::Arguments::Text(t),
+            },
+            expanded: ran.expanded.as_ref(),
+            outcome: outcome.kind.as_str(),
+            result: outcome.structured.as_ref(),
+        });
+    }
     outcome
 }
 
@@ -344,6 +380,8 @@ struct Ran {
     target: Option<String>,
     /// The text is the JSON of `outcome.structured`.
     structured_text: bool,
+    /// `call_tool`'s expanded arguments, for the audit trail (when one is kept).
+    expanded: Option<Value>,
 }
 
 impl From<CallOutcome> for Ran {
@@ -352,6 +390,7 @@ impl From<CallOutcome> for Ran {
             outcome,
             target: None,
             structured_text: false,
+            expanded: None,
         }
     }
 }
@@ -368,11 +407,13 @@ async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> Ran {
         return o.into();
     }
     let mut tool_name = call.name;
+    let mut audited = None;
     if tool_name == CALL_TOOL {
         match expand(registry, args, ctx).await {
             Ok((target, expanded)) => {
                 entry = target;
                 args = expanded;
+                audited = dataref_ops::audit::installed().then(|| Value::Object(args.clone()));
                 tool_name = entry.spec.name.clone();
             }
             Err(o) => return (*o).into(),
@@ -383,6 +424,7 @@ async fn run(registry: &ToolRegistry, call: ToolCall, ctx: &RunContext) -> Ran {
         structured_text: outcome.1,
         outcome: outcome.0,
         target: Some(tool_name),
+        expanded: audited,
     }
 }
 

@@ -42,7 +42,9 @@ pub(crate) fn start(
 ) -> Result<Started> {
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
+    crate::audit::install(&config)?;
     let app = App::start(&config)?;
+    crate::audit::copy_to_index(&app);
     let workspace = dataref_app::workspace(None, &app.shared, &principal)?;
     let chosen = app
         .agents
@@ -372,6 +374,43 @@ impl EventSink for Printer {
                     note(&format!(
                         "  ! not grounded: no tool produced {}",
                         unmatched.join(", ")
+                    ));
+                }
+            }
+            AgentEvent::Budget {
+                budget,
+                window,
+                unit,
+                used,
+                estimate,
+                cap,
+                percent,
+                resets,
+                stopped,
+            } => {
+                let amounts = match unit.as_str() {
+                    "micros" => format!(
+                        "{} of {}",
+                        dataref_agent::budget::money(used),
+                        dataref_agent::budget::money(cap)
+                    ),
+                    _ => format!(
+                        "{} of {} {unit}",
+                        dataref_agent::budget::thousands(used),
+                        dataref_agent::budget::thousands(cap)
+                    ),
+                };
+                if stopped {
+                    let next = match unit.as_str() {
+                        "micros" => dataref_agent::budget::money(estimate),
+                        _ => format!("{} {unit}", dataref_agent::budget::thousands(estimate)),
+                    };
+                    note(&format!(
+                        "  ! budget `{budget}`: the next request (up to {next}) would go over its cap ({amounts} this UTC {window}; resets {resets})"
+                    ));
+                } else {
+                    note(&format!(
+                        "  ! budget `{budget}` is at {percent}% ({amounts} this UTC {window}; resets {resets})"
                     ));
                 }
             }

@@ -51,6 +51,7 @@ pub fn run(common: &Common, http_addr: Option<&str>) -> Result<ExitCode> {
                 },
             });
             checks.push(http(config.clone(), http_addr));
+            checks.push(metrics(&config));
             checks.push(store(&config));
             checks.extend(sources(&config));
             if config.python.enabled {
@@ -230,6 +231,33 @@ fn http(mut config: Config, addr: Option<&str>) -> Check {
             config.http.listen,
             dataref_http::sharing(&config.http, config.shared.is_some())
         ),
+        None,
+    )
+}
+
+/// `[metrics]`: where the endpoint would listen, and whether its token can be read.
+fn metrics(config: &Config) -> Check {
+    const WHAT: &str = "metrics";
+    let Some(m) = &config.metrics else {
+        return check(
+            Status::Ok,
+            WHAT,
+            "no endpoint (`[metrics]` has no `listen`)",
+            None,
+        );
+    };
+    if let Err(e) = dataref_http::validate_metrics(m) {
+        return check(Status::Fail, WHAT, e.to_string(), Some(&e.hint()));
+    }
+    let auth = if m.token.is_some() {
+        "a bearer token"
+    } else {
+        "no token (loopback)"
+    };
+    check(
+        Status::Ok,
+        WHAT,
+        format!("Prometheus scrapes http://{}{}; {auth}", m.listen, m.path),
         None,
     )
 }

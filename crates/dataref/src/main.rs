@@ -18,6 +18,7 @@
     reason = "the binary owns its data directory checks (doctor), and config paths"
 )]
 
+mod audit;
 mod chat;
 mod demo;
 mod doctor;
@@ -29,6 +30,7 @@ mod serve;
 mod sessions;
 mod settings;
 mod store;
+mod usage;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -197,6 +199,32 @@ enum Command {
         common: Common,
         #[command(subcommand)]
         command: StoreCommand,
+    },
+    /// Model requests, tokens and cost by agent, principal or model (every replica's with
+    /// `[shared]`), and each budget of `[budgets]` against its cap.
+    Usage {
+        #[command(flatten)]
+        common: Common,
+        /// Group by `agent`, `principal` or `model`.
+        #[arg(long, value_name = "WHAT", default_value = "agent")]
+        by: String,
+        /// The first UTC day counted (YYYY-MM-DD); default: from the first request.
+        #[arg(long, value_name = "DATE")]
+        since: Option<String>,
+        /// The last UTC day counted (YYYY-MM-DD); default: up to now.
+        #[arg(long, value_name = "DATE")]
+        until: Option<String>,
+        /// Print one JSON object instead of the tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The audit trail of every data access: `verify` checks its hash chain (exit 3 naming
+    /// the first broken line), `show` prints its lines.
+    Audit {
+        #[command(flatten)]
+        common: Common,
+        #[command(subcommand)]
+        command: audit::Command,
     },
     /// Check the data dir, config, sources and runtimes; say what is missing and how to fix it.
     Doctor {
@@ -466,6 +494,22 @@ fn main() -> ExitCode {
             common,
             command: StoreCommand::Verify { drop },
         } => store::verify(&common, drop),
+        Command::Usage {
+            common,
+            by,
+            since,
+            until,
+            json,
+        } => usage::run(
+            &common,
+            usage::Options {
+                by: &by,
+                since: since.as_deref(),
+                until: until.as_deref(),
+                json,
+            },
+        ),
+        Command::Audit { common, command } => audit::run(&common, command),
         Command::Doctor { common, http } => doctor::run(&common, http.as_deref()),
         Command::Bench { args } => forward::bench(&args),
         Command::AdbcWorker => Ok(
@@ -480,6 +524,9 @@ fn main() -> ExitCode {
             },
         ),
     };
+    settings::flush_traces();
+    // The audit events still queued (and the shared index's copy), before the exit.
+    dataref_ops::audit::flush(std::time::Duration::from_secs(5));
     match result {
         Ok(code) => code,
         Err(e) => {

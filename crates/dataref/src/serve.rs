@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use dataref_app::{App, SpillSweep, spawn_sweepers};
-use dataref_http::HttpServer;
+use dataref_http::{HttpServer, MetricsEndpoint};
 use dataref_mcp::DatarefServer;
 use dataref_protocol::Principal;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +21,13 @@ pub fn run(
     let config = settings::config(common)?;
     let principal = settings::principal(principal, &config)?;
     settings::note_no_sources(common, &config);
+    crate::audit::install(&config)?;
+    let metrics = bind_metrics(&config)?;
+    let app = App::start(&config)?;
+    crate::audit::copy_to_index(&app);
+    if let Some(line) = serve_metrics(metrics, &app) {
+        settings::progress_line(&line);
+    }
     let App {
         runtime,
         shared,
@@ -28,7 +35,7 @@ pub fn run(
         registry,
         python,
         ..
-    } = App::start(&config)?;
+    } = app;
     let workspace = match dataref_app::workspace(workspace, &shared, &principal) {
         Ok(w) => w,
         Err(e) => {
@@ -123,6 +130,12 @@ fn serve_http(
     let options = settings::http_options(&config, anonymous.clone())?;
     settings::note_no_sources(common, &config);
     dataref_app::setup::raise_open_files_limit();
+    crate::audit::install(&config)?;
+    let metrics = bind_metrics(&config)?;
+    let app = App::start(&config)?;
+    crate::audit::copy_to_index(&app);
+    // Said after the MCP address, which scripts look for first.
+    let metrics_line = serve_metrics(metrics, &app);
     let App {
         runtime,
         shared,
@@ -132,7 +145,7 @@ fn serve_http(
         agents,
         shared_backend,
         ..
-    } = App::start(&config)?;
+    } = app;
     let served = runtime.block_on(async move {
         spawn_sweepers(
             &config,
@@ -207,6 +220,9 @@ fn serve_http(
         settings::progress_line(&format!(
             "agents ({profiles}) at {base}/agent/sessions; OpenAI-compatible at {base}/v1/chat/completions"
         ));
+        if let Some(line) = &metrics_line {
+            settings::progress_line(line);
+        }
         if shared_backend.is_some() {
             settings::progress_line(&format!(
                 "shared with the other replicas: {}",
@@ -229,6 +245,29 @@ fn serve_http(
     dataref_app::shutdown_python(python.as_deref());
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `[metrics]`'s endpoint, bound before anything starts: a port in use stops the start.
+fn bind_metrics(config: &dataref_config::Config) -> Result<Option<MetricsEndpoint>> {
+    config
+        .metrics
+        .as_ref()
+        .map(|m| {
+            MetricsEndpoint::bind(m)
+                .map_err(|e| anyhow::anyhow!("the metrics endpoint: {e}\nhint: {}", e.hint()))
+        })
+        .transpose()
+}
+
+/// Serves `endpoint` on `app`'s runtime for the life of the process, with the collectors
+/// of `app`'s store and sandbox; the line that says where, for the caller to print.
+fn serve_metrics(endpoint: Option<MetricsEndpoint>, app: &App) -> Option<String> {
+    let endpoint = endpoint?;
+    app.collect_metrics();
+    let line = format!("metrics for Prometheus at {}", endpoint.url());
+    // Never cancelled: the runtime's end stops it.
+    app.runtime.spawn(endpoint.serve(CancellationToken::new()));
+    Some(line)
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.

@@ -12,14 +12,47 @@ use dataref_sources::{SAMPLE_ROWS_DEFAULT, SAMPLE_ROWS_MAX};
 use crate::Common;
 
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env(env::DATAREF_LOG)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // stdout is the MCP channel: logs only ever go to stderr.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer};
+    let filter =
+        EnvFilter::try_from_env(env::DATAREF_LOG).unwrap_or_else(|_| EnvFilter::new("warn"));
+    // stdout is the MCP channel: logs only ever go to stderr. Each layer has its own
+    // filter: `DATAREF_LOG` says what the log shows, not which spans are traced.
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(crate::log::BoundedStderr)
         .with_ansi(false)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(log)
+        .with(dataref_ops::trace::layer())
         .try_init();
+}
+
+/// Starts exporting spans when the config has `[traces]` (once; a later config of the
+/// same process, e.g. a reload, does not restart it).
+fn start_traces(config: &Config) -> Result<()> {
+    let Some(traces) = &config.traces else {
+        return Ok(());
+    };
+    if dataref_ops::trace::enabled() {
+        return Ok(());
+    }
+    let headers = traces.headers(&env::process)?;
+    dataref_config::tls::install_provider();
+    dataref_ops::trace::start(dataref_ops::trace::Settings {
+        endpoint: traces.endpoint.clone(),
+        service_name: traces.service_name.clone(),
+        headers,
+        include_text: traces.include_text,
+        sample: traces.sample,
+    })?;
+    Ok(())
+}
+
+/// Sends the spans still queued, before the process exits.
+pub fn flush_traces() {
+    dataref_ops::trace::flush(std::time::Duration::from_secs(5));
 }
 
 /// The data directory: `--home`, else as [`dataref_app::home`] finds it.
@@ -55,7 +88,9 @@ pub fn config(common: &Common) -> Result<Config> {
                     "`--rows` sizes the built-in sample; it does not apply with a config file"
                 );
             }
-            Ok(Config::load(&p, home)?)
+            let config = Config::load(&p, home)?;
+            start_traces(&config)?;
+            Ok(config)
         }
         None => Ok(Config::builtin_sample(home, sample_rows(common)?)),
     }

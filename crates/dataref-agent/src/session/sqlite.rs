@@ -10,10 +10,12 @@ use dataref_protocol::{Principal, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{NewRun, SessionBackend, SessionError, SessionInfo, StoredSession};
+use crate::budget::{GroupBy, SqlValue, UsageGroup, UsageLedger, UsageQuery, UsageRow, Used};
 use crate::message::Usage;
 
 /// 2: `sessions.ungrounded` (answers whose numbers matched nothing a tool produced).
-const SCHEMA_VERSION: i64 = 2;
+/// 3: `usage`, the ledger of model requests budgets are counted on ([`crate::budget`]).
+const SCHEMA_VERSION: i64 = 3;
 const SCHEMA_SQL: &str = "
 CREATE TABLE IF NOT EXISTS sessions (
     principal TEXT NOT NULL,
@@ -46,6 +48,25 @@ CREATE TABLE IF NOT EXISTS requests (
     context_tokens INTEGER NOT NULL,
     PRIMARY KEY (principal, session, run, turn)
 );
+-- One row per model request, kept when its session is deleted or swept: budgets and
+-- `dataref usage` count it. The indexes hold the summed columns: a budget check reads
+-- them alone.
+CREATE TABLE IF NOT EXISTS usage (
+    at INTEGER NOT NULL,
+    principal TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    model TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cost_micros INTEGER NOT NULL,
+    session TEXT NOT NULL,
+    -- 1: the tokens are dataref's estimate (cancelled, timed out, failed, no usage sent).
+    estimated INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS usage_agent
+    ON usage (agent, at, prompt_tokens, completion_tokens, cost_micros);
+CREATE INDEX IF NOT EXISTS usage_principal
+    ON usage (principal, at, prompt_tokens, completion_tokens, cost_micros);
 ";
 
 /// The sessions of every principal on this data dir.
@@ -296,5 +317,178 @@ impl SessionBackend for SqliteSessions {
             .map_err(|e| self.db(e))?;
         tx.commit().map_err(|e| self.db(e))?;
         Ok(n)
+    }
+}
+
+/// The usage ledger in the sessions' database: a connection of its own, so a budget check
+/// does not wait behind a session's append in this process.
+#[derive(Debug)]
+pub(crate) struct SqliteUsage {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl SqliteUsage {
+    /// Opens the ledger of `<home>/agent/sessions.sqlite`, which [`SqliteSessions::open`]
+    /// made (or brought up to date) first.
+    pub(crate) fn open(home: &Path) -> Result<Self, SessionError> {
+        let path = home.join("agent").join("sessions.sqlite");
+        let db = |e: &dyn std::fmt::Display| SessionError::Database {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        };
+        let conn = Connection::open(&path).map_err(|e| db(&e))?;
+        let setup = || -> rusqlite::Result<()> {
+            conn.busy_timeout(Duration::from_secs(10))?;
+            // A row lost to a power cut undercounts one request; an fsync per model request
+            // is not worth that.
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            Ok(())
+        };
+        setup().map_err(|e| db(&e))?;
+        Ok(Self {
+            path,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Opens the ledger of `<home>/agent/sessions.sqlite` read-only, to report it: `None`
+    /// when the file or its `usage` table does not exist yet (nothing is created, nothing
+    /// is migrated).
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the agent's own database under the data dir, not a workspace"
+    )]
+    pub(crate) fn open_read_only(home: &Path) -> Result<Option<Self>, SessionError> {
+        let path = home.join("agent").join("sessions.sqlite");
+        if !path.exists() {
+            return Ok(None);
+        }
+        let db = |e: &dyn std::fmt::Display| SessionError::Database {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        };
+        let conn = Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| db(&e))?;
+        let setup = || -> rusqlite::Result<bool> {
+            conn.busy_timeout(Duration::from_secs(10))?;
+            conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'usage')",
+                [],
+                |r| r.get(0),
+            )
+        };
+        if !setup().map_err(|e| db(&e))? {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            path,
+            conn: Mutex::new(conn),
+        }))
+    }
+
+    fn db(&self, e: rusqlite::Error) -> SessionError {
+        SessionError::Database {
+            path: self.path.display().to_string(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+fn sql_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn sql_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+impl UsageLedger for SqliteUsage {
+    fn record(&self, row: &UsageRow) -> Result<(), SessionError> {
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        conn.prepare(
+            "INSERT INTO usage (at, principal, agent, model, prompt_tokens, completion_tokens, \
+             cost_micros, session, estimated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                row.at.unix_seconds(),
+                row.principal,
+                row.agent,
+                row.model,
+                sql_i64(row.prompt_tokens),
+                sql_i64(row.completion_tokens),
+                sql_i64(row.cost_micros),
+                row.session,
+                i64::from(row.estimated)
+            ])
+        })
+        .map_err(|e| self.db(e))?;
+        Ok(())
+    }
+
+    fn used(&self, queries: &[UsageQuery]) -> Result<Vec<Used>, SessionError> {
+        if queries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (sql, binds) = crate::budget::used_statement("usage", '?', queries);
+        let values: Vec<rusqlite::types::Value> = binds
+            .into_iter()
+            .map(|b| match b {
+                SqlValue::Text(t) => rusqlite::types::Value::Text(t),
+                SqlValue::Int(i) => rusqlite::types::Value::Integer(i),
+            })
+            .collect();
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut stmt = conn.prepare(&sql).map_err(|e| self.db(e))?;
+        stmt.query_row(rusqlite::params_from_iter(values), |r| {
+            (0..queries.len())
+                .map(|i| {
+                    Ok(Used {
+                        tokens: sql_u64(r.get(2 * i)?),
+                        cost_micros: sql_u64(r.get(2 * i + 1)?),
+                    })
+                })
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(|e| self.db(e))
+    }
+
+    fn report(
+        &self,
+        by: GroupBy,
+        since: Option<Timestamp>,
+        until: Option<Timestamp>,
+    ) -> Result<Vec<UsageGroup>, SessionError> {
+        let col = by.column();
+        let sql = format!(
+            "SELECT {col}, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cost_micros), \
+             SUM(estimated) FROM usage WHERE at >= ?1 AND at < ?2 GROUP BY {col} \
+             ORDER BY SUM(prompt_tokens + completion_tokens) DESC, {col}"
+        );
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut stmt = conn.prepare(&sql).map_err(|e| self.db(e))?;
+        let rows = stmt
+            .query_map(
+                params![
+                    since.map_or(i64::MIN, Timestamp::unix_seconds),
+                    until.map_or(i64::MAX, Timestamp::unix_seconds)
+                ],
+                |r| {
+                    Ok(UsageGroup {
+                        key: r.get(0)?,
+                        requests: sql_u64(r.get(1)?),
+                        prompt_tokens: sql_u64(r.get(2)?),
+                        completion_tokens: sql_u64(r.get(3)?),
+                        cost_micros: sql_u64(r.get(4)?),
+                        estimated: sql_u64(r.get(5)?),
+                    })
+                },
+            )
+            .map_err(|e| self.db(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.db(e))
     }
 }

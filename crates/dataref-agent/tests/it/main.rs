@@ -9,6 +9,7 @@
     clippy::expect_used,
     reason = "test helpers fail the test on setup errors"
 )]
+mod budget;
 mod gateway;
 mod ground;
 mod prompt;

@@ -232,6 +232,7 @@ fn check_name(name: &str) -> Result<(), ToolError> {
 }
 
 pub(crate) fn timed_out(timeout: Duration) -> ToolError {
+    dataref_ops::metrics::sql_stopped("time");
     ToolError::respond(
         format!(
             "the query ran longer than {} and was stopped",
@@ -399,7 +400,9 @@ pub(crate) async fn store_result(
     let owner = ctx.principal.clone();
     let schema = query.schema();
     let progress = ctx.progress.clone();
+    let span = tracing::Span::current();
     let writer = tokio::task::spawn_blocking(move || -> Result<ArtifactMeta, ToolError> {
+        let _in_call = span.enter();
         let mut w = store.create_table(&owner, schema, lineage)?;
         let mut reported = 0u64;
         while let Some(step) = rx.blocking_recv() {

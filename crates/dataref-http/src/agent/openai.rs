@@ -163,13 +163,16 @@ fn conversation(messages: &[Value]) -> Result<(String, Vec<Message>), Response> 
     Ok((message, history))
 }
 
+/// A run stopped by a limit (a budget too) finishes with `length`, its content ending in
+/// the sentence saying which limit: a stock client shows that text as the answer.
 fn finish_reason(stopped: Option<&Stopped>) -> &'static str {
     match stopped {
         Some(
             Stopped::MaxTurns(_)
             | Stopped::MaxToolCalls(_)
             | Stopped::WallTime(_)
-            | Stopped::Context(_),
+            | Stopped::Context(_)
+            | Stopped::Budget(_),
         ) => "length",
         Some(Stopped::Cancelled | Stopped::Model(_)) | None => "stop",
     }
@@ -551,7 +554,7 @@ impl EventSink for ChunkEvents {
                 }
                 since.clear();
             }
-            AgentEvent::Usage { .. } | AgentEvent::Error { .. } => {}
+            AgentEvent::Usage { .. } | AgentEvent::Error { .. } | AgentEvent::Budget { .. } => {}
         }
     }
 }

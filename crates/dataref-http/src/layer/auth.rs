@@ -50,16 +50,43 @@ pub(crate) async fn authenticate(
         .and_then(|signer| links::signed_principal(signer, &request));
     let principal = match signed {
         Some(Ok(principal)) => principal,
-        Some(Err(refused)) => return refused_unread(request.headers(), refused),
+        Some(Err(refused)) => {
+            dataref_ops::metrics::auth_failed("signed_link");
+            audit_refused(&request, "a signed link with a bad or expired signature");
+            return refused_unread(request.headers(), refused);
+        }
         None => match auth.tokens.authenticate(request.headers()) {
             Ok(principal) => principal,
             Err(failure) => {
+                dataref_ops::metrics::auth_failed(match failure {
+                    Failure::Missing => "missing",
+                    Failure::Invalid(_) => "invalid",
+                });
+                if let Failure::Invalid(reason) = &failure {
+                    audit_refused(&request, reason);
+                }
                 return refused_unread(request.headers(), auth.tokens.challenge(&failure));
             }
         },
     };
     request.extensions_mut().insert(Caller(principal));
     next.run(request).await
+}
+
+/// The address of the connection a request came on (the server puts it in each request's
+/// extensions; a request through the router alone has none).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::SocketAddr);
+
+/// A refused credential into the audit trail: why, from where, for what; never the token.
+fn audit_refused(request: &Request, reason: &str) {
+    let remote = request.extensions().get::<Peer>().map(|p| p.0.to_string());
+    dataref_ops::audit::auth_failed(
+        reason,
+        remote.as_deref(),
+        request.method().as_str(),
+        request.uri().path(),
+    );
 }
 
 /// The caller [`authenticate`] put into the request; a request that passed no

@@ -350,6 +350,12 @@ impl Limiter for LocalLimiter {
 
 impl Refused {
     fn response(&self) -> Response {
+        dataref_ops::metrics::rate_limited(match self {
+            Self::Rate { .. } => "rate",
+            Self::Concurrency { .. } => "concurrency",
+            Self::Downloads { .. } => "downloads",
+            Self::Unavailable { .. } => "unavailable",
+        });
         let (status, retry_after, body) = match self {
             Self::Rate {
                 retry_after,

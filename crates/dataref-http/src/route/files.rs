@@ -112,6 +112,7 @@ pub(crate) async fn download(State(state): State<Arc<AppState>>, request: Reques
     let Some((path, file, len)) = opened else {
         return not_found();
     };
+    dataref_ops::audit::download(principal.as_str(), &path, request.uri().query(), len);
     let mut r = Response::new(response::file(file, len));
     let h = r.headers_mut();
     let mime = mime_type(&path, None).unwrap_or("application/octet-stream");

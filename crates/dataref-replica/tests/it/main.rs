@@ -10,9 +10,11 @@
 )]
 
 mod artifacts;
+mod audit;
 mod files;
 mod limits;
 mod sessions;
+mod usage;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -257,6 +257,15 @@ impl ArtifactIndex for SqliteIndex {
         Ok(())
     }
 
+    fn totals(&self, now: Timestamp) -> Result<(u64, u64), StoreError> {
+        let (tables, bytes): (i64, i64) = self.lock().query_row(
+            "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM artifacts WHERE expires_at > ?1",
+            params![now.0],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+        Ok((to_u64(tables, "tables")?, to_u64(bytes, "bytes")?))
+    }
+
     fn every(&self, now: Timestamp) -> Result<Vec<ArtifactMeta>, StoreError> {
         let raws = {
             let conn = self.lock();

@@ -252,6 +252,13 @@ async fn each_call_runs_in_a_span_with_principal_tool_and_id() {
             ("principal".to_owned(), "alice".to_owned()),
             ("tool".to_owned(), "chatty".to_owned()),
             ("call_id".to_owned(), "toolu_7".to_owned()),
+            // The OpenTelemetry names an exporter reads (`outcome` comes at the end).
+            ("otel.name".to_owned(), "execute_tool chatty".to_owned()),
+            (
+                "gen_ai.operation.name".to_owned(),
+                "\"execute_tool\"".to_owned()
+            ),
+            ("gen_ai.tool.name".to_owned(), "chatty".to_owned()),
         ]]
     );
     // What the tool logs is under its call.

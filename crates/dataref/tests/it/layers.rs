@@ -15,6 +15,7 @@ use serde_json::Value;
 /// Bottom to top: a crate may depend (normally) only on crates before it.
 const STACK: &[&str] = &[
     "dataref-protocol",
+    "dataref-ops",
     "dataref-config",
     "dataref-workspace",
     "dataref-store",

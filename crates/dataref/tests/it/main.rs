@@ -11,6 +11,7 @@
 
 mod adbc;
 mod agent_http;
+mod audit;
 mod bench_forward;
 mod chat;
 mod cleanup;
@@ -21,6 +22,7 @@ mod http_edges;
 mod jsonrpc;
 mod lake;
 mod layers;
+mod metrics;
 mod mysql;
 mod ops;
 mod postgres;
@@ -29,6 +31,7 @@ mod replicas;
 mod snapshots;
 mod tools_list;
 mod transcript;
+mod usage;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::BIN;
 
 const ROWS: &str = "20000";
-const EU: &str = "eu-token-0123456789abcdef0123456789abcdef";
+pub(crate) const EU: &str = "eu-token-0123456789abcdef0123456789abcdef";
 const US: &str = "us-token-0123456789abcdef0123456789abcdef";
 
 fn digest(token: &str) -> String {
