@@ -13,7 +13,7 @@
 //! `hash` field (the line up to `,"hash":` with `}` in its place), so a verifier hashes the
 //! bytes as written and never re-serialises. `prev` is the line before's `hash` (64 zeros
 //! for the first line ever); `seq` counts up by one. An edited line no longer matches its
-//! hash, a removed or reordered line breaks `seq` and `prev`: [`verify`] names the first.
+//! hash, a removed or reordered line breaks `seq` and `prev`: [`verify()`] names the first.
 //!
 //! Files are `audit-000001.jsonl`, `audit-000002.jsonl`, … in one directory; a file that
 //! would grow past the rotation size is closed and the chain goes on in the next. Several

@@ -2,7 +2,7 @@
 //!
 //! The code is instrumented with `tracing` spans (`info_span!` at the MCP request, the
 //! agent run, each model call, tool call, sandbox job, SQL query and store read or write);
-//! [`layer`] is a `tracing_subscriber` layer that turns the spans of dataref's own crates
+//! [`layer()`] is a `tracing_subscriber` layer that turns the spans of dataref's own crates
 //! into OTLP spans: a trace id per root span, the parent from the span tree, start and end
 //! times, the span's fields as attributes, status `ERROR` when the span recorded an error.
 //! The layer is installed at start and does nothing until [`start`] (the config's
@@ -76,7 +76,7 @@ pub enum TraceError {
     Started,
 }
 
-/// Starts exporting: the spans [`layer`] sees from now on are sent to `settings.endpoint`.
+/// Starts exporting: the spans [`layer()`] sees from now on are sent to `settings.endpoint`.
 /// Once per process. A TLS provider must be installed first for an `https://` endpoint.
 pub fn start(settings: Settings) -> Result<(), TraceError> {
     export::start(settings)
