@@ -225,13 +225,17 @@ def test_an_mcp_request_is_one_trace_down_to_the_sql_and_the_store(setup):
                 sql["text"] = sql_over(ref)
                 r = await s.call_tool("run_sql", {"sql": sql["text"], "inputs": {"sales": ref}})
                 assert not r.is_error, r.content
+                # Reading the table as a resource is a data access too: a trace of its own.
+                read = await s.read_resource(f"dataref://artifacts/{ref}")
+                assert read.contents
 
     asyncio.run(go())
 
     def complete(spans):
         roots = [s for s in spans if s.name == "tools/call run_sql"]
-        return roots and any(s.name == "sql_query" and s.trace_id == roots[0].trace_id
-                             for s in spans)
+        return (roots and any(s.name == "sql_query" and s.trace_id == roots[0].trace_id
+                              for s in spans)
+                and any(s.name == "resources/read" for s in spans))
 
     spans = wait_for(receiver, complete, "run_sql trace")
     # The resource and the configured headers.
@@ -272,6 +276,14 @@ def test_an_mcp_request_is_one_trace_down_to_the_sql_and_the_store(setup):
     (fcall,) = children(ftrace, fetch, "execute_tool fetch_sales")
     (fwrite,) = children(ftrace, fcall, "store_write")
     assert attrs(fwrite.attributes)["rows"] == 2000
+
+    # resources/read: a root of its own, the store read under it.
+    (resource_read,) = [s for s in spans if s.name == "resources/read"]
+    assert not resource_read.parent_span_id and resource_read.kind == SPAN_KIND_SERVER
+    assert attrs(resource_read.attributes)["mcp.method.name"] == "resources/read"
+    assert resource_read.trace_id not in {s.trace_id for s in requests}
+    rtrace = tree(spans, resource_read)
+    assert children(rtrace, resource_read, "store_read"), [x.name for x in rtrace.values()]
 
     assert_no_text(receiver, sql["text"], SQL_MARKER, QUERY_SQL, "ORDER BY")
 

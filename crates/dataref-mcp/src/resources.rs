@@ -321,14 +321,18 @@ pub(crate) fn echo(s: &str) -> String {
     }
 }
 
-/// Store and workspace calls touch SQLite and files: off the async threads.
+/// Store and workspace calls touch SQLite and files: off the async threads, in the
+/// request's span (the store's own spans are its children in a trace).
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, McpError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        tracing::error!(error = %e, "resource task ended abnormally");
-        McpError::internal_error("the server failed while serving a resource", None)
-    })
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f))
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "resource task ended abnormally");
+            McpError::internal_error("the server failed while serving a resource", None)
+        })
 }
 
 #[derive(Debug, PartialEq)]

@@ -433,10 +433,16 @@ impl ServerHandler for DatarefServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let ctx = self.context(&context)?;
-        resources::read(&ctx, request.uri)
-            .await
-            .map(ReadResourceResponse::Complete)
+        // A trace of its own, as each tools/call has: the store read below is its child.
+        let span = mcp_span("resources/read", &context);
+        async {
+            let ctx = self.context(&context)?;
+            resources::read(&ctx, request.uri)
+                .await
+                .map(ReadResourceResponse::Complete)
+        }
+        .instrument(span)
+        .await
     }
 
     /// `notifications/resources/updated` for `uri` from now on, to this session only, when
@@ -564,4 +570,15 @@ impl ServerHandler for DatarefServer {
         self.session.set_level(Level::from_mcp(request.level));
         Ok(())
     }
+}
+
+/// The root span of one MCP request other than `tools/call` (which names its tool too).
+fn mcp_span(method: &'static str, context: &RequestContext<RoleServer>) -> tracing::Span {
+    tracing::info_span!(
+        "mcp_request",
+        otel.name = method,
+        otel.kind = "server",
+        mcp.method.name = method,
+        jsonrpc.request.id = %context.id,
+    )
 }
