@@ -420,3 +420,35 @@ def test_an_mcp_request_over_http_is_a_trace_too(setup, tmp_path):
     trace = tree(spans, root)
     (call,) = children(trace, root, "execute_tool fetch_sales")
     assert children(trace, call, "store_write")
+
+
+def test_include_text_exports_the_sql_and_only_then(setup, tmp_path):
+    """`include_text = true`: the query's text is on its `sql_query` span (and the same
+    server without it sends none, the other tests' check)."""
+    home, config, env, receiver = setup
+    receiver.clear()
+    with_text = tmp_path / "with-text.toml"
+    with_text.write_text(config.read_text().replace(
+        'service_name = "dataref-under-test"',
+        'service_name = "dataref-under-test"\ninclude_text = true'))
+    params = StdioServerParameters(
+        command=BIN, args=["serve", "--config", str(with_text), "--home", str(home)], env=env)
+    sql = {}
+
+    async def go():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                r = await s.call_tool("fetch_sales", {"since": "2025-01-01"})
+                assert not r.is_error
+                sql["text"] = sql_over(r.structured_content["dataRef"])
+                r = await s.call_tool(
+                    "run_sql",
+                    {"sql": sql["text"], "inputs": {"sales": r.structured_content["dataRef"]}})
+                assert not r.is_error, r.content
+
+    asyncio.run(go())
+    spans = wait_for(receiver, lambda ss: any(s.name == "sql_query" for s in ss),
+                     "the sql_query span")
+    (query,) = [s for s in spans if s.name == "sql_query"]
+    assert attrs(query.attributes)["db.query.text"] == sql["text"]

@@ -421,9 +421,10 @@ impl Agent {
                 r = model.complete(&request, &sink, &cancel).instrument(call_span.clone()) => r,
                 () = tokio::time::sleep_until(deadline) => {
                     let waited = asked.elapsed().as_secs_f64();
-                    dataref_ops::metrics::model_request(
-                        &self.name, &request.model, 0, 0, waited, false,
+                    dataref_ops::metrics::model_request_timed_out(
+                        &self.name, &request.model, waited,
                     );
+                    call_span.record("otel.status_code", "ERROR");
                     if let Some(m) = &meter {
                         m.record(ctx.clock.now(), estimate(&sink), true, events).await;
                     }

@@ -534,6 +534,17 @@ pub fn model_request(
 ) {
     MODEL_REQUESTS.inc(&[agent, model, if ok { "ok" } else { "error" }]);
     MODEL_SECONDS_FAMILY.observe(&[agent, model], seconds);
+    model_tokens(agent, model, prompt_tokens, completion_tokens);
+}
+
+/// A model request still out when its run's wall time ended: the run's limit, not the
+/// model's failure (`outcome="timeout"`), its time counted as far as it went.
+pub fn model_request_timed_out(agent: &str, model: &str, seconds: f64) {
+    MODEL_REQUESTS.inc(&[agent, model, "timeout"]);
+    MODEL_SECONDS_FAMILY.observe(&[agent, model], seconds);
+}
+
+fn model_tokens(agent: &str, model: &str, prompt_tokens: u64, completion_tokens: u64) {
     if prompt_tokens > 0 {
         MODEL_TOKENS.inc_by(&[agent, model, "prompt"], prompt_tokens);
     }
