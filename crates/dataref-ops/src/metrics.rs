@@ -330,7 +330,7 @@ static TOOL_SECONDS: Family = Family::new(
 );
 static MODEL_REQUESTS: Family = Family::new(
     "dataref_model_requests_total",
-    "Requests to a model, by agent profile, model and outcome (ok, error).",
+    "Requests to a model, by agent profile, model and outcome (ok, error, timeout: still out when the run's wall time ended).",
     Kind::Counter,
     &["agent", "model", "outcome"],
 );

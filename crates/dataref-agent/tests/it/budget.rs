@@ -469,10 +469,6 @@ async fn a_cancelled_request_is_kept_with_an_estimate() {
     let (requests, prompt, _, estimated) = kept(&f, "default");
     assert_eq!((requests, estimated), (1, 1));
     assert!(prompt > 0, "{prompt}");
-    // In the metrics, the run's limit, not the model's failure.
-    let timeout =
-        r#"dataref_model_requests_total{agent="default",model="gpt-4o",outcome="timeout"}"#;
-    assert!(metric(timeout) >= 1, "{}", dataref_ops::metrics::render());
 }
 
 /// A request the model fails (a 500, no retries) is kept with an estimate; a refusal
@@ -526,6 +522,10 @@ async fn a_request_out_at_the_wall_time_is_kept_with_an_estimate() {
     let (requests, prompt, _, estimated) = kept(&f, "default");
     assert_eq!((requests, estimated), (1, 1));
     assert!(prompt > 0, "{prompt}");
+    // In the metrics, the run's limit, not the model's failure.
+    let timeout =
+        r#"dataref_model_requests_total{agent="default",model="gpt-4o",outcome="timeout"}"#;
+    assert!(metric(timeout) >= 1, "{}", dataref_ops::metrics::render());
 }
 
 /// A metric's value in the Prometheus text of this process (0 when absent).
