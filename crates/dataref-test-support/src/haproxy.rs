@@ -298,17 +298,7 @@ impl TestHaproxy {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        // Only while it is unreaped: a reaped pid (and its group id) may be reused.
-        let unreaped = matches!(child.try_wait(), Ok(None));
-        if let Some(pid) = i32::try_from(child.id())
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .filter(|_| unreaped)
-        {
-            // The leader of its own group: the group id is its pid.
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-        if let Err(e) = child.wait() {
+        if let Err(e) = crate::kill_group(&mut child) {
             tracing::warn!(error = %e, "waiting for the test HAProxy to exit");
         }
     }

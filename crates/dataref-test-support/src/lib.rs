@@ -89,6 +89,24 @@ pub struct TestPostgres {
     tls_port: Option<u16>,
 }
 
+/// Kills `child`'s process group (a server started as the leader of its own group, so
+/// its helpers go too) and waits for it. Only while it is unreaped: a reaped pid (and its
+/// group id) may be reused by another process. An error from the kill means the group is
+/// already gone.
+pub(crate) fn kill_group(
+    child: &mut std::process::Child,
+) -> std::io::Result<std::process::ExitStatus> {
+    let unreaped = matches!(child.try_wait(), Ok(None));
+    if let Some(pid) = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .filter(|_| unreaped)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    child.wait()
+}
+
 /// The directory holding `initdb` and `pg_ctl`: `$PG_BIN`, else the newest
 /// `/usr/lib/postgresql/*/bin`.
 pub fn pg_bin() -> Option<PathBuf> {

@@ -256,18 +256,9 @@ impl TestPrometheus {
     }
 
     fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let unreaped = matches!(child.try_wait(), Ok(None));
-        if let Some(pid) = i32::try_from(child.id())
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .filter(|_| unreaped)
-        {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        if let Some(mut child) = self.child.take() {
+            let _ = crate::kill_group(&mut child);
         }
-        let _ = child.wait();
     }
 }
 

@@ -278,18 +278,7 @@ impl TestS3 {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
-        // Only while it is unreaped: a reaped pid (and its group id) may be reused.
-        let unreaped = matches!(child.try_wait(), Ok(None));
-        if let Some(pid) = i32::try_from(child.id())
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .filter(|_| unreaped)
-        {
-            // Started as the leader of its own group: the group id is its pid. An error
-            // here means the group is already gone.
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-        child.wait().context("waiting for SeaweedFS to exit")?;
+        crate::kill_group(&mut child).context("waiting for SeaweedFS to exit")?;
         self.remove_grpc_sockets();
         Ok(())
     }

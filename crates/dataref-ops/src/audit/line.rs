@@ -16,17 +16,10 @@ const HASH_HEX: usize = 64;
 
 /// `2026-12-07T11:05:37.123Z` for milliseconds since the Unix epoch (UTC).
 pub fn rfc3339_millis(unix_ms: i64) -> String {
-    let secs = unix_ms.div_euclid(1000);
-    let ms = unix_ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let s = secs.rem_euclid(86_400);
-    let (y, m, d) = dataref_protocol::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
+    // The protocol's second-precision form, its `Z` after the milliseconds.
+    let whole = dataref_protocol::Timestamp(unix_ms.div_euclid(1000)).to_string();
+    let seconds = whole.strip_suffix('Z').unwrap_or(&whole);
+    format!("{seconds}.{:03}Z", unix_ms.rem_euclid(1000))
 }
 
 /// Milliseconds since the Unix epoch, now (0 when the clock is before it).
