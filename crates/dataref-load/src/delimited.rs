@@ -1,16 +1,21 @@
 //! CSV and TSV: two passes over the file. The first finds the encoding, the delimiter, the
-//! header and every column's type over all rows; the second builds batches. Memory holds one
-//! batch, whatever the file's size.
+//! header and every column's type over all rows; the second builds batches. Memory holds a
+//! few batches, whatever the file's size. A large UTF-8 file is read on every core (see
+//! `parallel`), with the same result.
+
+mod parallel;
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
 
+use parallel::{ParallelBatches, Shape, Split, Stop};
+
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use crate::infer::{
-    Cell, ColumnKind, Decimal, Guess, Resolved, builders, column_names, finish_batch,
+    Builder, Cell, ColumnKind, Decimal, Guess, Resolved, builders, column_names, finish_batch,
     looks_like_header, schema_of,
 };
 use crate::text::{self, Sniffed, TextEncoding};
@@ -20,10 +25,21 @@ use crate::{BATCH_ROWS, Batches, Format, LoadError, LoadOptions, Opened, resolve
 const SAMPLE_BYTES: usize = 64 << 10;
 
 pub(crate) fn open(
+    file: File,
+    format: Format,
+    options: &LoadOptions,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Opened, LoadError> {
+    open_split(file, format, options, cancelled, Split::of_machine())
+}
+
+/// [`open`], a large UTF-8 file cut as `split` says.
+fn open_split(
     mut file: File,
     format: Format,
     options: &LoadOptions,
     cancelled: &dyn Fn() -> bool,
+    split: Split,
 ) -> Result<Opened, LoadError> {
     let label = format.label();
     let mut head = Vec::with_capacity(SAMPLE_BYTES);
@@ -35,24 +51,41 @@ pub(crate) fn open(
     }
     let complete = head.len() < SAMPLE_BYTES;
     let mut sniffed = text::sniff_encoding(&head, options.encoding, label)?;
-    let first = loop {
-        match first_pass(&file, sniffed, &head, complete, format, options, cancelled) {
-            Err(FirstPassError::NotUtf8) if sniffed.tentative => {
-                sniffed = Sniffed {
-                    encoding: TextEncoding::Windows1252,
-                    bom: 0,
-                    tentative: false,
-                };
-            }
-            Err(FirstPassError::NotUtf8) => {
-                return Err(LoadError::Encoding {
-                    at: "the file".into(),
-                    encoding: "UTF-8",
-                });
-            }
-            Err(FirstPassError::Load(e)) => return Err(e),
-            Ok(first) => break first,
+    let len = file.metadata()?.len();
+    let mut plan = None;
+    if sniffed.encoding == TextEncoding::Utf8 && split.applies(len - sniffed.bom) {
+        let delimiter = delimiter_of(&file, sniffed, &head, complete, format, options)?;
+        let decimal = options.decimal;
+        match parallel::first_pass(
+            &file,
+            sniffed.bom,
+            len,
+            delimiter,
+            decimal,
+            split,
+            cancelled,
+        ) {
+            Ok((first, segments)) => plan = Some((first, segments)),
+            // The sequential reader finds what stopped it, and names it.
+            Err(Stop::Sequential) => {}
+            Err(Stop::Cancelled) => return Err(LoadError::Cancelled),
+            Err(Stop::Io(e)) => return Err(LoadError::Io(e)),
         }
+    }
+    let (first, plan) = match plan {
+        Some((first, plan)) => (first, Some(plan)),
+        None => (
+            sequential_first_pass(
+                &file,
+                &mut sniffed,
+                &head,
+                complete,
+                format,
+                options,
+                cancelled,
+            )?,
+            None,
+        ),
     };
     let FirstPass {
         delimiter,
@@ -101,29 +134,76 @@ pub(crate) fn open(
         "no header line".into()
     });
     notes.push(format!("{label}: {}", how.join(", ")));
-    let reader = text::utf8_reader(file, sniffed)?;
-    let mut records = csv_reader(reader, delimiter);
-    if header {
-        let mut skip = csv::ByteRecord::new();
-        records.read_byte_record(&mut skip).map_err(csv_error)?;
-    }
     let data_rows = if header { rows - 1 } else { rows };
+    let batches: Box<dyn Batches> = match plan {
+        Some(plan) => {
+            let shape = Shape::new(&plan, schema, resolved, names, delimiter);
+            let segments = plan.segments(header);
+            Box::new(ParallelBatches::start(
+                file,
+                segments,
+                shape,
+                split.threads,
+            )?)
+        }
+        None => {
+            let reader: Box<dyn Read + Send> = text::utf8_reader(file, sniffed)?;
+            let mut records = csv_reader(reader, delimiter);
+            if header {
+                let mut skip = csv::ByteRecord::new();
+                records.read_byte_record(&mut skip).map_err(csv_error)?;
+            }
+            Box::new(DelimitedBatches {
+                records,
+                schema,
+                resolved,
+                names,
+                width,
+                record: csv::StringRecord::new(),
+            })
+        }
+    };
     Ok(Opened {
         format,
         rows: Some(data_rows),
         notes,
-        batches: Box::new(DelimitedBatches {
-            records,
-            schema,
-            resolved,
-            names,
-            width,
-            record: csv::ByteRecord::new(),
-        }),
+        batches,
     })
 }
 
-fn csv_reader(reader: Box<dyn Read + Send>, delimiter: u8) -> csv::Reader<Box<dyn Read + Send>> {
+/// The first pass on one thread; a file guessed UTF-8 that is not is read again as
+/// Windows-1252 (`sniffed` says which was read).
+fn sequential_first_pass(
+    file: &File,
+    sniffed: &mut Sniffed,
+    head: &[u8],
+    complete: bool,
+    format: Format,
+    options: &LoadOptions,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<FirstPass, LoadError> {
+    loop {
+        match first_pass(file, *sniffed, head, complete, format, options, cancelled) {
+            Err(FirstPassError::NotUtf8) if sniffed.tentative => {
+                *sniffed = Sniffed {
+                    encoding: TextEncoding::Windows1252,
+                    bom: 0,
+                    tentative: false,
+                };
+            }
+            Err(FirstPassError::NotUtf8) => {
+                return Err(LoadError::Encoding {
+                    at: "the file".into(),
+                    encoding: "UTF-8",
+                });
+            }
+            Err(FirstPassError::Load(e)) => return Err(e),
+            Ok(first) => return Ok(first),
+        }
+    }
+}
+
+fn csv_reader<R: Read>(reader: R, delimiter: u8) -> csv::Reader<R> {
     csv::ReaderBuilder::new()
         .delimiter(delimiter)
         .has_headers(false)
@@ -161,30 +241,7 @@ fn first_pass(
     cancelled: &dyn Fn() -> bool,
 ) -> Result<FirstPass, FirstPassError> {
     let file = file.try_clone().map_err(LoadError::Io)?;
-    let delimiter = match (options.delimiter, format) {
-        (Some(d), _) => d,
-        (None, Format::Tsv) => b'\t',
-        (None, _) => {
-            let mut sample = String::new();
-            let mut r = text::utf8_reader(file.try_clone().map_err(LoadError::Io)?, sniffed)
-                .map_err(LoadError::Io)?
-                .take(head.len() as u64);
-            // A cut multi-byte character at the end of the sample is dropped, not an error.
-            let mut bytes = Vec::new();
-            if r.read_to_end(&mut bytes).is_ok() {
-                sample = match String::from_utf8(bytes) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let valid = e.utf8_error().valid_up_to();
-                        let mut b = e.into_bytes();
-                        b.truncate(valid);
-                        String::from_utf8(b).unwrap_or_default()
-                    }
-                };
-            }
-            text::sniff_delimiter(&sample, complete)
-        }
-    };
+    let delimiter = delimiter_of(&file, sniffed, head, complete, format, options)?;
     let reader = text::utf8_reader(file, sniffed).map_err(LoadError::Io)?;
     let mut records = csv_reader(reader, delimiter);
     let mut record = csv::ByteRecord::new();
@@ -251,6 +308,39 @@ fn first_pass(
     })
 }
 
+/// The delimiter: given, a tab for TSV, else sniffed from the head of the file.
+fn delimiter_of(
+    file: &File,
+    sniffed: Sniffed,
+    head: &[u8],
+    complete: bool,
+    format: Format,
+    options: &LoadOptions,
+) -> Result<u8, LoadError> {
+    Ok(match (options.delimiter, format) {
+        (Some(d), _) => d,
+        (None, Format::Tsv) => b'\t',
+        (None, _) => {
+            let mut sample = String::new();
+            let mut r = text::utf8_reader(file.try_clone()?, sniffed)?.take(head.len() as u64);
+            // A cut multi-byte character at the end of the sample is dropped, not an error.
+            let mut bytes = Vec::new();
+            if r.read_to_end(&mut bytes).is_ok() {
+                sample = match String::from_utf8(bytes) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let valid = e.utf8_error().valid_up_to();
+                        let mut b = e.into_bytes();
+                        b.truncate(valid);
+                        String::from_utf8(b).unwrap_or_default()
+                    }
+                };
+            }
+            text::sniff_delimiter(&sample, complete)
+        }
+    })
+}
+
 fn record_strs(record: &csv::ByteRecord) -> Result<Vec<&str>, std::str::Utf8Error> {
     record.iter().map(std::str::from_utf8).collect()
 }
@@ -260,11 +350,21 @@ fn line_of(record: &csv::ByteRecord) -> u64 {
 }
 
 fn csv_error(e: csv::Error) -> LoadError {
-    let at = e
-        .position()
-        .map_or_else(|| "the file".to_owned(), |p| format!("line {}", p.line()));
+    csv_error_at(e, 1)
+}
+
+/// `e` as a load error, its line counted from `base` (the line its reader began on).
+fn csv_error_at(e: csv::Error, base: u64) -> LoadError {
+    let at = e.position().map_or_else(
+        || "the file".to_owned(),
+        |p| format!("line {}", base + p.line().saturating_sub(1)),
+    );
     match e.into_kind() {
         csv::ErrorKind::Io(io) => LoadError::Io(io),
+        csv::ErrorKind::Utf8 { .. } => LoadError::Encoding {
+            at,
+            encoding: "UTF-8",
+        },
         other => LoadError::malformed("CSV", format!("{at}: {other:?}")),
     }
 }
@@ -275,7 +375,7 @@ struct DelimitedBatches {
     resolved: Vec<Resolved>,
     names: Vec<String>,
     width: usize,
-    record: csv::ByteRecord,
+    record: csv::StringRecord,
 }
 
 impl Batches for DelimitedBatches {
@@ -289,32 +389,13 @@ impl Batches for DelimitedBatches {
         while n < BATCH_ROWS {
             if !self
                 .records
-                .read_byte_record(&mut self.record)
+                .read_record(&mut self.record)
                 .map_err(csv_error)?
             {
                 break;
             }
-            let line = line_of(&self.record);
-            if self.record.len() != self.width {
-                return Err(LoadError::Ragged {
-                    at: format!("line {line}"),
-                    found: self.record.len(),
-                    expected: self.width,
-                });
-            }
-            for (i, (b, raw)) in builders.iter_mut().zip(self.record.iter()).enumerate() {
-                let value = std::str::from_utf8(raw).map_err(|_| LoadError::Encoding {
-                    at: format!("line {line}"),
-                    encoding: "UTF-8",
-                })?;
-                b.push(Cell::Text(value))
-                    .map_err(|expected| LoadError::Value {
-                        at: format!("line {line}"),
-                        column: self.names[i].clone(),
-                        value: clip(value),
-                        expected,
-                    })?;
-            }
+            let line = self.record.position().map_or(0, csv::Position::line);
+            push_record(&mut builders, &self.record, &self.names, self.width, line)?;
             n += 1;
         }
         if n == 0 {
@@ -322,6 +403,45 @@ impl Batches for DelimitedBatches {
         }
         finish_batch(&self.schema, &mut builders, "CSV").map(Some)
     }
+}
+
+/// Appends one record (on `line`) to the batch's builders.
+fn push_record(
+    builders: &mut [Builder],
+    record: &csv::StringRecord,
+    names: &[String],
+    width: usize,
+    line: u64,
+) -> Result<(), LoadError> {
+    push_fields(builders, record.iter(), record.len(), names, width, line)
+}
+
+/// Appends the `found` fields of one record (on `line`) to the batch's builders.
+fn push_fields<'a>(
+    builders: &mut [Builder],
+    fields: impl Iterator<Item = &'a str>,
+    found: usize,
+    names: &[String],
+    width: usize,
+    line: u64,
+) -> Result<(), LoadError> {
+    if found != width {
+        return Err(LoadError::Ragged {
+            at: format!("line {line}"),
+            found,
+            expected: width,
+        });
+    }
+    for (i, (b, value)) in builders.iter_mut().zip(fields).enumerate() {
+        b.push(Cell::Text(value))
+            .map_err(|expected| LoadError::Value {
+                at: format!("line {line}"),
+                column: names[i].clone(),
+                value: clip(value),
+                expected,
+            })?;
+    }
+    Ok(())
 }
 
 /// A value quoted in an error: at most 80 characters.

@@ -53,6 +53,8 @@ pub enum LoadError {
     },
     #[error("the load was cancelled")]
     Cancelled,
+    #[error("the file changed while it was being loaded")]
+    Changed,
     #[error("reading the file: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -112,6 +114,9 @@ impl LoadError {
                     .into(),
             ),
             Self::Option { .. } => Some("leave that option out for this format".into()),
+            Self::Changed => {
+                Some("load it again once nothing is writing to it (or load a copy)".into())
+            }
             Self::Unsupported(_) | Self::Cancelled | Self::Io(_) => None,
         }
     }

@@ -130,7 +130,7 @@ impl Guess {
         let allowed = match cell {
             Cell::Null => return,
             Cell::Text(s) => {
-                let t = s.trim();
+                let t = trimmed(s);
                 if t.is_empty() || is_null_token(t) {
                     return;
                 }
@@ -145,6 +145,14 @@ impl Guess {
         };
         self.seen = true;
         self.mask &= allowed;
+    }
+
+    /// Narrows to what `other` (the same column's guess over other rows) allows too.
+    pub(crate) fn merge(&mut self, other: &Guess) {
+        if other.seen {
+            self.mask &= other.mask;
+            self.seen = true;
+        }
     }
 
     /// Whether `cell` would keep this column's type (for telling a header row from data).
@@ -227,26 +235,48 @@ fn text_fits(t: &str, mask: u8) -> u8 {
     if mask & BOOL != 0 && parse_bool(t).is_some() {
         out |= BOOL;
     }
-    if mask & INT != 0 && parse_int(t).is_some() {
-        out |= INT;
+    let numbers = mask & (INT | FLOAT_DOT | FLOAT_COMMA);
+    if numbers != 0 {
+        if parse_int(t).is_some() {
+            // Digits alone, no leading zero: a float either way round, up to 15 digits.
+            out |= INT & mask;
+            if split_sign(t).1.len() <= 15 {
+                out |= (FLOAT_DOT | FLOAT_COMMA) & mask;
+            }
+        } else {
+            if mask & FLOAT_DOT != 0 && float_fits(t, false) {
+                out |= FLOAT_DOT;
+            }
+            if mask & FLOAT_COMMA != 0 && float_fits(t, true) {
+                out |= FLOAT_COMMA;
+            }
+        }
     }
-    if mask & FLOAT_DOT != 0 && parse_float(t, false).is_some() {
-        out |= FLOAT_DOT;
-    }
-    if mask & FLOAT_COMMA != 0 && parse_float(t, true).is_some() {
-        out |= FLOAT_COMMA;
-    }
-    if mask & DATE != 0 && parse_date(t).is_some() {
-        out |= DATE;
-    }
-    if mask & (TS_NAIVE | TS_ZONED) != 0 {
-        match parse_timestamp(t) {
-            Some((_, false)) => out |= TS_NAIVE & mask,
-            Some((_, true)) => out |= TS_ZONED & mask,
-            None => {}
+    if mask & (DATE | TS_NAIVE | TS_ZONED) != 0 {
+        if t.len() == 10 {
+            // A date is also a naive timestamp (midnight); nothing else of ten bytes is
+            // either.
+            if parse_date(t).is_some() {
+                out |= (DATE | TS_NAIVE) & mask;
+            }
+        } else if mask & (TS_NAIVE | TS_ZONED) != 0 {
+            match parse_timestamp(t) {
+                Some((_, false)) => out |= TS_NAIVE & mask,
+                Some((_, true)) => out |= TS_ZONED & mask,
+                None => {}
+            }
         }
     }
     out
+}
+
+/// `t` without the white space around it; most cells have none.
+pub(crate) fn trimmed(t: &str) -> &str {
+    let b = t.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) if f.is_ascii_graphic() && l.is_ascii_graphic() => t,
+        _ => t.trim(),
+    }
 }
 
 pub(crate) fn parse_bool(t: &str) -> Option<bool> {
@@ -284,22 +314,54 @@ pub(crate) fn parse_int(t: &str) -> Option<i64> {
 /// digits, never more than 15 digits without a fraction or exponent (a float would round
 /// them).
 pub(crate) fn parse_float(t: &str, comma: bool) -> Option<f64> {
+    let syntax = float_syntax(t, comma)?;
+    // Checked: what is left is Rust's own syntax once the group separators go and the
+    // point is a dot. Most numbers already are, and are parsed where they lie.
+    let v: f64 = if !syntax.grouped && (!comma || !syntax.point) {
+        t.parse().ok()?
+    } else {
+        let (point, group) = if comma { (b',', b'.') } else { (b'.', b',') };
+        let normalized: String = t
+            .bytes()
+            .filter(|&c| c != group)
+            .map(|c| char::from(if c == point { b'.' } else { c }))
+            .collect();
+        normalized.parse().ok()?
+    };
+    v.is_finite().then_some(v)
+}
+
+/// Whether `t` is a number [`parse_float`] reads, without reading it: only an exponent or
+/// hundreds of digits can make a float overflow.
+fn float_fits(t: &str, comma: bool) -> bool {
+    match float_syntax(t, comma) {
+        Some(s) if !s.exponent && s.int_digits < 300 => true,
+        Some(_) => parse_float(t, comma).is_some(),
+        None => false,
+    }
+}
+
+/// What the text of a decimal number holds.
+struct FloatSyntax {
+    grouped: bool,
+    point: bool,
+    exponent: bool,
+    int_digits: usize,
+}
+
+/// The syntax of a number [`parse_float`] accepts, if `t` has it.
+fn float_syntax(t: &str, comma: bool) -> Option<FloatSyntax> {
     let (point, group) = if comma { (b',', b'.') } else { (b'.', b',') };
-    let (negative, rest) = split_sign(t);
+    let (_, rest) = split_sign(t);
     let b = rest.as_bytes();
     let mut i = 0;
     let mut int_digits = 0usize;
-    let mut normalized = String::with_capacity(t.len() + 1);
-    if negative {
-        normalized.push('-');
-    }
     // The integer part: plain digits, or groups of three after a first group of 1–3.
     let mut grouped = false;
     while i < b.len() && (b[i].is_ascii_digit() || b[i] == group) {
         if b[i] == group {
             grouped = true;
         } else {
-            normalized.push(char::from(b[i]));
             int_digits += 1;
         }
         i += 1;
@@ -318,11 +380,10 @@ pub(crate) fn parse_float(t: &str, comma: bool) -> Option<f64> {
         return None;
     }
     let mut frac_digits = 0usize;
-    if i < b.len() && b[i] == point {
-        normalized.push('.');
+    let has_point = i < b.len() && b[i] == point;
+    if has_point {
         i += 1;
         while i < b.len() && b[i].is_ascii_digit() {
-            normalized.push(char::from(b[i]));
             frac_digits += 1;
             i += 1;
         }
@@ -335,15 +396,12 @@ pub(crate) fn parse_float(t: &str, comma: bool) -> Option<f64> {
     }
     let mut exponent = false;
     if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-        normalized.push('e');
         i += 1;
         if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-            normalized.push(char::from(b[i]));
             i += 1;
         }
         let start = i;
         while i < b.len() && b[i].is_ascii_digit() {
-            normalized.push(char::from(b[i]));
             i += 1;
         }
         if i == start {
@@ -354,12 +412,15 @@ pub(crate) fn parse_float(t: &str, comma: bool) -> Option<f64> {
     if i != b.len() {
         return None;
     }
-    let has_point = rest.as_bytes().contains(&point);
     if !has_point && !exponent && int_digits > 15 {
         return None;
     }
-    let v: f64 = normalized.parse().ok()?;
-    v.is_finite().then_some(v)
+    Some(FloatSyntax {
+        grouped,
+        point: has_point,
+        exponent,
+        int_digits,
+    })
 }
 
 /// `YYYY-MM-DD`, a real day.
@@ -522,7 +583,7 @@ impl Builder {
         // Text that means NULL in any column but text.
         let text = match cell {
             Cell::Text(s) => {
-                let t = s.trim();
+                let t = trimmed(s);
                 if t.is_empty() {
                     self.push_null();
                     return Ok(());
@@ -739,6 +800,20 @@ mod tests {
         assert_eq!(parse_float("1e400", false), None);
         assert_eq!(parse_float("0012.5", false), None);
         assert_eq!(parse_float("0.25", false), Some(0.25));
+        // Parsed where they lie (no copy) or rewritten first: the same numbers.
+        assert_eq!(parse_float("+1.5", false), Some(1.5));
+        assert_eq!(parse_float("-1.5", true), None);
+        assert_eq!(parse_float("-1,5", true), Some(-1.5));
+        assert_eq!(parse_float("1.", false), Some(1.0));
+        assert_eq!(parse_float("-.5", false), Some(-0.5));
+        assert_eq!(parse_float("1.5E-3", false), Some(0.0015));
+        assert_eq!(parse_float("1.234.567,8", true), Some(1_234_567.8));
+        assert_eq!(parse_float("-1,234,567.8", false), Some(-1_234_567.8));
+        assert_eq!(parse_float("29", true), Some(29.0));
+        assert_eq!(parse_float("1234567890123456", false), None);
+        assert_eq!(parse_float("inf", false), None);
+        assert_eq!(parse_float("NaN", false), None);
+        assert_eq!(parse_float("1_000", false), None);
         let r = kind_of(&["1,5", "2,25"]);
         assert_eq!((r.kind, r.comma), (ColumnKind::Float, true));
         // Both readings hold: the file's convention decides.

@@ -244,6 +244,56 @@ fn a_large_csv_streams_in_batches() {
     assert_eq!(batches[0].schema().field(1).data_type(), &DataType::Utf8);
 }
 
+/// A file past two chunks of 8 MiB is read on every core: the same rows, in order, with a
+/// quoted field spanning lines late in the file and a late value that widens a column.
+#[test]
+fn a_csv_past_16_mib_is_read_on_every_core_in_order() {
+    let mut csv = String::from("id,region,amount,note\r\n");
+    let rows = 600_000u64;
+    for i in 0..rows {
+        let note = if i == 533_333 {
+            "\"two\r\nlines, \"\"quoted\"\"\"".to_owned()
+        } else {
+            format!("note {}", i % 13)
+        };
+        csv.push_str(&format!("{i},region {},{}.5,{note}\r\n", i % 7, i % 1000));
+    }
+    csv.push_str(&format!("{rows},late,n/a,last\r\n"));
+    assert!(csv.len() > 16 << 20, "{} bytes", csv.len());
+    let (o, batches) = load("big.csv", csv.as_bytes(), &LoadOptions::default()).unwrap();
+    assert_eq!(o.rows, Some(rows + 1));
+    let ids: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| {
+            let ids = b.column(0).as_primitive::<Int64Type>();
+            ids.iter().flatten().collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(ids.len() as u64, rows + 1);
+    assert!(
+        ids.iter().enumerate().all(|(i, &id)| id == i as i64),
+        "in order"
+    );
+    let schema = batches[0].schema();
+    assert_eq!(
+        schema.field(2).data_type(),
+        &DataType::Utf8,
+        "widened by `n/a`"
+    );
+    let note = |i: usize| {
+        let mut at = i;
+        for b in &batches {
+            if at < b.num_rows() {
+                return b.column(3).as_string::<i32>().value(at).to_owned();
+            }
+            at -= b.num_rows();
+        }
+        panic!("no row {i}")
+    };
+    assert_eq!(note(533_333), "two\r\nlines, \"quoted\"");
+    assert_eq!(note(533_334), format!("note {}", 533_334 % 13));
+}
+
 #[test]
 fn json_arrays_and_ndjson() {
     let json = r#" [ {"id": 1, "name": "a", "tags": ["x"], "at": "2024-05-01T10:00:00Z"},
