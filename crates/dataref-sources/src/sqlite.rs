@@ -229,8 +229,7 @@ fn file_version(path: &Path) -> Option<String> {
     reason = "the source's own database file, which this crate opens anyway"
 )]
 fn file_state(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
+    let file = std::fs::File::open(path).ok()?;
     let meta = file.metadata().ok()?;
     let modified = meta
         .modified()
@@ -248,16 +247,10 @@ fn file_state(path: &Path) -> Option<String> {
         .unwrap_or_default();
     let mut text = format!("{} bytes{modified}", meta.len());
     if meta.len() <= HASHED_BYTES {
-        let mut hashing = dataref_store::Hashing::new();
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => hashing.update(&buf[..n]),
-                Err(_) => return Some(text),
-            }
+        match dataref_store::Checksum::of_file(&file) {
+            Ok((_, sum)) => text.push_str(&format!(", {sum}")),
+            Err(_) => return Some(text),
         }
-        text.push_str(&format!(", {}", hashing.finish()));
     }
     Some(text)
 }

@@ -6,6 +6,9 @@
 //! without guessing which one a row used.
 
 use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -154,6 +157,62 @@ impl Checksum {
             .unwrap_or_else(|| Self(*blake3::hash(bytes).as_bytes()))
     }
 
+    /// The length and hash of what `file` holds, read by offset (its cursor stays where
+    /// it is), the pieces of a large file on every core. A file that shrinks while it is
+    /// read is an error; one that grows is hashed as long as it was.
+    pub fn of_file(file: &File) -> io::Result<(u64, Self)> {
+        let len = file.metadata()?.len();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .min(MAX_THREADS);
+        if threads < 2 || len <= 2 * PIECE {
+            let mut hashing = Hashing::new();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut at = 0u64;
+            while at < len {
+                let n = file.read_at(&mut buf, at)?;
+                if n == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                let n = n.min(usize::try_from(len - at).unwrap_or(n));
+                hashing.update(&buf[..n]);
+                at += n as u64;
+            }
+            return Ok((len, hashing.finish()));
+        }
+        let pieces = Pieces::plan(len, PIECE);
+        let spans = pieces.spans();
+        let next = AtomicUsize::new(0);
+        let found: Mutex<Vec<Option<io::Result<PieceHash>>>> =
+            Mutex::new(spans.iter().map(|_| None).collect());
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let mut buf = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&(offset, len)) = spans.get(i) else {
+                            return;
+                        };
+                        buf.resize(usize::try_from(len).unwrap_or(0), 0);
+                        let h = file
+                            .read_exact_at(&mut buf, offset)
+                            .map(|()| Pieces::hash(offset, &buf));
+                        found.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(h);
+                    }
+                });
+            }
+        });
+        let mut hashes = Vec::with_capacity(spans.len());
+        for h in found.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            hashes.push(h.ok_or_else(|| io::Error::other("a piece of the file was not hashed"))??);
+        }
+        let sum = pieces
+            .finish(&hashes)
+            .ok_or_else(|| io::Error::other("the file's pieces did not make a hash"))?;
+        Ok((len, sum))
+    }
+
     /// Parses the index's text form.
     pub fn parse(s: &str) -> Option<Self> {
         let hex = s.strip_prefix(PREFIX)?;
@@ -224,6 +283,21 @@ impl Hashing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file hashed by offset, small or in pieces on every core: plain BLAKE3 and its
+    /// length.
+    #[test]
+    fn a_file_hashes_as_its_bytes() {
+        use std::io::Write;
+        for len in [0usize, 1, 70_000, (2 * PIECE + 12_345) as usize] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut f = tempfile::tempfile().expect("temp file");
+            f.write_all(&bytes).expect("write");
+            let (n, sum) = Checksum::of_file(&f).expect("hashed");
+            assert_eq!(n, len as u64);
+            assert_eq!(sum.0, *blake3::hash(&bytes).as_bytes(), "{len} bytes");
+        }
+    }
 
     /// Hashed in pieces on several threads, or piece by piece in any order, any length
     /// gives plain BLAKE3.

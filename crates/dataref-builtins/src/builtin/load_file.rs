@@ -121,10 +121,10 @@ impl TypedTool for LoadFileTool {
         let receipt = crate::receipt::started(ctx);
         let d = blocking("load_file", move || {
             let path = workspace.resolve(&a.path)?;
-            let mut file = workspace.open_read(&path)?;
+            let file = workspace.open_read(&path)?;
             // The bytes the table is read from: hashed, then read again from the start of
             // the same open file.
-            let read = file_read(&mut file, path.as_str()).map_err(|e| load_error(&a.path, e))?;
+            let read = file_read(&file, path.as_str()).map_err(|e| load_error(&a.path, e))?;
             let lineage = lineage.with_receipt(dataref_protocol::Receipt {
                 file: Some(read),
                 ..receipt
@@ -164,28 +164,13 @@ impl TypedTool for LoadFileTool {
     }
 }
 
-/// `file`'s size and content hash, for the receipt; the file is left at its start.
-fn file_read(
-    file: &mut std::fs::File,
-    path: &str,
-) -> Result<dataref_protocol::FileRead, LoadError> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut hashing = dataref_store::Hashing::new();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut bytes = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(LoadError::Io)?;
-        if n == 0 {
-            break;
-        }
-        hashing.update(&buf[..n]);
-        bytes += n as u64;
-    }
-    file.seek(SeekFrom::Start(0)).map_err(LoadError::Io)?;
+/// `file`'s size and content hash, for the receipt (read by offset, on every core).
+fn file_read(file: &std::fs::File, path: &str) -> Result<dataref_protocol::FileRead, LoadError> {
+    let (bytes, checksum) = dataref_store::Checksum::of_file(file).map_err(LoadError::Io)?;
     Ok(dataref_protocol::FileRead {
         path: path.to_owned(),
         bytes,
-        checksum: hashing.finish().to_string(),
+        checksum: checksum.to_string(),
     })
 }
 

@@ -20,6 +20,32 @@ use crate::{ArtifactMeta, Checksum, Hashing, Lineage, StoreError, TableWriter};
 /// buffers pass straight through `BufWriter` anyway.
 const WRITE_BUFFER: usize = 256 * 1024;
 
+/// A large table's bytes go to the disk as they are written, this many at a time, so the
+/// fsync that makes it durable waits for the last few, not for all of them (a 600 MB table
+/// waited 0.9 s here). What PostgreSQL's `backend_flush_after` does.
+const WRITEBACK_EVERY: u64 = 32 << 20;
+
+/// Starts writing `[from, from + len)` of `file` to the disk without waiting for it. Only
+/// advice: an error here is the fsync's to report.
+#[cfg(target_os = "linux")]
+#[expect(
+    unsafe_code,
+    reason = "sync_file_range has no safe wrapper in rustix; it takes a descriptor and numbers"
+)]
+fn start_writeback(file: &File, from: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(from), Ok(len)) = (i64::try_from(from), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a plain system call on a descriptor `file` keeps open for the call; no
+    // memory is passed.
+    let _ =
+        unsafe { libc::sync_file_range(file.as_raw_fd(), from, len, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _from: u64, _len: u64) {}
+
 /// The most bytes one write may put on disk, and which bound set it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Cap {
@@ -50,6 +76,8 @@ impl Cap {
 struct CappedWriter {
     inner: BufWriter<File>,
     written: u64,
+    /// Bytes handed to the disk's writeback so far (see [`WRITEBACK_EVERY`]).
+    writeback: u64,
     /// The content hash, computed here so the file is never read back for it.
     hash: Hashing,
     cap: u64,
@@ -68,6 +96,15 @@ impl Write for CappedWriter {
         let n = self.inner.write(buf)?;
         self.hash.update(&buf[..n]);
         self.written += u64::try_from(n).unwrap_or(u64::MAX);
+        let in_file = self.written - self.inner.buffer().len() as u64;
+        if in_file - self.writeback >= WRITEBACK_EVERY {
+            start_writeback(
+                self.inner.get_ref(),
+                self.writeback,
+                in_file - self.writeback,
+            );
+            self.writeback = in_file;
+        }
         Ok(n)
     }
 
@@ -132,6 +169,7 @@ impl LocalTableWriter {
         let sink = CappedWriter {
             inner: BufWriter::with_capacity(WRITE_BUFFER, file),
             written: 0,
+            writeback: 0,
             hash: Hashing::new(),
             cap: cap.bytes,
             crossed: crossed.clone(),
