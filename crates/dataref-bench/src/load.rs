@@ -63,6 +63,9 @@ pub struct WorkerArgs {
     /// A scratch directory for the store.
     #[arg(long)]
     dir: PathBuf,
+    /// Only read the file: every batch built and dropped (no receipt hash, no store).
+    #[arg(long)]
+    read_only: bool,
 }
 
 /// Loads one file into a fresh store, as `load_file` does, and reports its time and peak.
@@ -72,6 +75,21 @@ pub fn worker(a: &WorkerArgs) -> Result<Value> {
     let name = a.file.display().to_string();
     let t = Instant::now();
     let file = std::fs::File::open(&a.file).with_context(|| format!("opening `{name}`"))?;
+    if a.read_only {
+        let options = dataref_load::LoadOptions::default();
+        let mut opened = dataref_load::open(file, &name, &options, &|| false)?;
+        let mut rows = 0;
+        while let Some(batch) = opened.batches.next_batch()? {
+            rows += batch.num_rows();
+        }
+        return Ok(json!({
+            "rows": rows,
+            "secs": t.elapsed().as_secs_f64(),
+            "peak_rss_bytes": peak_rss_bytes(),
+        }));
+    }
+    // The receipt's hash of the file, as `load_file` takes it before reading.
+    dataref_store::Checksum::of_file(&file)?;
     let mut opened =
         dataref_load::open(file, &name, &dataref_load::LoadOptions::default(), &|| {
             false
@@ -160,26 +178,37 @@ pub fn run(a: &LoadArgs, python: &str, dir: Option<&Path>) -> Result<()> {
     prepare_lake(&dir, a.rows, &lake)?;
     let csv_bytes = std::fs::metadata(&csv).map_or(0, |m| m.len());
 
+    let worker = |file: &Path, read_only: bool| -> Result<Value> {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["bench-worker", "load", "--file"])
+            .arg(file)
+            .arg("--dir")
+            .arg(&dir);
+        if read_only {
+            cmd.arg("--read-only");
+        }
+        run_json(&mut cmd)
+    };
     let ours = |file: &Path| -> Result<Value> {
         dataref_app::progress_line(&format!("loading {} with dataref…", file.display()));
-        run_json(
-            Command::new(&exe)
-                .args(["bench-worker", "load", "--file"])
-                .arg(file)
-                .arg("--dir")
-                .arg(&dir),
-        )
+        worker(file, false)
     };
     let theirs = |kind: &str, file: &Path| -> Result<Value> {
         dataref_app::progress_line(&format!("loading {} with {kind}…", file.display()));
         run_json(Command::new(python).args(["-c", PY_LOAD, kind]).arg(file))
     };
     let csv_ours = ours(&csv)?;
+    dataref_app::progress_line(&format!("reading {} with dataref…", csv.display()));
+    let csv_read = worker(&csv, true)?;
     let csv_duck = theirs("duckdb_csv", &csv)?;
     let csv_pandas = theirs("pandas_csv", &csv)?;
     let xlsx_ours = ours(&xlsx)?;
     let xlsx_pandas = theirs("pandas_xlsx", &xlsx)?;
-    for (who, v) in [("DuckDB", &csv_duck), ("pandas", &csv_pandas)] {
+    for (who, v) in [
+        ("DuckDB", &csv_duck),
+        ("pandas", &csv_pandas),
+        ("dataref's reader", &csv_read),
+    ] {
         if v["rows"] != csv_ours["rows"] {
             bail!(
                 "{who} read {} rows of the CSV, dataref {}",
@@ -229,7 +258,8 @@ pub fn run(a: &LoadArgs, python: &str, dir: Option<&Path>) -> Result<()> {
     writeln!(out, "|---|---:|---:|---:|---:|")?;
     let base = f(&csv_ours, "secs");
     for (name, v) in [
-        ("dataref load_file (into the store)", &csv_ours),
+        ("dataref load_file (into the store, durable)", &csv_ours),
+        ("dataref's reader alone (batches dropped)", &csv_read),
         ("DuckDB read_csv → Arrow", &csv_duck),
         ("pandas read_csv", &csv_pandas),
     ] {
