@@ -119,19 +119,32 @@ impl Scanned {
     }
 }
 
-/// Parses the records that begin in `[start, end)` (to the end of the file without `end`);
-/// the last may run past `end` (see [`chunk_starts`]: a parse that stops at `end` has read
-/// everything of the chunk that makes a record). A chunk of plain lines is split where it
-/// lies; any other is parsed by the CSV reader.
-fn scan(
-    file: &File,
+/// A chunk to parse and how: where it begins, where the next begins (none for the file's
+/// last), whether it is the file's first, the delimiter and decimal separator, and the flag
+/// that stops every chunk when the load is cancelled.
+#[derive(Clone, Copy)]
+struct Chunk<'a> {
+    file: &'a File,
     start: u64,
     end: Option<u64>,
     first: bool,
     delimiter: u8,
     decimal: Option<Decimal>,
-    stop: &AtomicBool,
-) -> Result<Scanned, Stop> {
+    stop: &'a AtomicBool,
+}
+
+/// Parses the records that begin in `[start, end)` (to the end of the file without `end`);
+/// the last may run past `end` (see [`chunk_starts`]: a parse that stops at `end` has read
+/// everything of the chunk that makes a record). A chunk of plain lines is split where it
+/// lies; any other is parsed by the CSV reader.
+fn scan(c: Chunk<'_>) -> Result<Scanned, Stop> {
+    let Chunk {
+        file,
+        start,
+        end,
+        delimiter,
+        ..
+    } = c;
     let to = match end {
         Some(end) => end,
         None => file.metadata().map_err(Stop::Io)?.len(),
@@ -140,11 +153,11 @@ fn scan(
     if plain_delimiter(delimiter) && to.saturating_sub(start) <= MAX_PLAIN_SPAN {
         let bytes = read_span(file, start, to).map_err(Stop::Io)?;
         let text = std::str::from_utf8(&bytes).map_err(|_| Stop::Sequential)?;
-        if let Some(s) = scan_plain(text, start, end.is_some(), first, delimiter, decimal, stop) {
+        if let Some(s) = scan_plain(text, c) {
             return s;
         }
     }
-    scan_csv(file, start, end, first, delimiter, decimal, stop)
+    scan_csv(c)
 }
 
 /// The most bytes of a chunk read into memory to be split where they lie.
@@ -271,17 +284,19 @@ fn next_special(b: &[u8], mut i: usize, delimiter: u8) -> usize {
     i
 }
 
-/// [`scan_csv`] of a chunk (`text`, from `start`; the file's last chunk unless `bounded`)
-/// of plain lines; `None` if it has other lines.
-fn scan_plain(
-    text: &str,
-    start: u64,
-    bounded: bool,
-    first: bool,
-    delimiter: u8,
-    decimal: Option<Decimal>,
-    stop: &AtomicBool,
-) -> Option<Result<Scanned, Stop>> {
+/// [`scan_csv`] of a chunk of plain lines (`text`, all of it); `None` if it has other
+/// lines.
+fn scan_plain(text: &str, c: Chunk<'_>) -> Option<Result<Scanned, Stop>> {
+    let Chunk {
+        start,
+        end,
+        first,
+        delimiter,
+        decimal,
+        stop,
+        ..
+    } = c;
+    let bounded = end.is_some();
     let skip = u64::from(first);
     let mut s = Scanned::empty(start);
     s.plain = true;
@@ -330,15 +345,16 @@ fn scan_plain(
 }
 
 /// The CSV reader's parse of a chunk (see [`scan`]).
-fn scan_csv(
-    file: &File,
-    start: u64,
-    end: Option<u64>,
-    first: bool,
-    delimiter: u8,
-    decimal: Option<Decimal>,
-    stop: &AtomicBool,
-) -> Result<Scanned, Stop> {
+fn scan_csv(c: Chunk<'_>) -> Result<Scanned, Stop> {
+    let Chunk {
+        file,
+        start,
+        end,
+        first,
+        delimiter,
+        decimal,
+        stop,
+    } = c;
     let mut records = csv_reader(At { file, pos: start }, delimiter);
     let mut record = csv::StringRecord::new();
     let skip = u64::from(first);
@@ -512,7 +528,15 @@ pub(crate) fn first_pass(
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    let s = scan(file, start, end_of(i), i == 0, delimiter, decimal, stop);
+                    let s = scan(Chunk {
+                        file,
+                        start,
+                        end: end_of(i),
+                        first: i == 0,
+                        delimiter,
+                        decimal,
+                        stop,
+                    });
                     // A failed chunk need not stop the others: the chunk before it may end
                     // past its start, and then it is parsed again from there.
                     if tx.send((i, s)).is_err() {
@@ -548,7 +572,15 @@ pub(crate) fn first_pass(
         let s = match slot {
             Some(result) if starts[i] == at.0 => result?,
             _ if end.is_some_and(|end| at.0 >= end) => Scanned::empty(at.0),
-            _ => scan(file, at.0, end, i == 0, delimiter, decimal, &stop)?,
+            _ => scan(Chunk {
+                file,
+                start: at.0,
+                end,
+                first: i == 0,
+                delimiter,
+                decimal,
+                stop: &stop,
+            })?,
         };
         let line = |local: u64| at.1 + local - 1;
         if let Some(width) = s.width {
