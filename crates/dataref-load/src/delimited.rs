@@ -74,18 +74,27 @@ fn open_split(
     }
     let (first, plan) = match plan {
         Some((first, plan)) => (first, Some(plan)),
-        None => (
-            sequential_first_pass(
-                &file,
-                &mut sniffed,
-                &head,
-                complete,
-                format,
-                options,
-                cancelled,
-            )?,
-            None,
-        ),
+        // On one thread; a file guessed UTF-8 that is not is read again as Windows-1252.
+        None => loop {
+            let delimiter = delimiter_of(&file, sniffed, &head, complete, format, options)?;
+            match first_pass(&file, sniffed, delimiter, options, cancelled) {
+                Err(FirstPassError::NotUtf8) if sniffed.tentative => {
+                    sniffed = Sniffed {
+                        encoding: TextEncoding::Windows1252,
+                        bom: 0,
+                        tentative: false,
+                    };
+                }
+                Err(FirstPassError::NotUtf8) => {
+                    return Err(LoadError::Encoding {
+                        at: "the file".into(),
+                        encoding: "UTF-8",
+                    });
+                }
+                Err(FirstPassError::Load(e)) => return Err(e),
+                Ok(first) => break (first, None),
+            }
+        },
     };
     let FirstPass {
         delimiter,
@@ -171,38 +180,6 @@ fn open_split(
     })
 }
 
-/// The first pass on one thread; a file guessed UTF-8 that is not is read again as
-/// Windows-1252 (`sniffed` says which was read).
-fn sequential_first_pass(
-    file: &File,
-    sniffed: &mut Sniffed,
-    head: &[u8],
-    complete: bool,
-    format: Format,
-    options: &LoadOptions,
-    cancelled: &dyn Fn() -> bool,
-) -> Result<FirstPass, LoadError> {
-    loop {
-        match first_pass(file, *sniffed, head, complete, format, options, cancelled) {
-            Err(FirstPassError::NotUtf8) if sniffed.tentative => {
-                *sniffed = Sniffed {
-                    encoding: TextEncoding::Windows1252,
-                    bom: 0,
-                    tentative: false,
-                };
-            }
-            Err(FirstPassError::NotUtf8) => {
-                return Err(LoadError::Encoding {
-                    at: "the file".into(),
-                    encoding: "UTF-8",
-                });
-            }
-            Err(FirstPassError::Load(e)) => return Err(e),
-            Ok(first) => return Ok(first),
-        }
-    }
-}
-
 fn csv_reader<R: Read>(reader: R, delimiter: u8) -> csv::Reader<R> {
     csv::ReaderBuilder::new()
         .delimiter(delimiter)
@@ -234,14 +211,11 @@ impl From<LoadError> for FirstPassError {
 fn first_pass(
     file: &File,
     sniffed: Sniffed,
-    head: &[u8],
-    complete: bool,
-    format: Format,
+    delimiter: u8,
     options: &LoadOptions,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<FirstPass, FirstPassError> {
     let file = file.try_clone().map_err(LoadError::Io)?;
-    let delimiter = delimiter_of(&file, sniffed, head, complete, format, options)?;
     let reader = text::utf8_reader(file, sniffed).map_err(LoadError::Io)?;
     let mut records = csv_reader(reader, delimiter);
     let mut record = csv::ByteRecord::new();

@@ -287,16 +287,7 @@ fn next_special(b: &[u8], mut i: usize, delimiter: u8) -> usize {
 /// [`scan_csv`] of a chunk of plain lines (`text`, all of it); `None` if it has other
 /// lines.
 fn scan_plain(text: &str, c: Chunk<'_>) -> Option<Result<Scanned, Stop>> {
-    let Chunk {
-        start,
-        end,
-        first,
-        delimiter,
-        decimal,
-        stop,
-        ..
-    } = c;
-    let bounded = end.is_some();
+    let (start, bounded, first, delimiter) = (c.start, c.end.is_some(), c.first, c.delimiter);
     let skip = u64::from(first);
     let mut s = Scanned::empty(start);
     s.plain = true;
@@ -324,7 +315,7 @@ fn scan_plain(text: &str, c: Chunk<'_>) -> Option<Result<Scanned, Stop>> {
         match s.width {
             None => {
                 s.width = Some(width);
-                s.guesses = vec![Guess::new(decimal); width];
+                s.guesses = vec![Guess::new(c.decimal); width];
             }
             Some(w) if w != width => return Some(Err(Stop::Sequential)),
             Some(_) => {}
@@ -338,7 +329,7 @@ fn scan_plain(text: &str, c: Chunk<'_>) -> Option<Result<Scanned, Stop>> {
             }
         }
         s.rows += 1;
-        if s.rows.is_multiple_of(BATCH_ROWS as u64) && stop.load(Ordering::Relaxed) {
+        if s.rows.is_multiple_of(BATCH_ROWS as u64) && c.stop.load(Ordering::Relaxed) {
             return Some(Err(Stop::Cancelled));
         }
     }
