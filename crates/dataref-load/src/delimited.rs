@@ -8,6 +8,7 @@ mod parallel;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
 
 use parallel::{ParallelBatches, Shape, Split, Stop};
 
@@ -156,6 +157,7 @@ fn open_split(
             )?)
         }
         None => {
+            let lines = lines_of(&file, sniffed);
             let reader: Box<dyn Read + Send> = text::utf8_reader(file, sniffed)?;
             let mut records = csv_reader(reader, delimiter);
             if header {
@@ -169,6 +171,7 @@ fn open_split(
                 names,
                 width,
                 record: csv::StringRecord::new(),
+                lines,
             })
         }
     };
@@ -215,6 +218,7 @@ fn first_pass(
     options: &LoadOptions,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<FirstPass, FirstPassError> {
+    let lines = lines_of(file, sniffed);
     let file = file.try_clone().map_err(LoadError::Io)?;
     let reader = text::utf8_reader(file, sniffed).map_err(LoadError::Io)?;
     let mut records = csv_reader(reader, delimiter);
@@ -242,7 +246,7 @@ fn first_pass(
         let not_utf8 = || match sniffed.tentative {
             true => FirstPassError::NotUtf8,
             false => LoadError::Encoding {
-                at: format!("line {}", line_of(&record)),
+                at: format!("line {}", line_at(lines.as_ref(), record.position())),
                 encoding: sniffed.encoding.name(),
             }
             .into(),
@@ -254,7 +258,7 @@ fn first_pass(
         } else {
             if record.len() != first_row.len() {
                 return Err(LoadError::Ragged {
-                    at: format!("line {}", line_of(&record)),
+                    at: format!("line {}", line_at(lines.as_ref(), record.position())),
                     found: record.len(),
                     expected: first_row.len(),
                 }
@@ -319,6 +323,47 @@ fn record_strs(record: &csv::ByteRecord) -> Result<Vec<&str>, std::str::Utf8Erro
     record.iter().map(std::str::from_utf8).collect()
 }
 
+/// The line a record's first byte is on, from where the `csv` crate stood before reading it
+/// (`at`, the byte in `file`, and `line`, the crate's line there). The crate counts the line
+/// ends it skips before a record (the `\n` of the `\r\n` before it, blank lines) only as it
+/// skips them, so its own position names the line before: in a CRLF file, every record but
+/// the first. Read again only for an error; `line` as it is if the file cannot be read.
+fn content_line(file: &File, mut at: u64, mut line: u64) -> u64 {
+    let mut buf = [0u8; 512];
+    loop {
+        let n = match file.read_at(&mut buf, at) {
+            Ok(0) | Err(_) => return line,
+            Ok(n) => n,
+        };
+        for &b in &buf[..n] {
+            match b {
+                b'\n' => line += 1,
+                b'\r' => {}
+                _ => return line,
+            }
+        }
+        at += n as u64;
+    }
+}
+
+/// Where a record of a UTF-8 file read from `bom` on is, for [`content_line`]: `None` for
+/// another encoding, whose positions are in its decoded bytes.
+fn lines_of(file: &File, sniffed: Sniffed) -> Option<(File, u64)> {
+    (sniffed.encoding == TextEncoding::Utf8)
+        .then(|| file.try_clone().ok().map(|f| (f, sniffed.bom)))
+        .flatten()
+}
+
+/// The line of a record at csv position `p` ([`content_line`] where the file can be read
+/// again).
+fn line_at(lines: Option<&(File, u64)>, p: Option<&csv::Position>) -> u64 {
+    match (lines, p) {
+        (Some((file, bom)), Some(p)) => content_line(file, bom + p.byte(), p.line()),
+        (None, Some(p)) => p.line(),
+        (_, None) => 0,
+    }
+}
+
 fn line_of(record: &csv::ByteRecord) -> u64 {
     record.position().map_or(0, csv::Position::line)
 }
@@ -350,6 +395,8 @@ struct DelimitedBatches {
     names: Vec<String>,
     width: usize,
     record: csv::StringRecord,
+    /// The file again, to name a record's line in an error (UTF-8 only).
+    lines: Option<(File, u64)>,
 }
 
 impl Batches for DelimitedBatches {
@@ -368,7 +415,8 @@ impl Batches for DelimitedBatches {
             {
                 break;
             }
-            let line = self.record.position().map_or(0, csv::Position::line);
+            let (lines, at) = (self.lines.as_ref(), self.record.position());
+            let line = || line_at(lines, at);
             push_record(&mut builders, &self.record, &self.names, self.width, line)?;
             n += 1;
         }
@@ -379,29 +427,31 @@ impl Batches for DelimitedBatches {
     }
 }
 
-/// Appends one record (on `line`) to the batch's builders.
+/// Appends one record to the batch's builders; `line` (asked only for an error) is the
+/// line it is on.
 fn push_record(
     builders: &mut [Builder],
     record: &csv::StringRecord,
     names: &[String],
     width: usize,
-    line: u64,
+    line: impl Fn() -> u64,
 ) -> Result<(), LoadError> {
     push_fields(builders, record.iter(), record.len(), names, width, line)
 }
 
-/// Appends the `found` fields of one record (on `line`) to the batch's builders.
+/// Appends the `found` fields of one record to the batch's builders; `line` (asked only
+/// for an error) is the line it is on.
 fn push_fields<'a>(
     builders: &mut [Builder],
     fields: impl Iterator<Item = &'a str>,
     found: usize,
     names: &[String],
     width: usize,
-    line: u64,
+    line: impl Fn() -> u64,
 ) -> Result<(), LoadError> {
     if found != width {
         return Err(LoadError::Ragged {
-            at: format!("line {line}"),
+            at: format!("line {}", line()),
             found,
             expected: width,
         });
@@ -409,7 +459,7 @@ fn push_fields<'a>(
     for (i, (b, value)) in builders.iter_mut().zip(fields).enumerate() {
         b.push(Cell::Text(value))
             .map_err(|expected| LoadError::Value {
-                at: format!("line {line}"),
+                at: format!("line {}", line()),
                 column: names[i].clone(),
                 value: clip(value),
                 expected,

@@ -181,6 +181,32 @@ fn bad_text_is_refused_with_where_and_what() {
         "line 3 has 3 fields; the first line has 2 | every line needs the same number of \
          fields; check the delimiter (pass `delimiter`) or quote fields that contain it"
     );
+    // Errors name the line the record is on, after `\r\n` line ends and blank lines too
+    // (the csv crate's own position is the line before: where it stood).
+    assert!(
+        err(
+            "r.csv",
+            b"a,b\r\n1,2\r\n\r\n\r\n3,4,5\r\n",
+            &LoadOptions::default()
+        )
+        .starts_with("line 5 has 3 fields")
+    );
+    let typed = LoadOptions {
+        columns: BTreeMap::from([("a".to_owned(), ColumnKind::Integer)]),
+        ..LoadOptions::default()
+    };
+    assert!(
+        err("t.csv", b"a,b\r\n1,2\r\n3,4\r\nx,3\r\n", &typed)
+            .starts_with("line 4, column `a`: `x`")
+    );
+    let utf8 = LoadOptions {
+        encoding: Some(TextEncoding::Utf8),
+        ..LoadOptions::default()
+    };
+    assert!(
+        err("u.csv", b"a\r\nb\r\n\ncaf\xe9\r\n", &utf8)
+            .starts_with("line 4: the bytes are not valid UTF-8")
+    );
     assert!(err("e.csv", b"", &LoadOptions::default()).starts_with("the file is empty"));
     assert!(
         err(

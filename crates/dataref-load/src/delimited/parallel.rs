@@ -28,7 +28,7 @@ use std::time::Duration;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::{FirstPass, csv_error_at, csv_reader, push_fields, push_record};
+use super::{FirstPass, content_line, csv_error_at, csv_reader, push_fields, push_record};
 use crate::infer::{Cell, Decimal, Guess, Resolved, builders, finish_batch};
 use crate::{BATCH_ROWS, Batches, LoadError};
 
@@ -191,6 +191,8 @@ struct PlainRecords<'a> {
     mixed: bool,
     /// The last record's fields: where each begins and ends in `text`.
     bounds: Vec<(usize, usize)>,
+    /// The line the last record's first byte is on.
+    content_line: u64,
 }
 
 impl<'a> PlainRecords<'a> {
@@ -202,6 +204,7 @@ impl<'a> PlainRecords<'a> {
             line: 1,
             mixed: false,
             bounds: Vec::new(),
+            content_line: 1,
         }
     }
 
@@ -218,6 +221,7 @@ impl<'a> PlainRecords<'a> {
         if i >= b.len() {
             return None;
         }
+        self.content_line = self.line;
         self.bounds.clear();
         let mut field = i;
         loop {
@@ -684,7 +688,11 @@ fn build(file: &File, seg: &Segment, shape: &Shape) -> Result<RecordBatch, LoadE
         if !more {
             return Err(LoadError::Changed);
         }
-        let line = seg.line + record.position().map_or(1, csv::Position::line) - 1;
+        let at = record.position();
+        let line = || {
+            let (byte, local) = at.map_or((0, 1), |p| (p.byte(), p.line()));
+            content_line(file, seg.start + byte, seg.line + local - 1)
+        };
         push_record(&mut builders, &record, &shape.names, shape.width, line)?;
     }
     // The same records as the first pass found, or the file is not the one it read.
@@ -704,10 +712,11 @@ fn build_plain(file: &File, seg: &Segment, shape: &Shape) -> Result<RecordBatch,
     let mut builders = builders(&shape.resolved, seg.rows);
     let mut records = PlainRecords::new(text, shape.delimiter);
     for _ in 0..seg.rows {
-        let Some((_, line)) = records.next_record() else {
+        if records.next_record().is_none() {
             return Err(LoadError::Changed);
-        };
-        let line = seg.line + line - 1;
+        }
+        // The line its first byte is on (see `content_line`).
+        let line = seg.line + records.content_line - 1;
         let found = records.bounds.len();
         push_fields(
             &mut builders,
@@ -715,7 +724,7 @@ fn build_plain(file: &File, seg: &Segment, shape: &Shape) -> Result<RecordBatch,
             found,
             &shape.names,
             shape.width,
-            line,
+            || line,
         )?;
     }
     if records.next_record().is_some() || records.mixed {
