@@ -298,7 +298,7 @@ fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
         "peak_rss_bytes": peak_rss_bytes(),
     });
     if describe {
-        // The first read of a table in a process hashes its file against the checksum
+        // The first read of a table in a process checks its file against the quick check
         // written with it. Its cost: describe_data on a fresh store (as a new process) over
         // the same on a fresh store that already knows the file good (`verify` hashed it,
         // mapping nothing): both map the file, fault it in and decode it.
@@ -327,6 +327,13 @@ fn fetch_worker(dir: &Path, rows: u64, describe: bool) -> Result<Value> {
         let sum = dataref_store::Checksum::of(&bytes);
         out["verify_secs"] = json!(t.elapsed().as_secs_f64());
         anyhow::ensure!(Some(sum) == meta.checksum, "the fetched table's checksum");
+        let t = Instant::now();
+        let quick = dataref_store::QuickCheck::of(&bytes);
+        out["quick_secs"] = json!(t.elapsed().as_secs_f64());
+        anyhow::ensure!(
+            Some(quick) == meta.quick_check,
+            "the fetched table's quick check"
+        );
         let t = Instant::now();
         let opts = SampleOptions::default();
         let table = store.map_table(owner, &meta.data_ref)?.head(opts.rows)?;
@@ -681,12 +688,18 @@ fn fetch_section(
             );
             writeln!(
                 out,
-                "| describe_data, first read in a process (the file hashed) | {n} | {first:.3} s (+{:.0}% over {again:.3} s known good) | | | | | |",
+                "| describe_data, first read in a process (the file checked) | {n} | {first:.3} s (+{:.0}% over {again:.3} s known good) | | | | | |",
                 100.0 * (first - again) / again,
             )?;
             writeln!(
                 out,
-                "| the checksum alone (the file in memory) | {n} | {:.3} s | {:.1} GB/s | | | | |",
+                "| the quick check alone (the file in memory; what a first read checks) | {n} | {:.3} s | {:.1} GB/s | | | | |",
+                f(ours, "quick_secs"),
+                f(ours, "bytes") / f(ours, "quick_secs") / 1e9,
+            )?;
+            writeln!(
+                out,
+                "| the checksum alone (BLAKE3; what `store verify` checks) | {n} | {:.3} s | {:.1} GB/s | | | | |",
                 f(ours, "verify_secs"),
                 f(ours, "bytes") / f(ours, "verify_secs") / 1e9,
             )?;
@@ -695,7 +708,7 @@ fn fetch_section(
     writeln!(
         out,
         "\ngoals: fetch ≥ 3× pandas; peak RSS of a 10M-row fetch < 200 MB; describe_data at 1M rows < 0.5 s; \
-         the first read of a 1M-row table (its file hashed) ≤ 10% over a later describe_data (issue #29)"
+         the first read of a 1M-row table (its file checked) ≤ 10% over a later describe_data (issue #29)"
     )?;
     Ok(())
 }

@@ -24,7 +24,7 @@ use crate::error::SharedError;
 use crate::objects::{Got, Put, map_for_upload};
 
 const COLUMNS: &str = "ref, owner, rows, bytes, schema, null_counts, created_at, expires_at, \
-                       lineage_tool, lineage_args, checksum, receipt";
+                       lineage_tool, lineage_args, checksum, receipt, quick_check";
 
 /// Seeds the per-owner advisory lock of quota checks (PostgreSQL's `hashtextextended`).
 const QUOTA_LOCK_SEED: i64 = 0x71_756f_7461;
@@ -66,6 +66,9 @@ fn read_row(row: &Row) -> Result<IndexRow, SharedError> {
             .map_err(|e| SharedError::Index(e.to_string()))?,
         receipt: row
             .try_get::<_, Option<String>>(11)
+            .map_err(|e| SharedError::Index(e.to_string()))?,
+        quick_check: row
+            .try_get::<_, Option<String>>(12)
             .map_err(|e| SharedError::Index(e.to_string()))?,
     })
 }
@@ -185,7 +188,7 @@ impl ArtifactIndex for PgIndex {
             tx.execute(
                 &format!(
                     "INSERT INTO dataref_artifacts ({COLUMNS}) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
                 ),
                 &[
                     &row.data_ref,
@@ -200,6 +203,7 @@ impl ArtifactIndex for PgIndex {
                     &row.lineage_args,
                     &row.checksum,
                     &row.receipt,
+                    &row.quick_check,
                 ],
             )
             .await?;

@@ -197,6 +197,15 @@ const MIGRATIONS: &[(&str, &str)] = &[
     CREATE INDEX dataref_audit_principal ON dataref_audit (principal, at);
     ",
     ),
+    (
+        "0010_artifact_quick_checks",
+        "
+    -- Each artifact's quick check (`xxh3-4m:<hex>`, `dataref_store::QuickCheck`), what a
+    -- replica checks when it first maps a copy it did not verify as it downloaded it.
+    -- Empty for rows written before it: those check the BLAKE3 checksum instead.
+    ALTER TABLE dataref_artifacts ADD COLUMN quick_check TEXT;
+    ",
+    ),
 ];
 
 /// Migrations an older build cannot run beside (it would misread what they changed). An

@@ -204,6 +204,9 @@ pub struct IndexRow {
     pub lineage_args: String,
     /// [`Checksum`]'s text form; `None` for a row written before checksums.
     pub checksum: Option<String>,
+    /// [`QuickCheck`](crate::QuickCheck)'s text form; `None` for a row written before
+    /// quick checks.
+    pub quick_check: Option<String>,
     /// The [`Receipt`](dataref_protocol::Receipt) as JSON; `None` for a row written before
     /// receipts (or by a maker that keeps none).
     pub receipt: Option<String>,
@@ -228,6 +231,7 @@ impl IndexRow {
                 serde_json::to_string(&meta.lineage.args),
             )?,
             checksum: meta.checksum.map(|c| c.to_string()),
+            quick_check: meta.quick_check.map(|c| c.to_string()),
             receipt: meta
                 .lineage
                 .receipt
@@ -256,6 +260,15 @@ impl IndexRow {
                 ))
             })?),
         };
+        let quick_check = match &self.quick_check {
+            None => None,
+            Some(text) => Some(crate::QuickCheck::parse(text).ok_or_else(|| {
+                StoreError::Index(format!(
+                    "bad quick check `{text}` for `{}` in the index",
+                    self.data_ref
+                ))
+            })?),
+        };
         Ok(ArtifactMeta {
             data_ref,
             owner,
@@ -273,6 +286,7 @@ impl IndexRow {
                 receipt: self.receipt.as_deref().and_then(read_receipt),
             },
             checksum,
+            quick_check,
         })
     }
 }

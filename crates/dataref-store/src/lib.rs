@@ -44,7 +44,7 @@ mod untrusted;
 mod value;
 
 pub use backend::{ArtifactBytes, ArtifactIndex, IndexRow, Opened, to_u64};
-pub use checksum::{Checksum, Hashing, PieceHash, Pieces};
+pub use checksum::{Checksum, Hashing, PieceHash, Pieces, QuickCheck, Sums};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use compare::{Change, ColumnChange, EXAMPLES, Example, TableDiff, compare_tables};
 pub use error::StoreError;
@@ -175,6 +175,10 @@ pub struct ArtifactMeta {
     /// bytes are served. `None` only for a table indexed before dataref kept checksums,
     /// until its first read adopts one.
     pub checksum: Option<Checksum>,
+    /// The stored file's [`QuickCheck`], computed beside the checksum: what a process
+    /// checks the first time it maps the file. `None` for a table written before quick
+    /// checks, whose first read checks the checksum instead.
+    pub quick_check: Option<QuickCheck>,
 }
 
 /// A stored table opened for reading: its batches are memory-mapped, not copied.

@@ -18,7 +18,8 @@ use crate::{ArtifactMeta, Checksum, StoreError};
 ///
 /// 2: `checksum` (added to a version-1 index in place; its rows adopt one on first read).
 /// 3: `receipt` (added in place; older rows have none).
-const SCHEMA_VERSION: i64 = 3;
+/// 4: `quick_check` (added in place; older rows check their checksum instead).
+const SCHEMA_VERSION: i64 = 4;
 
 const SCHEMA_SQL: &str = "
 CREATE TABLE IF NOT EXISTS artifacts (
@@ -33,14 +34,15 @@ CREATE TABLE IF NOT EXISTS artifacts (
     lineage_tool TEXT    NOT NULL,
     lineage_args TEXT    NOT NULL,
     checksum     TEXT,
-    receipt      TEXT
+    receipt      TEXT,
+    quick_check  TEXT
 );
 CREATE INDEX IF NOT EXISTS artifacts_owner_created ON artifacts (owner, created_at DESC);
 CREATE INDEX IF NOT EXISTS artifacts_expires ON artifacts (expires_at);
 ";
 
 const COLUMNS: &str = "ref, owner, rows, bytes, schema, null_counts, created_at, expires_at, \
-                       lineage_tool, lineage_args, checksum, receipt";
+                       lineage_tool, lineage_args, checksum, receipt, quick_check";
 
 /// Another connection (another process on the same home) may hold the write lock for a
 /// moment; waiting beats failing a producer.
@@ -73,8 +75,9 @@ impl SqliteIndex {
             )));
         }
         conn.execute_batch(SCHEMA_SQL)?;
-        // An older index (no checksums, no receipts yet): each column is added, empty.
-        for column in ["checksum", "receipt"] {
+        // An older index (no checksums, receipts or quick checks yet): each column is
+        // added, empty.
+        for column in ["checksum", "receipt", "quick_check"] {
             let has: bool = conn.query_row(
                 "SELECT COUNT(*) > 0 FROM pragma_table_info('artifacts') WHERE name = ?1",
                 [column],
@@ -136,6 +139,7 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<IndexRow> {
         lineage_args: row.get(9)?,
         checksum: row.get(10)?,
         receipt: row.get(11)?,
+        quick_check: row.get(12)?,
     })
 }
 
@@ -214,7 +218,7 @@ impl ArtifactIndex for SqliteIndex {
         tx.execute(
             &format!(
                 "INSERT INTO artifacts ({COLUMNS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
             ),
             params![
                 row.data_ref,
@@ -229,6 +233,7 @@ impl ArtifactIndex for SqliteIndex {
                 row.lineage_args,
                 row.checksum,
                 row.receipt,
+                row.quick_check,
             ],
         )?;
         tx.commit()?;

@@ -14,7 +14,7 @@ use dataref_protocol::{DataRef, Principal};
 
 use super::Inner;
 use crate::backend::{io_err, remove_if_present};
-use crate::{ArtifactMeta, Checksum, Hashing, Lineage, StoreError, TableWriter};
+use crate::{ArtifactMeta, Checksum, Lineage, QuickCheck, StoreError, Sums, TableWriter};
 
 /// Large enough that arrow's many small metadata writes become few syscalls; large
 /// buffers pass straight through `BufWriter` anyway.
@@ -78,8 +78,9 @@ struct CappedWriter {
     written: u64,
     /// Bytes handed to the disk's writeback so far (see [`WRITEBACK_EVERY`]).
     writeback: u64,
-    /// The content hash, computed here so the file is never read back for it.
-    hash: Hashing,
+    /// The content hash and quick check, computed here so the file is never read back
+    /// for them.
+    sums: Sums,
     cap: u64,
     /// Shared with the table writer: arrow consumes the sink when the header or the
     /// footer fails, and the error it returns does not say why.
@@ -94,7 +95,7 @@ impl Write for CappedWriter {
             return Err(io::Error::other("artifact byte cap reached"));
         }
         let n = self.inner.write(buf)?;
-        self.hash.update(&buf[..n]);
+        self.sums.update(&buf[..n]);
         self.written += u64::try_from(n).unwrap_or(u64::MAX);
         let in_file = self.written - self.inner.buffer().len() as u64;
         if in_file - self.writeback >= WRITEBACK_EVERY {
@@ -170,7 +171,7 @@ impl LocalTableWriter {
             inner: BufWriter::with_capacity(WRITE_BUFFER, file),
             written: 0,
             writeback: 0,
-            hash: Hashing::new(),
+            sums: Sums::default(),
             cap: cap.bytes,
             crossed: crossed.clone(),
         };
@@ -236,11 +237,11 @@ impl LocalTableWriter {
 
     /// The durable part of `finish`: footer, flush, fsync, then the bytes published (the
     /// local backend renames the file into place and syncs its directory; a shared one
-    /// uploads it). Returns the final size and content hash.
+    /// uploads it). Returns the final size, content hash and quick check.
     fn seal(
         &mut self,
         mut ipc: Box<FileWriter<CappedWriter>>,
-    ) -> Result<(u64, Checksum), StoreError> {
+    ) -> Result<(u64, Checksum, QuickCheck), StoreError> {
         // The footer goes through the cap too.
         if let Err(e) = ipc.finish() {
             return Err(self.failed(e));
@@ -250,7 +251,7 @@ impl LocalTableWriter {
             Err(e) => return Err(self.failed(e)),
         };
         let written = sink.written;
-        let checksum = sink.hash.finish();
+        let (checksum, quick_check) = sink.sums.finish();
         let file = sink
             .inner
             .into_inner()
@@ -259,7 +260,7 @@ impl LocalTableWriter {
             .map_err(|e| io_err("cannot sync", &self.tmp_path, e))?;
         drop(file);
         self.inner.bytes.publish(&self.data_ref, &self.tmp_path)?;
-        Ok((written, checksum))
+        Ok((written, checksum, quick_check))
     }
 }
 
@@ -291,7 +292,7 @@ impl TableWriter for LocalTableWriter {
 
     fn finish(mut self: Box<Self>) -> Result<ArtifactMeta, StoreError> {
         let ipc = self.take_open()?;
-        let (bytes, checksum) = self.seal(ipc)?;
+        let (bytes, checksum, quick_check) = self.seal(ipc)?;
 
         let now = self.inner.clock.now();
         let meta = ArtifactMeta {
@@ -305,6 +306,7 @@ impl TableWriter for LocalTableWriter {
             expires_at: self.inner.expiry(now),
             lineage: self.lineage.clone(),
             checksum: Some(checksum),
+            quick_check: Some(quick_check),
         };
         let quota = self.inner.limits.owner_quota_bytes;
         if let Err(e) = self.inner.index.insert_within_quota(&meta, quota, now) {

@@ -60,6 +60,7 @@ pub(super) fn table_from_batches(schema: SchemaRef, batches: Vec<RecordBatch>) -
             expires_at: Timestamp(1_700_086_400),
             lineage: Lineage::new("test", json!({})),
             checksum: None,
+            quick_check: None,
         },
         batches,
         path: PathBuf::from("unused.arrow"),

@@ -1033,10 +1033,13 @@ fn a_table_stored_before_checksums_adopts_one_on_first_read() {
         .unwrap(),
     ));
     {
-        // What a version-1 index looks like: no `checksum` column.
+        // What a version-1 index looks like: no `checksum` column (nor the later ones).
         let conn = rusqlite::Connection::open(fx.home().join("index.sqlite")).unwrap();
-        conn.execute_batch("ALTER TABLE artifacts DROP COLUMN checksum; PRAGMA user_version = 1;")
-            .unwrap();
+        conn.execute_batch(
+            "ALTER TABLE artifacts DROP COLUMN checksum; \
+             ALTER TABLE artifacts DROP COLUMN quick_check; PRAGMA user_version = 1;",
+        )
+        .unwrap();
     }
     fx.restart();
     assert_eq!(
@@ -1060,6 +1063,64 @@ fn a_table_stored_before_checksums_adopts_one_on_first_read() {
             .open_file(&alice, &meta.data_ref)
             .unwrap_err()
             .is_damage()
+    );
+}
+
+/// A table is written with its quick check, which its first read in a process checks; a
+/// row from before quick checks (the column added empty on open) is checked against its
+/// content hash instead, and damage is caught either way.
+#[test]
+fn a_first_read_checks_the_quick_check_or_else_the_checksum() {
+    let mut fx = Fixture::new(StoreLimits::default());
+    let alice = owner("alice");
+    let meta = write_table(&fx.store, &alice, &[batch(0, 3000)]);
+    let path = fx
+        .artifacts()
+        .join(format!("{}.arrow", meta.data_ref.as_str()));
+    let good = std::fs::read(&path).unwrap();
+    assert_eq!(meta.quick_check, Some(dataref_store::QuickCheck::of(&good)));
+    assert_eq!(
+        fx.store.meta(&alice, &meta.data_ref).unwrap().quick_check,
+        meta.quick_check
+    );
+    let mut bad = good.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x40;
+    std::fs::write(&path, &bad).unwrap();
+    fx.restart();
+    let e = fx.store.open_file(&alice, &meta.data_ref).unwrap_err();
+    assert!(
+        e.is_damage() && e.to_string().contains("check to"),
+        "the quick check caught it: {e}"
+    );
+
+    {
+        // What a version-3 index looks like: a checksum, no quick check.
+        let conn = rusqlite::Connection::open(fx.home().join("index.sqlite")).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE artifacts DROP COLUMN quick_check; PRAGMA user_version = 3;",
+        )
+        .unwrap();
+    }
+    fx.restart();
+    assert_eq!(
+        fx.store.meta(&alice, &meta.data_ref).unwrap().quick_check,
+        None
+    );
+    let e = fx.store.open_file(&alice, &meta.data_ref).unwrap_err();
+    assert!(
+        e.is_damage() && e.to_string().contains("hash to"),
+        "the checksum caught it: {e}"
+    );
+    std::fs::write(&path, &good).unwrap();
+    fx.restart();
+    assert_eq!(
+        fx.store
+            .open_table(&alice, &meta.data_ref)
+            .unwrap()
+            .meta
+            .rows,
+        3000
     );
 }
 
