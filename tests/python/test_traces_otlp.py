@@ -208,12 +208,10 @@ def assert_no_text(receiver, *texts):
         assert t.encode() not in blob, f"{t!r} was exported with include_text = false"
 
 
-def test_an_mcp_request_is_one_trace_down_to_the_sql_and_the_store(setup):
-    home, config, env, receiver = setup
-    receiver.clear()
+def fetch_over_stdio(config, home, env, then=None):
+    """`dataref serve` over stdio: `fetch_sales` since 2025-01-01, then `await then(s, ref)`."""
     params = StdioServerParameters(
         command=BIN, args=["serve", "--config", str(config), "--home", str(home)], env=env)
-    sql = {}
 
     async def go():
         async with stdio_client(params) as (read, write):
@@ -221,15 +219,26 @@ def test_an_mcp_request_is_one_trace_down_to_the_sql_and_the_store(setup):
                 await s.initialize()
                 r = await s.call_tool("fetch_sales", {"since": "2025-01-01"})
                 assert not r.is_error
-                ref = r.structured_content["dataRef"]
-                sql["text"] = sql_over(ref)
-                r = await s.call_tool("run_sql", {"sql": sql["text"], "inputs": {"sales": ref}})
-                assert not r.is_error, r.content
-                # Reading the table as a resource is a data access too: a trace of its own.
-                read = await s.read_resource(f"dataref://artifacts/{ref}")
-                assert read.contents
+                if then:
+                    await then(s, r.structured_content["dataRef"])
 
     asyncio.run(go())
+
+
+def test_an_mcp_request_is_one_trace_down_to_the_sql_and_the_store(setup):
+    home, config, env, receiver = setup
+    receiver.clear()
+    sql = {}
+
+    async def then(s, ref):
+        sql["text"] = sql_over(ref)
+        r = await s.call_tool("run_sql", {"sql": sql["text"], "inputs": {"sales": ref}})
+        assert not r.is_error, r.content
+        # Reading the table as a resource is a data access too: a trace of its own.
+        read = await s.read_resource(f"dataref://artifacts/{ref}")
+        assert read.contents
+
+    fetch_over_stdio(config, home, env, then)
 
     def complete(spans):
         roots = [s for s in spans if s.name == "tools/call run_sql"]
@@ -363,18 +372,8 @@ def test_a_collector_that_is_down_never_fails_a_call(setup, tmp_path):
     # A port nothing listens on: exports fail, the call does not.
     text = config.read_text()
     down.write_text(re.sub(r'endpoint = "[^"]+"', 'endpoint = "http://127.0.0.1:9"', text))
-    params = StdioServerParameters(
-        command=BIN, args=["serve", "--config", str(down), "--home", str(home)], env=env)
-
-    async def go():
-        async with stdio_client(params) as (read, write):
-            async with ClientSession(read, write) as s:
-                await s.initialize()
-                r = await s.call_tool("fetch_sales", {"since": "2025-01-01"})
-                assert not r.is_error
-
     started = time.time()
-    asyncio.run(go())
+    fetch_over_stdio(down, home, env)
     assert time.time() - started < 30
 
 

@@ -52,15 +52,15 @@ fn open_split(
     }
     let complete = head.len() < SAMPLE_BYTES;
     let mut sniffed = text::sniff_encoding(&head, options.encoding, label)?;
-    let len = file.metadata()?.len();
+    let version = parallel::Version::of(&file)?;
     let mut plan = None;
-    if sniffed.encoding == TextEncoding::Utf8 && split.applies(len - sniffed.bom) {
+    if sniffed.encoding == TextEncoding::Utf8 && split.applies(version.len() - sniffed.bom) {
         let delimiter = delimiter_of(&file, sniffed, &head, complete, format, options)?;
         let decimal = options.decimal;
         match parallel::first_pass(
             &file,
             sniffed.bom,
-            len,
+            version,
             delimiter,
             decimal,
             split,

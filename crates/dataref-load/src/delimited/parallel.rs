@@ -17,7 +17,6 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
-use std::ops::Deref;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -60,12 +59,12 @@ impl Split {
 
 /// Reads a file from an offset on, by offset: threads read one file without sharing a
 /// cursor.
-struct At<F> {
-    file: F,
+struct At<'a> {
+    file: &'a File,
     pos: u64,
 }
 
-impl<F: Deref<Target = File>> Read for At<F> {
+impl Read for At<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.file.read_at(buf, self.pos)?;
         self.pos += n as u64;
@@ -458,11 +457,37 @@ pub(crate) struct Segment {
     plain: bool,
 }
 
+/// A file as the first pass found it. Any write since, even one that keeps its length,
+/// moves its change time, which no call can set back (a write within the same tick of
+/// the kernel's clock as the one before it is the exception).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Version {
+    len: u64,
+    changed_ns: i128,
+    ino: u64,
+}
+
+impl Version {
+    pub(crate) fn of(file: &File) -> io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata()?;
+        Ok(Self {
+            len: m.len(),
+            changed_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+            ino: m.ino(),
+        })
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+}
+
 /// The second pass's batches, once the header is decided.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    /// The file's length as the first pass read it.
-    len: u64,
+    /// The file as the first pass read it.
+    version: Version,
     data: u64,
     after_first: u64,
     segments: Vec<Segment>,
@@ -495,18 +520,19 @@ impl Plan {
     }
 }
 
-/// The first pass over `[data, len)` of `file` on `split.threads` threads: what the
-/// sequential first pass finds, and where each batch begins.
+/// The first pass over `data` to the end of `file` (as it was at `version`) on
+/// `split.threads` threads: what the sequential first pass finds, and where each batch
+/// begins.
 pub(crate) fn first_pass(
     file: &File,
     data: u64,
-    len: u64,
+    version: Version,
     delimiter: u8,
     decimal: Option<Decimal>,
     split: Split,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<(FirstPass, Plan), Stop> {
-    let starts = chunk_starts(file, data, len, split.chunk).map_err(Stop::Io)?;
+    let starts = chunk_starts(file, data, version.len, split.chunk).map_err(Stop::Io)?;
     let end_of = |i: usize| starts.get(i + 1).copied();
     let stop = AtomicBool::new(false);
     let next = AtomicUsize::new(0);
@@ -627,7 +653,7 @@ pub(crate) fn first_pass(
             guesses,
         },
         Plan {
-            len,
+            version,
             data,
             after_first,
             segments,
@@ -642,8 +668,8 @@ pub(crate) struct Shape {
     names: Vec<String>,
     width: usize,
     delimiter: u8,
-    /// The file's length when the first pass read it.
-    len: u64,
+    /// The file as the first pass read it.
+    version: Version,
 }
 
 impl Shape {
@@ -662,7 +688,7 @@ impl Shape {
             resolved,
             names,
             delimiter,
-            len: plan.len,
+            version: plan.version,
         }
     }
 }
@@ -775,9 +801,17 @@ impl Slots {
     }
 }
 
+/// Whether `file` is no longer what it was at `version` (or cannot say).
+fn changed(file: &File, version: Version) -> bool {
+    Version::of(file).map_or(true, |now| now != version)
+}
+
 /// The second pass: threads build the segments' batches, yielded in the file's order.
 pub(crate) struct ParallelBatches {
     schema: SchemaRef,
+    /// The file and what it was, checked again before the last batch is handed out.
+    file: Arc<File>,
+    version: Version,
     count: usize,
     next: usize,
     ready: BTreeMap<usize, Result<RecordBatch, LoadError>>,
@@ -795,7 +829,7 @@ impl ParallelBatches {
         threads: usize,
     ) -> io::Result<Self> {
         let count = segments.len();
-        let schema = shape.schema.clone();
+        let (schema, version) = (shape.schema.clone(), shape.version);
         let shape = Arc::new(shape);
         let file = Arc::new(file);
         let segments = Arc::new(segments);
@@ -824,9 +858,12 @@ impl ParallelBatches {
                         let Some(seg) = segments.get(i) else { return };
                         // An error from a file that is no longer the one the first pass
                         // read is that, not what it looks like.
-                        let batch = build(&file, seg, &shape).map_err(|e| match file.metadata() {
-                            Ok(m) if m.len() != shape.len => LoadError::Changed,
-                            _ => e,
+                        let batch = build(&file, seg, &shape).map_err(|e| {
+                            if changed(&file, shape.version) {
+                                LoadError::Changed
+                            } else {
+                                e
+                            }
                         });
                         let failed = batch.is_err();
                         if tx.send((i, batch)).is_err() || failed {
@@ -843,6 +880,8 @@ impl ParallelBatches {
         }
         Ok(Self {
             schema,
+            file,
+            version,
             count,
             next: 0,
             ready: BTreeMap::new(),
@@ -881,6 +920,11 @@ impl Batches for ParallelBatches {
         };
         self.next += 1;
         self.slots.give();
+        // The last batch waits for proof that the file is still the one read: a table
+        // half of one version and half of another is never whole.
+        if self.next == self.count && batch.is_ok() && changed(&self.file, self.version) {
+            return Err(LoadError::Changed);
+        }
         batch.map(Some)
     }
 }

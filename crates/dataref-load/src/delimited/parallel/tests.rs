@@ -89,8 +89,8 @@ fn parallel_ok(bytes: &[u8], chunk: u64) -> (FirstPass, Plan) {
 
 fn parallel_ok_with(bytes: &[u8], chunk: u64, delimiter: u8) -> (FirstPass, Plan) {
     let f = file_of(bytes);
-    let len = bytes.len() as u64;
-    match first_pass(&f, 0, len, delimiter, None, tiny(chunk), &|| false) {
+    let version = Version::of(&f).expect("version");
+    match first_pass(&f, 0, version, delimiter, None, tiny(chunk), &|| false) {
         Ok(found) => found,
         Err(Stop::Sequential) => panic!("handed to the sequential reader"),
         Err(Stop::Cancelled) => panic!("cancelled"),
@@ -327,11 +327,52 @@ fn a_file_that_changes_after_the_first_pass_is_refused() {
     assert!(matches!(e, LoadError::Changed), "{e}");
 }
 
+/// An edit that keeps the file's length and every line's place (a digit for a digit) is
+/// caught too: its change time moved, and the last batch is refused, so no table of two
+/// versions is ever whole.
+#[test]
+fn a_same_length_edit_after_the_first_pass_is_refused() {
+    use std::os::unix::fs::FileExt;
+    let bytes = sales(3000, "\n");
+    let f = file_of(&bytes);
+    let opened = open_split(
+        f.try_clone().expect("clone"),
+        Format::Csv,
+        &LoadOptions::default(),
+        &|| false,
+        tiny(4096),
+    )
+    .expect("opened");
+    // Past a tick of the kernel's clock, so the change time can move.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let at = bytes.len() / 2;
+    let digit = bytes[at..]
+        .iter()
+        .position(u8::is_ascii_digit)
+        .expect("a digit")
+        + at;
+    let other = if bytes[digit] == b'7' { b"8" } else { b"7" };
+    f.write_all_at(other, digit as u64).expect("edit");
+    assert_eq!(f.metadata().expect("len").len(), bytes.len() as u64);
+    let mut batches = opened.batches;
+    let mut read = 0;
+    let e = loop {
+        match batches.next_batch() {
+            Ok(Some(b)) => read += b.num_rows(),
+            Ok(None) => panic!("an edited file loaded whole ({read} rows)"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(e, LoadError::Changed), "{e}");
+    assert!(read < 3000, "{read} rows came before the refusal");
+}
+
 #[test]
 fn a_cancelled_first_pass_is_cancelled() {
     let bytes = sales(3000, "\n");
     let f = file_of(&bytes);
-    let r = first_pass(&f, 0, bytes.len() as u64, b',', None, tiny(64), &|| true);
+    let version = Version::of(&f).expect("version");
+    let r = first_pass(&f, 0, version, b',', None, tiny(64), &|| true);
     assert!(matches!(r, Err(Stop::Cancelled)));
 }
 
