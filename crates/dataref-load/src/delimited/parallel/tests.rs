@@ -303,8 +303,9 @@ fn errors_name_the_same_line_as_the_sequential_reader() {
     assert!(e.contains("not valid UTF-8"), "{e}");
 }
 
-#[test]
-fn a_file_that_changes_after_the_first_pass_is_refused() {
+/// 3,000 rows opened (the first pass done), then `edit`ed: the rows read before the
+/// refusal, and the refusal.
+fn refused_after(edit: impl FnOnce(&File, &[u8])) -> (usize, LoadError) {
     let bytes = sales(3000, "\n");
     let f = file_of(&bytes);
     let opened = open_split(
@@ -315,15 +316,23 @@ fn a_file_that_changes_after_the_first_pass_is_refused() {
         tiny(4096),
     )
     .expect("opened");
-    f.set_len(bytes.len() as u64 / 2).expect("truncate");
+    edit(&f, &bytes);
     let mut batches = opened.batches;
-    let e = loop {
+    let mut read = 0;
+    loop {
         match batches.next_batch() {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("a truncated file loaded whole"),
-            Err(e) => break e,
+            Ok(Some(b)) => read += b.num_rows(),
+            Ok(None) => panic!("an edited file loaded whole ({read} rows)"),
+            Err(e) => return (read, e),
         }
-    };
+    }
+}
+
+#[test]
+fn a_file_that_changes_after_the_first_pass_is_refused() {
+    let (_, e) = refused_after(|f, bytes| {
+        f.set_len(bytes.len() as u64 / 2).expect("truncate");
+    });
     assert!(matches!(e, LoadError::Changed), "{e}");
 }
 
@@ -333,36 +342,19 @@ fn a_file_that_changes_after_the_first_pass_is_refused() {
 #[test]
 fn a_same_length_edit_after_the_first_pass_is_refused() {
     use std::os::unix::fs::FileExt;
-    let bytes = sales(3000, "\n");
-    let f = file_of(&bytes);
-    let opened = open_split(
-        f.try_clone().expect("clone"),
-        Format::Csv,
-        &LoadOptions::default(),
-        &|| false,
-        tiny(4096),
-    )
-    .expect("opened");
-    // Past a tick of the kernel's clock, so the change time can move.
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    let at = bytes.len() / 2;
-    let digit = bytes[at..]
-        .iter()
-        .position(u8::is_ascii_digit)
-        .expect("a digit")
-        + at;
-    let other = if bytes[digit] == b'7' { b"8" } else { b"7" };
-    f.write_all_at(other, digit as u64).expect("edit");
-    assert_eq!(f.metadata().expect("len").len(), bytes.len() as u64);
-    let mut batches = opened.batches;
-    let mut read = 0;
-    let e = loop {
-        match batches.next_batch() {
-            Ok(Some(b)) => read += b.num_rows(),
-            Ok(None) => panic!("an edited file loaded whole ({read} rows)"),
-            Err(e) => break e,
-        }
-    };
+    let (read, e) = refused_after(|f, bytes| {
+        // Past a tick of the kernel's clock, so the change time can move.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let at = bytes.len() / 2;
+        let digit = bytes[at..]
+            .iter()
+            .position(u8::is_ascii_digit)
+            .expect("a digit")
+            + at;
+        let other = if bytes[digit] == b'7' { b"8" } else { b"7" };
+        f.write_all_at(other, digit as u64).expect("edit");
+        assert_eq!(f.metadata().expect("len").len(), bytes.len() as u64);
+    });
     assert!(matches!(e, LoadError::Changed), "{e}");
     assert!(read < 3000, "{read} rows came before the refusal");
 }
