@@ -1,8 +1,8 @@
 //! A table's bytes checked against the sums written with them before any of them is
-//! served: the first time this process maps the file, and again whenever its size, time
-//! or inode changed (the quick check; `dataref store verify` the content hash). A copy of bytes kept elsewhere (the shared store's cache) that fails
-//! is dropped and fetched once more; what still fails is [`StoreError::Damaged`], logged,
-//! and never cached or served.
+//! served: the first time this process maps the file, and again whenever its size, times
+//! or inode changed (the quick check; `dataref store verify` the content hash). A copy of
+//! bytes kept elsewhere (the shared store's cache) that fails is dropped and fetched once
+//! more; what still fails is [`StoreError::Damaged`], logged, and never cached or served.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -16,13 +16,16 @@ use super::{Inner, mapped, not_found};
 use crate::backend::io_err;
 use crate::{ArtifactMeta, Checksum, Opened, QuickCheck, StoreError};
 
-/// One version of a local file: the same size, modification time and inode as when its
-/// bytes were verified. (A flipped bit on disk changes none of them; the next process to
+/// One version of a local file: the same size, modification and change times and inode as
+/// when its bytes were verified. (A flipped bit on disk changes none of them; the next process to
 /// map the file, and `dataref store verify`, hash it again.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Stamp {
     len: u64,
     modified_ns: i128,
+    /// Moved by every write and by setting the modification time back, and set back by no
+    /// call.
+    changed_ns: i128,
     ino: u64,
     dev: u64,
 }
@@ -33,6 +36,7 @@ impl Stamp {
         Ok(Self {
             len: m.len(),
             modified_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            changed_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
             ino: m.ino(),
             dev: m.dev(),
         })

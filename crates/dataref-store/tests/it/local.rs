@@ -954,6 +954,41 @@ fn a_file_changed_after_its_first_read_is_checked_again() {
     assert!(e.is_damage(), "{e:?}");
 }
 
+/// An edit in place that sets the modification time back (as `touch -r` or a restore tool
+/// would) keeps the size, the inode and the time; the change time it cannot set back, so
+/// the file is hashed again and refused.
+#[test]
+fn an_edit_that_sets_the_time_back_is_checked_again() {
+    use std::os::unix::fs::FileExt;
+    let fx = Fixture::new(StoreLimits::default());
+    let alice = owner("alice");
+    let meta = write_table(&fx.store, &alice, &[batch(0, 2000)]);
+    let path = fx
+        .artifacts()
+        .join(format!("{}.arrow", meta.data_ref.as_str()));
+    fx.store.open_file(&alice, &meta.data_ref).unwrap();
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    // Past a tick of the kernel's clock, so the change time moves.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mid = file.metadata().unwrap().len() / 2;
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, mid).unwrap();
+    file.write_all_at(&[byte[0] ^ 1], mid).unwrap();
+    file.set_modified(modified).unwrap();
+    drop(file);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().modified().unwrap(),
+        modified
+    );
+    let e = fx.store.open_file(&alice, &meta.data_ref).unwrap_err();
+    assert!(e.is_damage(), "{e:?}");
+}
+
 /// `verify` hashes every table, names the damaged ones with their owners, and with `drop`
 /// removes them (row and bytes); the intact ones stay readable.
 #[test]
