@@ -88,12 +88,13 @@ pub fn worker(a: &WorkerArgs) -> Result<Value> {
             "peak_rss_bytes": peak_rss_bytes(),
         }));
     }
-    // The receipt's hash of the file, as `load_file` takes it before reading.
-    dataref_store::Checksum::of_file(&file)?;
+    // The receipt's hash of the file, as `load_file` takes it once the file is open.
+    let hashed = file.try_clone()?;
     let mut opened =
         dataref_load::open(file, &name, &dataref_load::LoadOptions::default(), &|| {
             false
         })?;
+    dataref_store::Checksum::of_file(&hashed)?;
     let meta = dataref_builtins::load_into(
         store.as_ref(),
         &owner,

@@ -52,7 +52,7 @@ fn open_split(
     }
     let complete = head.len() < SAMPLE_BYTES;
     let mut sniffed = text::sniff_encoding(&head, options.encoding, label)?;
-    let version = parallel::Version::of(&file)?;
+    let version = crate::Version::of(&file)?;
     let mut plan = None;
     if sniffed.encoding == TextEncoding::Utf8 && split.applies(version.len() - sniffed.bom) {
         let delimiter = delimiter_of(&file, sniffed, &head, complete, format, options)?;

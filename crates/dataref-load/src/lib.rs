@@ -195,7 +195,91 @@ pub trait Batches: Send {
 /// Opens `file` (named `name`, for its extension) from its start, for reading as `options`
 /// say.
 /// `cancelled` is polled during long scans.
+///
+/// A file written to from the moment `open` is called until the batches end is refused
+/// ([`LoadError::Changed`], from the last `next_batch`): no table is ever read half from
+/// one version of a file and half from another, whatever the format.
 pub fn open(
+    file: File,
+    name: &str,
+    options: &LoadOptions,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Opened, LoadError> {
+    let version = Version::of(&file)?;
+    let watched = file.try_clone()?;
+    let opened = open_format(file, name, options, cancelled).map_err(|e| {
+        if changed(&watched, version) {
+            LoadError::Changed
+        } else {
+            e
+        }
+    })?;
+    Ok(Opened {
+        batches: Box::new(Unchanged {
+            batches: opened.batches,
+            file: watched,
+            version,
+        }),
+        ..opened
+    })
+}
+
+/// One version of a file. Any write, even one that keeps its length, moves its change
+/// time, which no call can set back (a write within the same tick of the kernel's clock as
+/// the one before it is the exception).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Version {
+    len: u64,
+    changed_ns: i128,
+    ino: u64,
+}
+
+impl Version {
+    pub(crate) fn of(file: &File) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata()?;
+        Ok(Self {
+            len: m.len(),
+            changed_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+            ino: m.ino(),
+        })
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// Whether `file` is no longer what it was at `version` (or cannot say).
+pub(crate) fn changed(file: &File, version: Version) -> bool {
+    Version::of(file).map_or(true, |now| now != version)
+}
+
+/// A reader's batches, ended by proof that the file is still the version [`open`] saw: the
+/// end (and any error) of a file written to meanwhile is [`LoadError::Changed`].
+struct Unchanged {
+    batches: Box<dyn Batches>,
+    file: File,
+    version: Version,
+}
+
+impl Batches for Unchanged {
+    fn schema(&self) -> SchemaRef {
+        self.batches.schema()
+    }
+
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, LoadError> {
+        match self.batches.next_batch() {
+            Ok(Some(batch)) => Ok(Some(batch)),
+            Err(LoadError::Cancelled) => Err(LoadError::Cancelled),
+            Ok(None) | Err(_) if changed(&self.file, self.version) => Err(LoadError::Changed),
+            other => other,
+        }
+    }
+}
+
+/// [`open`] without the watch on the file's version.
+fn open_format(
     mut file: File,
     name: &str,
     options: &LoadOptions,

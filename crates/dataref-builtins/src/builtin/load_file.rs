@@ -122,16 +122,20 @@ impl TypedTool for LoadFileTool {
         let d = blocking("load_file", move || {
             let path = workspace.resolve(&a.path)?;
             let file = workspace.open_read(&path)?;
-            // The bytes the table is read from: hashed, then read again from the start of
-            // the same open file.
-            let read = file_read(&file, path.as_str()).map_err(|e| load_error(&a.path, e))?;
+            let hashed = file
+                .try_clone()
+                .map_err(|e| load_error(&a.path, LoadError::Io(e)))?;
+            let is_cancelled = || cancel.is_cancelled();
+            let mut opened = dataref_load::open(file, path.as_str(), &options, &is_cancelled)
+                .map_err(|e| load_error(&a.path, e))?;
+            // The bytes the table is read from, hashed through the same open file. The load
+            // is refused if the file is written to after `open` began, so the hash and the
+            // rows are of one version of it.
+            let read = file_read(&hashed, path.as_str()).map_err(|e| load_error(&a.path, e))?;
             let lineage = lineage.with_receipt(dataref_protocol::Receipt {
                 file: Some(read),
                 ..receipt
             });
-            let is_cancelled = || cancel.is_cancelled();
-            let mut opened = dataref_load::open(file, path.as_str(), &options, &is_cancelled)
-                .map_err(|e| load_error(&a.path, e))?;
             let total = opened.rows.map(|r| r as f64);
             let report = |rows: u64| {
                 progress.report(rows as f64, total, Some(format!("{rows} rows loaded")));

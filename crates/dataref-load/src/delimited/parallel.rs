@@ -29,7 +29,7 @@ use arrow_schema::SchemaRef;
 
 use super::{FirstPass, content_line, csv_error_at, csv_reader, push_fields, push_record};
 use crate::infer::{Cell, Decimal, Guess, Resolved, builders, finish_batch};
-use crate::{BATCH_ROWS, Batches, LoadError};
+use crate::{BATCH_ROWS, Batches, LoadError, Version, changed};
 
 /// How a file is cut and how many threads read it.
 #[derive(Debug, Clone, Copy)]
@@ -457,32 +457,6 @@ pub(crate) struct Segment {
     plain: bool,
 }
 
-/// A file as the first pass found it. Any write since, even one that keeps its length,
-/// moves its change time, which no call can set back (a write within the same tick of
-/// the kernel's clock as the one before it is the exception).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Version {
-    len: u64,
-    changed_ns: i128,
-    ino: u64,
-}
-
-impl Version {
-    pub(crate) fn of(file: &File) -> io::Result<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let m = file.metadata()?;
-        Ok(Self {
-            len: m.len(),
-            changed_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
-            ino: m.ino(),
-        })
-    }
-
-    pub(crate) fn len(&self) -> u64 {
-        self.len
-    }
-}
-
 /// The second pass's batches, once the header is decided.
 #[derive(Debug)]
 pub(crate) struct Plan {
@@ -799,11 +773,6 @@ impl Slots {
         let _held = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         self.freed.notify_all();
     }
-}
-
-/// Whether `file` is no longer what it was at `version` (or cannot say).
-fn changed(file: &File, version: Version) -> bool {
-    Version::of(file).map_or(true, |now| now != version)
 }
 
 /// The second pass: threads build the segments' batches, yielded in the file's order.
