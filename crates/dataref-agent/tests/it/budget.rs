@@ -459,11 +459,20 @@ async fn a_cancelled_request_is_kept_with_an_estimate() {
     );
     let cancel = CancellationToken::new();
     let later = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // Cancelled once the request is out: a fixed delay lost the race on a loaded machine.
+    let canceller = async {
+        for _ in 0..1500 {
+            if !f.model.received().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         later.cancel();
-    });
-    let (sent, _) = f.send_until("alice", "default", "slow one", cancel).await;
+    };
+    let ((sent, _), ()) = tokio::join!(
+        f.send_until("alice", "default", "slow one", cancel),
+        canceller
+    );
     assert_eq!(sent.run.stopped, Some(Stopped::Cancelled));
     assert_eq!(f.model.received().len(), 1);
     let (requests, prompt, _, estimated) = kept(&f, "default");
