@@ -147,7 +147,7 @@ fn open_split(
     let data_rows = if header { rows - 1 } else { rows };
     let batches: Box<dyn Batches> = match plan {
         Some(plan) => {
-            let shape = Shape::new(&plan, schema, resolved, names, delimiter);
+            let shape = Shape::new(schema, resolved, names, delimiter);
             let segments = plan.segments(header);
             Box::new(ParallelBatches::start(
                 file,

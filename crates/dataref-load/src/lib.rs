@@ -205,10 +205,20 @@ pub fn open(
     options: &LoadOptions,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Opened, LoadError> {
+    watched(file, |file| open_format(file, name, options, cancelled))
+}
+
+/// `open(file)`, watched: the version of `file` is taken before `open` reads a byte, and an
+/// error from `open` or the end (or any error) of its batches, once the file is no longer
+/// that version, is [`LoadError::Changed`].
+pub(crate) fn watched(
+    file: File,
+    open: impl FnOnce(File) -> Result<Opened, LoadError>,
+) -> Result<Opened, LoadError> {
     let version = Version::of(&file)?;
-    let watched = file.try_clone()?;
-    let opened = open_format(file, name, options, cancelled).map_err(|e| {
-        if changed(&watched, version) {
+    let watch = file.try_clone()?;
+    let opened = open(file).map_err(|e| {
+        if changed(&watch, version) {
             LoadError::Changed
         } else {
             e
@@ -217,7 +227,7 @@ pub fn open(
     Ok(Opened {
         batches: Box::new(Unchanged {
             batches: opened.batches,
-            file: watched,
+            file: watch,
             version,
         }),
         ..opened
@@ -251,7 +261,7 @@ impl Version {
 }
 
 /// Whether `file` is no longer what it was at `version` (or cannot say).
-pub(crate) fn changed(file: &File, version: Version) -> bool {
+fn changed(file: &File, version: Version) -> bool {
     Version::of(file).map_or(true, |now| now != version)
 }
 

@@ -29,7 +29,7 @@ use arrow_schema::SchemaRef;
 
 use super::{FirstPass, content_line, csv_error_at, csv_reader, push_fields, push_record};
 use crate::infer::{Cell, Decimal, Guess, Resolved, builders, finish_batch};
-use crate::{BATCH_ROWS, Batches, LoadError, Version, changed};
+use crate::{BATCH_ROWS, Batches, LoadError, Version};
 
 /// How a file is cut and how many threads read it.
 #[derive(Debug, Clone, Copy)]
@@ -460,8 +460,6 @@ pub(crate) struct Segment {
 /// The second pass's batches, once the header is decided.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    /// The file as the first pass read it.
-    version: Version,
     data: u64,
     after_first: u64,
     segments: Vec<Segment>,
@@ -627,7 +625,6 @@ pub(crate) fn first_pass(
             guesses,
         },
         Plan {
-            version,
             data,
             after_first,
             segments,
@@ -642,15 +639,11 @@ pub(crate) struct Shape {
     names: Vec<String>,
     width: usize,
     delimiter: u8,
-    /// The file as the first pass read it.
-    version: Version,
 }
 
 impl Shape {
-    /// Batches of `schema` (columns `names`, read as `resolved`) from a file `plan` was
-    /// found in.
+    /// Batches of `schema` (columns `names`, read as `resolved`).
     pub(crate) fn new(
-        plan: &Plan,
         schema: SchemaRef,
         resolved: Vec<Resolved>,
         names: Vec<String>,
@@ -662,7 +655,6 @@ impl Shape {
             resolved,
             names,
             delimiter,
-            version: plan.version,
         }
     }
 }
@@ -778,9 +770,6 @@ impl Slots {
 /// The second pass: threads build the segments' batches, yielded in the file's order.
 pub(crate) struct ParallelBatches {
     schema: SchemaRef,
-    /// The file and what it was, checked again before the last batch is handed out.
-    file: Arc<File>,
-    version: Version,
     count: usize,
     next: usize,
     ready: BTreeMap<usize, Result<RecordBatch, LoadError>>,
@@ -798,7 +787,7 @@ impl ParallelBatches {
         threads: usize,
     ) -> io::Result<Self> {
         let count = segments.len();
-        let (schema, version) = (shape.schema.clone(), shape.version);
+        let schema = shape.schema.clone();
         let shape = Arc::new(shape);
         let file = Arc::new(file);
         let segments = Arc::new(segments);
@@ -825,15 +814,7 @@ impl ParallelBatches {
                     while slots.take() {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(seg) = segments.get(i) else { return };
-                        // An error from a file that is no longer the one the first pass
-                        // read is that, not what it looks like.
-                        let batch = build(&file, seg, &shape).map_err(|e| {
-                            if changed(&file, shape.version) {
-                                LoadError::Changed
-                            } else {
-                                e
-                            }
-                        });
+                        let batch = build(&file, seg, &shape);
                         let failed = batch.is_err();
                         if tx.send((i, batch)).is_err() || failed {
                             return;
@@ -849,8 +830,6 @@ impl ParallelBatches {
         }
         Ok(Self {
             schema,
-            file,
-            version,
             count,
             next: 0,
             ready: BTreeMap::new(),
@@ -889,11 +868,6 @@ impl Batches for ParallelBatches {
         };
         self.next += 1;
         self.slots.give();
-        // The last batch waits for proof that the file is still the one read: a table
-        // half of one version and half of another is never whole.
-        if self.next == self.count && batch.is_ok() && changed(&self.file, self.version) {
-            return Err(LoadError::Changed);
-        }
         batch.map(Some)
     }
 }
