@@ -15,13 +15,15 @@ use std::sync::Arc;
 
 use dataref_protocol::{DataRef, Principal, Timestamp};
 use dataref_store::{
-    ArtifactBytes, ArtifactIndex, ArtifactMeta, Checksum, IndexRow, Opened, StoreError, to_u64,
+    ArtifactBytes, ArtifactIndex, ArtifactMeta, Checksum, IndexRow, Opened, Parts, StoreError,
+    to_u64,
 };
 use tokio_postgres::Row;
 
 use crate::Backend;
 use crate::error::SharedError;
 use crate::objects::{Got, Put, map_for_upload};
+use crate::parts::{self, PartFile};
 
 const COLUMNS: &str = "ref, owner, rows, bytes, schema, null_counts, created_at, expires_at, \
                        lineage_tool, lineage_args, checksum, receipt, quick_check";
@@ -326,6 +328,27 @@ impl ObjectBytes {
     pub(crate) fn new(backend: Arc<Backend>) -> Self {
         Self { backend }
     }
+
+    /// Puts the piece hashes of the table just published beside its object, so readers
+    /// can fetch parts of it (see [`crate::parts`]). A failure costs only that: readers
+    /// without them read the table whole.
+    fn publish_outboard(&self, data_ref: &DataRef, name: &str, bytes: &bytes::Bytes) {
+        let outboard = parts::outboard(bytes);
+        let key = self
+            .backend
+            .objects
+            .key(&format!("{ARTIFACTS}/{}", parts::outboard_name(name)));
+        let objects = self.backend.objects.clone();
+        if let Err(e) = self
+            .backend
+            .io
+            .block("uploading an artifact's piece hashes", async move {
+                objects.put_new(&key, outboard).await
+            })
+        {
+            tracing::warn!(%data_ref, "cannot store an artifact's piece hashes; it will be read whole: {e}");
+        }
+    }
 }
 
 /// The cache's name and the object's key (under the prefix) of `data_ref`.
@@ -351,6 +374,7 @@ impl ArtifactBytes for ObjectBytes {
         drop(file);
         let objects = self.backend.objects.clone();
         let bound = self.backend.io.transfer_budget(bytes.len() as u64);
+        let mapped = bytes.clone();
         let put = self
             .backend
             .io
@@ -364,8 +388,26 @@ impl ArtifactBytes for ObjectBytes {
                 "an object for `{data_ref}` already exists in the bucket; nothing was stored"
             )));
         }
+        if mapped.len() as u64 >= parts::PARTS_MIN {
+            self.publish_outboard(data_ref, &name, &mapped);
+        }
+        drop(mapped);
         self.backend.cache.admit(&name, staged)?;
         Ok(())
+    }
+
+    fn open_parts(&self, meta: &ArtifactMeta) -> Result<Option<Arc<dyn Parts>>, StoreError> {
+        let name = artifact_name(meta.data_ref.as_str());
+        if meta.bytes < parts::PARTS_MIN || self.backend.cache.holds(&name) {
+            return Ok(None);
+        }
+        let parts = &self.backend.parts;
+        if let Some(part) = parts.current(&self.backend, &name) {
+            return Ok(Some(part));
+        }
+        let key = self.backend.objects.key(&format!("{ARTIFACTS}/{name}"));
+        Ok(PartFile::open(&self.backend, meta, &name, key)?
+            .map(|part| parts.keep(&name, Arc::new(part)) as Arc<dyn Parts>))
     }
 
     fn open(&self, meta: &ArtifactMeta) -> Result<Option<Opened>, StoreError> {
@@ -422,6 +464,8 @@ impl ArtifactBytes for ObjectBytes {
         }
         // Two readers fetching the same object both rename: the same bytes either way.
         let file = self.backend.cache.admit(&name, &tmp)?;
+        // Whole now: the parts fetched for queries are not needed.
+        self.backend.parts.forget(&self.backend, &name);
         Ok(Some(Opened {
             file,
             verified: meta.checksum.is_some(),
@@ -440,14 +484,17 @@ impl ArtifactBytes for ObjectBytes {
     fn remove(&self, data_ref: &DataRef) {
         let name = artifact_name(data_ref.as_str());
         self.backend.cache.forget(&name);
+        self.backend.parts.forget(&self.backend, &name);
         let key = self.backend.objects.key(&format!("{ARTIFACTS}/{name}"));
+        let outboard = self
+            .backend
+            .objects
+            .key(&format!("{ARTIFACTS}/{}", parts::outboard_name(&name)));
         let objects = self.backend.objects.clone();
-        if let Err(e) =
-            self.backend.io.block(
-                "removing an artifact",
-                async move { objects.delete(&key).await },
-            )
-        {
+        if let Err(e) = self.backend.io.block("removing an artifact", async move {
+            objects.delete(&outboard).await?;
+            objects.delete(&key).await
+        }) {
             // Its row is gone: the orphan sweep removes the object later.
             tracing::warn!(data_ref = %data_ref, "cannot remove an artifact's object: {e}");
         }

@@ -1,4 +1,6 @@
-//! This replica's bounded cache of whole objects: `<home>/cache/objects/<name>`.
+//! This replica's bounded cache of whole objects, `<home>/cache/objects/<name>`, and of
+//! tables fetched in parts (`<name>.<n>.part`, counted by the bytes fetched; see
+//! [`crate::parts`]).
 //!
 //! An object never changes under its key, so a cached file is valid for as long as it is
 //! kept; the owner and expiry checks happen in the index on every read, before the cache is
@@ -20,6 +22,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use crate::error::SharedError;
+
+/// How the file of a table fetched in parts is named: `<ref>.arrow.<n>.part`.
+pub(crate) const PART_SUFFIX: &str = ".part";
 
 /// Downloads still under `.tmp/` after this long were left by a process that is gone.
 const STALE_TMP: Duration = Duration::from_secs(3600);
@@ -79,7 +84,11 @@ impl Cache {
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                 continue;
             };
-            if meta.is_file() && !name.starts_with('.') {
+            // A table fetched in parts is known only to the process that fetched it (which
+            // parts are there): what a process before this one left is removed.
+            if meta.is_file() && name.ends_with(PART_SUFFIX) {
+                remove(&entry.path());
+            } else if meta.is_file() && !name.starts_with('.') {
                 found.push((
                     meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
                     name,
@@ -172,6 +181,35 @@ impl Cache {
         }
         self.evict(Some(name));
         Ok(file)
+    }
+
+    /// Counts `bytes` more of the file `name` (a table being fetched in parts, counted from
+    /// 0 when `new`), then evicts the least recently used others while over the bound.
+    /// Nothing when `name` is no longer in the cache (evicted): its holder's file is
+    /// unlinked, and its space freed when the holder lets go.
+    pub(crate) fn grow(&self, name: &str, bytes: u64, new: bool) {
+        {
+            let mut state = self.state();
+            state.tick += 1;
+            let used = state.tick;
+            match state.entries.get_mut(name) {
+                Some(e) => {
+                    e.bytes += bytes;
+                    e.used = used;
+                }
+                None if new => {
+                    state.entries.insert(name.to_owned(), Entry { bytes, used });
+                }
+                None => return,
+            }
+            state.total += bytes;
+        }
+        self.evict(Some(name));
+    }
+
+    /// Whether `name` is in the cache.
+    pub(crate) fn holds(&self, name: &str) -> bool {
+        self.state().entries.contains_key(name)
     }
 
     /// Drops `name` from the cache (its object is gone).

@@ -31,6 +31,7 @@ mod keys;
 mod limits;
 mod locks;
 mod objects;
+mod parts;
 mod pg;
 mod schema;
 mod sessions;
@@ -69,6 +70,8 @@ pub(crate) struct Backend {
     pub(crate) pg: Arc<Pg>,
     pub(crate) objects: Arc<Objects>,
     pub(crate) cache: Cache,
+    /// Tables being fetched in parts (see [`parts`]).
+    pub(crate) parts: parts::PartFiles,
     /// This replica's advisory locks (busy sessions, concurrency slots).
     pub(crate) locks: Locks,
     /// The exclusive `flock` on the data dir of a server using it (see [`lock_home`]).
@@ -219,6 +222,7 @@ impl Shared {
                 pg,
                 objects,
                 cache,
+                parts: parts::PartFiles::default(),
                 _home_lock: home_lock,
             }),
             config: config.clone(),
@@ -438,7 +442,8 @@ const ORPHAN_PAGE: usize = 1000;
 /// The two kinds of objects the index names.
 #[derive(Debug, Clone, Copy)]
 enum Orphans {
-    /// `artifacts/<ref>.arrow`, named by `dataref_artifacts.ref`.
+    /// `artifacts/<ref>.arrow` (and its piece hashes, `<ref>.arrow.b3`), named by
+    /// `dataref_artifacts.ref`.
     Artifacts,
     /// `files/<version>`, named by `dataref_files.version`.
     Files,
@@ -466,6 +471,8 @@ impl Orphans {
         let name = rel.strip_prefix(self.dir())?.strip_prefix('/')?;
         match self {
             Self::Artifacts => {
+                // The object, or the piece hashes kept beside it.
+                let name = name.strip_suffix(".b3").unwrap_or(name);
                 let r = name.strip_suffix(".arrow")?;
                 dataref_protocol::DataRef::parse(r).is_ok().then_some(r)
             }

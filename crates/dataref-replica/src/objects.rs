@@ -152,6 +152,25 @@ impl Objects {
         }
     }
 
+    /// The bytes `range` of the object under `key` (fewer when it is shorter, or an error),
+    /// arriving within `pause`; `None` when there is no such object.
+    pub(crate) async fn get_range(
+        &self,
+        key: &Path,
+        range: std::ops::Range<u64>,
+        pause: Duration,
+    ) -> Result<Option<Bytes>, SharedError> {
+        match tokio::time::timeout(pause, self.store.get_range(key, range)).await {
+            Err(_) => Err(SharedError::TimedOut {
+                what: "a part of an object",
+                after: pause,
+            }),
+            Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+            Ok(Err(e)) => Err(e.into()),
+            Ok(Ok(bytes)) => Ok(Some(bytes)),
+        }
+    }
+
     /// The first `len` bytes of the object under `key` written into the new file `dest`
     /// (which the caller renames into place), and their content hash.
     ///

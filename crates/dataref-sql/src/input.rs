@@ -101,9 +101,18 @@ impl TableProvider for InputTable {
                 projection.cloned(),
             )?,
             Source::Columns(columns) => {
-                let batches = columns
-                    .batches(projection.map(Vec::as_slice))
-                    .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))?;
+                // Decoding faults pages in and may fetch a table's parts over the network:
+                // other tasks of this runtime's thread move elsewhere meanwhile.
+                let decode = || columns.batches(projection.map(Vec::as_slice));
+                let on_many_threads = tokio::runtime::Handle::try_current().is_ok_and(|h| {
+                    h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                });
+                let batches = if on_many_threads {
+                    tokio::task::block_in_place(decode)
+                } else {
+                    decode()
+                }
+                .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))?;
                 let schema = match projection {
                     Some(p) => Arc::new(self.schema.project(p)?),
                     None => self.schema.clone(),

@@ -91,6 +91,21 @@ pub struct Opened {
     pub verified: bool,
 }
 
+/// A table's bytes fetched in parts into a local file of the table's length, from
+/// [`ArtifactBytes::open_parts`]. A part is written only once it matched what was
+/// written; the rest of the file reads as zeros, and no reader reads it.
+pub trait Parts: Send + Sync + std::fmt::Debug {
+    /// The file, opened read-only.
+    fn file(&self) -> &File;
+
+    /// Makes sure the bytes of every range are in the file, fetching those that are not: a
+    /// part that does not match is fetched once more, then is [`StoreError::Damaged`].
+    fn fetch(&self, ranges: &[std::ops::Range<u64>]) -> Result<(), StoreError>;
+
+    /// Whether every byte of `range` was fetched (and checked).
+    fn holds(&self, range: std::ops::Range<u64>) -> bool;
+}
+
 /// Where a table's bytes are kept, and a local file to read them from.
 ///
 /// Bytes are immutable once published: a ref names one content for its whole life, so any
@@ -109,6 +124,14 @@ pub trait ArtifactBytes: Send + Sync + std::fmt::Debug {
     /// index has a checksum, kept only if they match it: a mismatch (or fewer bytes than
     /// `meta.bytes`) is [`StoreError::Damaged`] and nothing is cached.
     fn open(&self, meta: &ArtifactMeta) -> Result<Option<Opened>, StoreError>;
+
+    /// A local file as long as `meta`'s bytes that this backend fills in the parts a
+    /// reader asks for, each checked before it is written: for a query that reads a few
+    /// columns of a table kept elsewhere. `None` when the backend has no such thing, or
+    /// the whole table is already here (read it with [`ArtifactBytes::open`]).
+    fn open_parts(&self, _meta: &ArtifactMeta) -> Result<Option<Arc<dyn Parts>>, StoreError> {
+        Ok(None)
+    }
 
     /// Forgets this machine's copy of `data_ref`'s bytes when it is a copy of bytes kept
     /// elsewhere, so the next [`ArtifactBytes::open`] fetches them afresh; false when the

@@ -61,8 +61,19 @@ pub struct Pieces {
 }
 
 /// One piece's part of a [`Pieces`] hash.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PieceHash(ChainingValue);
+
+impl PieceHash {
+    /// Its 32 bytes, as kept beside a table's object (see [`Pieces::outboard`]).
+    pub fn to_bytes(self) -> [u8; 32] {
+        self.0
+    }
+
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+}
 
 impl Pieces {
     /// `len` bytes in pieces of at most `piece` bytes (rounded up to a power of two, at
@@ -108,6 +119,17 @@ impl Pieces {
         Some(Checksum(
             *hazmat::merge_subtrees_root(&l, &r, hazmat::Mode::Hash).as_bytes(),
         ))
+    }
+}
+
+impl Pieces {
+    /// Every piece's hash of `bytes`, in pieces of `piece` bytes (as [`Pieces::plan`] rounds
+    /// it), hashed on every core: kept beside a table's bytes, they let a reader check any
+    /// piece it fetched alone, once [`Pieces::finish`] of them gave the table's checksum.
+    pub fn outboard(bytes: &[u8], piece: u64) -> (Self, Vec<PieceHash>) {
+        let pieces = Self::plan(bytes.len() as u64, piece);
+        let hashes = hash_slices(bytes, pieces.spans(), threads());
+        (pieces, hashes)
     }
 }
 

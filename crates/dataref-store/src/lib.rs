@@ -43,7 +43,7 @@ mod stats;
 mod untrusted;
 mod value;
 
-pub use backend::{ArtifactBytes, ArtifactIndex, IndexRow, Opened, to_u64};
+pub use backend::{ArtifactBytes, ArtifactIndex, IndexRow, Opened, Parts, to_u64};
 pub use checksum::{Checksum, Hashing, PieceHash, Pieces, QuickCheck, Sums};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use compare::{Change, ColumnChange, EXAMPLES, Example, TableDiff, compare_tables};
@@ -200,19 +200,36 @@ pub struct MappedTable {
     /// The whole file, mapped, and the columns decoded from it so far (shared with the
     /// artifact's other readers).
     pub(crate) mapping: Arc<local::Mapping>,
+    /// Set when the file is filled in parts as columns are read
+    /// ([`ArtifactStore::map_columns`]).
+    pub(crate) parts: Option<Arc<dyn Parts>>,
 }
 
 impl MappedTable {
     /// The batches, with only the columns of `projection` (schema indices, in its order)
     /// when there is one; their buffers point into the mapping.
     pub fn batches(&self, projection: Option<&[usize]>) -> Result<Vec<RecordBatch>, StoreError> {
-        Ok(self.mapping.batches(projection)?)
+        let Some(parts) = &self.parts else {
+            return Ok(self.mapping.batches(projection)?);
+        };
+        local::fetch_columns(self.mapping.buffer(), parts.as_ref(), projection)?;
+        let batches = self.mapping.batches(projection)?;
+        local::check_fetched(
+            self.mapping.buffer(),
+            parts.as_ref(),
+            &batches,
+            &self.meta.data_ref,
+        )?;
+        Ok(batches)
     }
 
     /// The first batches, every column, only as many as hold `rows` rows (all of them if
     /// the table is shorter): what a description's sample reads, without decoding (or
     /// validating) the rest. `meta` still counts every row.
     pub fn head(&self, rows: usize) -> Result<Table, StoreError> {
+        if let Some(parts) = &self.parts {
+            local::fetch_columns(self.mapping.buffer(), parts.as_ref(), None)?;
+        }
         Ok(Table {
             meta: self.meta.clone(),
             batches: local::decode(self.mapping.buffer(), None, Some(rows))?,
@@ -245,6 +262,17 @@ pub trait ArtifactStore: Send + Sync {
 
     /// Maps a live table of `owner`'s, no column decoded yet.
     fn map_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<MappedTable, StoreError>;
+
+    /// [`ArtifactStore::map_table`] for a reader of some columns (`run_sql`): when the
+    /// table's bytes are kept elsewhere and not yet here, only the parts the columns it
+    /// decodes read are fetched, when it decodes them, each checked against what was written.
+    fn map_columns(
+        &self,
+        owner: &Principal,
+        data_ref: &DataRef,
+    ) -> Result<MappedTable, StoreError> {
+        self.map_table(owner, data_ref)
+    }
 
     /// Opens a live table of `owner`'s, every column decoded.
     fn open_table(&self, owner: &Principal, data_ref: &DataRef) -> Result<Table, StoreError> {

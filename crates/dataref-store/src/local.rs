@@ -38,6 +38,7 @@
 
 mod index;
 mod mapped;
+mod parts;
 mod verify;
 mod writer;
 
@@ -45,6 +46,7 @@ pub use index::SqliteIndex;
 pub use verify::{DamagedTable, VerifyReport};
 
 pub(crate) use mapped::{Mapping, decode};
+pub(crate) use parts::{check_fetched, fetch_columns};
 
 use std::collections::VecDeque;
 use std::fs::{self, File};
@@ -474,7 +476,33 @@ impl ArtifactStore for LocalStore {
             meta,
             path,
             mapping,
+            parts: None,
         })
+    }
+
+    fn map_columns(
+        &self,
+        owner: &Principal,
+        data_ref: &DataRef,
+    ) -> Result<MappedTable, StoreError> {
+        if self.inner.kept_mapping(data_ref).is_none() {
+            let _in_read =
+                tracing::info_span!("store_read", data_ref = %data_ref, parts = true).entered();
+            // The owner check first, as every read.
+            let meta = self.meta(owner, data_ref)?;
+            if let Some(parts) = self.inner.bytes.open_parts(&meta)? {
+                let path = self.inner.artifact_path(data_ref);
+                let buffer = mapped::map_file(parts.file())
+                    .map_err(|e| io_err("cannot map artifact", &path, e))?;
+                return Ok(MappedTable {
+                    meta,
+                    path,
+                    mapping: Arc::new(Mapping::new(buffer)),
+                    parts: Some(parts),
+                });
+            }
+        }
+        self.map_table(owner, data_ref)
     }
 
     fn open_file(&self, owner: &Principal, data_ref: &DataRef) -> Result<File, StoreError> {

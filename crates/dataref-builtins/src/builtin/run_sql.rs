@@ -144,18 +144,26 @@ impl TypedTool for RunSqlTool {
         }
         let mut receipt = crate::receipt::started(ctx);
         // The owner check on every input: another principal's ref answers as an unknown one.
+        // A table fetched in parts fails (damaged, the store unavailable) while the engine
+        // reads it: the store's own error, kept here, is the answer, not the engine's.
+        let failed = StoreFailure::default();
         let (inputs, parents) = {
             let store = ctx.store.clone();
             let owner = ctx.principal.clone();
             let wanted = a.inputs.clone();
+            let failed = failed.clone();
             blocking("run_sql", move || {
                 let mut inputs = Vec::with_capacity(wanted.len());
                 let mut parents = Vec::with_capacity(wanted.len());
                 for (name, data_ref) in wanted {
-                    let table = store.map_table(&owner, &data_ref)?;
+                    let table = store.map_columns(&owner, &data_ref)?;
                     parents.push(crate::receipt::parent(&name, &table.meta));
                     let schema = table.meta.schema.clone();
-                    inputs.push(Input::columns(name, schema, Arc::new(Mapped(table))));
+                    let source = Mapped {
+                        table,
+                        failed: failed.clone(),
+                    };
+                    inputs.push(Input::columns(name, schema, Arc::new(source)));
                 }
                 Ok((inputs, parents))
             })
@@ -188,7 +196,7 @@ impl TypedTool for RunSqlTool {
         );
         let result = tokio::select! {
             r = tokio::time::timeout(timeout, work) => match r {
-                Ok(r) => r?,
+                Ok(r) => r.map_err(|e| failed.take().unwrap_or(e))?,
                 Err(_) => return Err(timed_out(timeout)),
             },
             () = ctx.cancel.cancelled() => {
@@ -200,15 +208,43 @@ impl TypedTool for RunSqlTool {
 }
 
 /// A stored table as the engine's input: only the columns the plan reads are decoded, so
-/// a query over three of twenty columns validates three.
+/// a query over three of twenty columns validates three (and, for a table kept elsewhere,
+/// fetches only their bytes).
 #[derive(Debug)]
-struct Mapped(MappedTable);
+struct Mapped {
+    table: MappedTable,
+    failed: StoreFailure,
+}
 
 impl Columns for Mapped {
     fn batches(&self, projection: Option<&[usize]>) -> Result<Vec<RecordBatch>, ArrowError> {
+        self.table.batches(projection).map_err(|e| {
+            let message = e.to_string();
+            self.failed.keep(e);
+            ArrowError::ExternalError(message.into())
+        })
+    }
+}
+
+/// The first store error an input met while the engine read it.
+#[derive(Debug, Clone, Default)]
+struct StoreFailure(Arc<std::sync::Mutex<Option<dataref_store::StoreError>>>);
+
+impl StoreFailure {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<dataref_store::StoreError>> {
+        // One store or take at a time: nothing half done.
         self.0
-            .batches(projection)
-            .map_err(|e| ArrowError::ExternalError(Box::new(e)))
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn keep(&self, e: dataref_store::StoreError) {
+        self.lock().get_or_insert(e);
+    }
+
+    /// The error kept, as the tool's error.
+    fn take(&self) -> Option<ToolError> {
+        self.lock().take().map(ToolError::from)
     }
 }
 

@@ -263,8 +263,11 @@ fn an_object_no_row_names_is_swept_as_an_orphan() {
     let shared = s.replica(home.path(), &config);
     let a = store(&shared, limits(), Arc::new(SystemClock));
     let alice = principal("alice");
-    let kept = write(a.as_ref(), &alice, 10);
-    let lost = write(a.as_ref(), &alice, 10);
+    // Large enough for piece hashes beside each object: they go with their object.
+    let kept = write(a.as_ref(), &alice, 300_000);
+    let lost = write(a.as_ref(), &alice, 300_000);
+    let bucket = Bucket::new(&s);
+    assert!(bucket.get_at(&bucket.hashes_key(&lost)).is_some());
     // A replica killed between the upload and the row leaves exactly this: an object whose
     // ref no row names.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -278,8 +281,10 @@ fn an_object_no_row_names_is_swept_as_an_orphan() {
     .unwrap();
     // Young objects are left alone: their row may be on its way.
     assert_eq!(shared.sweep_orphans(Duration::from_secs(3600)).unwrap(), 0);
-    assert_eq!(shared.sweep_orphans(Duration::ZERO).unwrap(), 1);
+    assert_eq!(shared.sweep_orphans(Duration::ZERO).unwrap(), 2);
     assert_eq!(shared.sweep_orphans(Duration::ZERO).unwrap(), 0);
+    assert!(bucket.get_at(&bucket.hashes_key(&lost)).is_none());
+    assert!(bucket.get_at(&bucket.hashes_key(&kept)).is_some());
     assert!(a.open_table(&alice, &kept).is_ok());
     assert!(matches!(
         a.open_table(&alice, &lost),
@@ -448,6 +453,27 @@ impl Bucket {
 
     fn key(&self, r: &DataRef) -> object_store::path::Path {
         object_store::path::Path::from(format!("{}/artifacts/{}.arrow", self.prefix, r.as_str()))
+    }
+
+    /// The key of the piece hashes kept beside `r`'s object.
+    fn hashes_key(&self, r: &DataRef) -> object_store::path::Path {
+        object_store::path::Path::from(format!("{}.b3", self.key(r)))
+    }
+
+    fn get_at(&self, key: &object_store::path::Path) -> Option<Vec<u8>> {
+        use object_store::ObjectStoreExt;
+        self.rt.block_on(async {
+            match self.store.get(key).await {
+                Ok(got) => Some(got.bytes().await.unwrap().to_vec()),
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(e) => panic!("{e}"),
+            }
+        })
+    }
+
+    fn put_at(&self, key: &object_store::path::Path, bytes: Vec<u8>) {
+        use object_store::ObjectStoreExt;
+        self.rt.block_on(self.store.put(key, bytes.into())).unwrap();
     }
 
     fn get(&self, r: &DataRef) -> Vec<u8> {
@@ -630,4 +656,190 @@ fn a_damaged_cached_copy_is_fetched_again() {
         t.meta.checksum,
         Some(dataref_store::Checksum::of(&Bucket::new(&s).get(&r)))
     );
+}
+
+/// Parts count in the cache's bound as whole files do: a replica reading tables larger
+/// together than its cache stays within it, and a table whose parts were evicted is
+/// fetched again, right.
+#[test]
+fn parts_count_in_the_cache_bound() {
+    let s = Services::start();
+    let mut config = s.config();
+    config.cache_bytes = 12 << 20;
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = store(
+        &s.replica(home_a.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
+    let shared_b = s.replica(home_b.path(), &config);
+    let b = store(&shared_b, limits(), Arc::new(SystemClock));
+    let alice = principal("alice");
+    // About 6 MB each: B's cache holds two.
+    let refs: Vec<DataRef> = (0..3).map(|_| write(a.as_ref(), &alice, 300_000)).collect();
+    let expected: Vec<i64> = (0..300_000).collect();
+    for r in refs.iter().chain(&refs[..1]) {
+        let t = b.map_columns(&alice, r).unwrap();
+        assert_eq!(ids_of(&t.batches(Some(&[0])).unwrap()), expected);
+        assert_eq!(
+            t.batches(None).unwrap().len(),
+            t.batches(Some(&[1])).unwrap().len()
+        );
+        assert!(
+            shared_b.cache_bytes() <= 12 << 20,
+            "{}",
+            shared_b.cache_bytes()
+        );
+        assert!(
+            shared_b.cache_bytes() >= 5 << 20,
+            "{}",
+            shared_b.cache_bytes()
+        );
+    }
+}
+
+/// Bytes of `file` on disk (a sparse file's holes take none).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a replica's cache, looked at from outside"
+)]
+fn allocated(file: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(file).unwrap().blocks() * 512
+}
+
+/// The ids of `batches` (one column of ids).
+fn ids_of(batches: &[RecordBatch]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
+
+/// A query's columns of a table another replica wrote: a replica that does not have it
+/// fetches only the pieces those columns lie in (the rest of its file is a hole), each
+/// checked against the piece hashes kept beside the object, which are checked against the
+/// index's checksum. Damage where the columns lie is refused as damage, once fetched
+/// again; damage elsewhere is never read. Without the piece hashes, or with wrong ones,
+/// the table is read whole and checked whole.
+#[test]
+fn a_few_columns_of_a_table_kept_elsewhere_are_fetched_in_parts() {
+    const ROWS: i64 = 900_000;
+    let s = Services::start();
+    let config = s.config();
+    let writer_home = tempfile::tempdir().unwrap();
+    let a = store(
+        &s.replica(writer_home.path(), &config),
+        limits(),
+        Arc::new(SystemClock),
+    );
+    let bucket = Bucket::new(&s);
+    let alice = principal("alice");
+    let r = write(a.as_ref(), &alice, ROWS);
+    let good = bucket.get(&r);
+    let hashes = bucket
+        .get_at(&bucket.hashes_key(&r))
+        .expect("piece hashes beside the object");
+    assert_eq!(hashes.len(), good.len().div_ceil(64 << 10) * 32);
+    let expected: Vec<i64> = (0..ROWS).collect();
+
+    let cold = || {
+        let home = tempfile::tempdir().unwrap();
+        let b = store(
+            &s.replica(home.path(), &config),
+            limits(),
+            Arc::new(SystemClock),
+        );
+        (home, b)
+    };
+    let part_of = |home: &std::path::Path| {
+        crate::files_in_tree(home)
+            .into_iter()
+            .find(|p| p.contains(r.as_str()) && p.ends_with(".part"))
+    };
+
+    // The ids alone: about 40% of the file (8 of ~20 bytes a row), never all of it.
+    let (home, b) = cold();
+    let t = b.map_columns(&alice, &r).unwrap();
+    assert_eq!(ids_of(&t.batches(Some(&[0])).unwrap()), expected);
+    let part = part_of(home.path()).expect("a file of parts");
+    let fetched = allocated(&part);
+    assert!(
+        fetched < good.len() as u64 / 2,
+        "{fetched} of {} bytes fetched for one column of two",
+        good.len()
+    );
+    // The names, later: the same file, filled in; the right values.
+    let names = t.batches(Some(&[1])).unwrap();
+    let name = names[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    assert_eq!(name.value(1), "name-1");
+    assert!(arrow_array::Array::is_null(name, 7));
+    assert!(allocated(&part) >= good.len() as u64 - (64 << 10));
+    drop((t, b, home));
+
+    // Where the bytes lie: id 123,456 in the ids, "name-123457" in the names.
+    let id_at = good
+        .windows(16)
+        .position(|w| w[..8] == 123_456i64.to_le_bytes() && w[8..] == 123_457i64.to_le_bytes())
+        .unwrap();
+    let name_at = good.windows(11).position(|w| w == b"name-123457").unwrap();
+    for (what, at, read, refused) in [("a name", name_at, 0usize, 1usize), ("an id", id_at, 1, 0)] {
+        let mut bad = good.clone();
+        bad[at] ^= 0x04;
+        bucket.put(&r, bad);
+        let (_home, b) = cold();
+        let t = b.map_columns(&alice, &r).unwrap();
+        // The column that does not hold the damage reads right: none of the damage is read.
+        let other = t.batches(Some(&[read])).unwrap();
+        assert_eq!(
+            other.iter().map(RecordBatch::num_rows).sum::<usize>(),
+            ROWS as usize
+        );
+        let e = t.batches(Some(&[refused])).unwrap_err();
+        assert!(e.is_damage(), "{what}: {e:?}");
+        assert!(e.to_string().contains(r.as_str()), "{what}: {e}");
+        // Still refused, and the whole read says so too.
+        assert!(
+            t.batches(Some(&[refused])).unwrap_err().is_damage(),
+            "{what}"
+        );
+        assert!(b.open_table(&alice, &r).unwrap_err().is_damage(), "{what}");
+        bucket.put(&r, good.clone());
+    }
+
+    // Piece hashes wrong, then missing: read whole, and right.
+    let mut wrong = hashes.clone();
+    wrong[40] ^= 1;
+    for (what, outboard) in [("wrong", Some(wrong)), ("missing", None)] {
+        match outboard {
+            Some(h) => bucket.put_at(&bucket.hashes_key(&r), h),
+            None => {
+                use object_store::ObjectStoreExt;
+                bucket
+                    .rt
+                    .block_on(bucket.store.delete(&bucket.hashes_key(&r)))
+                    .unwrap();
+            }
+        }
+        let (home, b) = cold();
+        let t = b.map_columns(&alice, &r).unwrap();
+        assert_eq!(ids_of(&t.batches(Some(&[0])).unwrap()), expected, "{what}");
+        assert!(part_of(home.path()).is_none(), "{what}: read whole");
+        let whole = crate::files_in_tree(home.path())
+            .into_iter()
+            .find(|p| p.ends_with(&format!("{}.arrow", r.as_str())))
+            .expect("the whole table cached");
+        assert!(allocated(&whole) >= good.len() as u64, "{what}: all of it");
+    }
 }

@@ -29,7 +29,10 @@ pub(super) fn map_file(file: &File) -> io::Result<Buffer> {
     // under `.tmp/`, renamed into `artifacts/` once complete, and never opened for writing
     // again; the store only ever unlinks them (sweep, reconcile), which leaves existing
     // mappings intact. Only a process outside dataref truncating the file could break
-    // this, and that is outside what the store can guard against.
+    // this, and that is outside what the store can guard against. A file filled in parts
+    // ([`crate::Parts`]) is written while mapped, but only where nothing was fetched yet,
+    // once per part, before any reader is told the part is there: no byte a reader may
+    // read ever changes.
     let mmap = unsafe { memmap2::Mmap::map(file) }?;
     let len = mmap.len();
     let ptr = NonNull::new(mmap.as_ptr().cast_mut())

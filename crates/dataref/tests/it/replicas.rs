@@ -963,3 +963,138 @@ async fn an_approval_asked_on_one_replica_is_answered_through_the_other() {
         "Approved on B, fetched on A."
     );
 }
+
+/// A query on a replica that has never read the table fetches only the parts of the file
+/// its columns lie in, and answers as the replica that wrote it. Damage where the query
+/// reads is named to the model as damage to that table (never a server fault); damage
+/// elsewhere is never read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_on_another_replica_fetches_only_the_columns_it_reads() {
+    let c = Cluster::start(
+        2,
+        Extra {
+            // 200k rows of three columns, `s` 110 characters or so (25 MB of Arrow).
+            tables: r#"
+[queries.wide]
+source = "sample"
+description = "Generated rows, three columns."
+sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) SELECT i, i * 2 AS j, 'row-' || i || '-' || hex(zeroblob(50)) AS s FROM n"
+"#
+            .into(),
+            ..Extra::default()
+        },
+    );
+    let (a, b) = (c.direct(0), c.direct(1));
+    let fetched = c.ok(&a, EU, "fetch_wide", json!({})).await;
+    let r = fetched["dataRef"].as_str().expect("a dataRef").to_owned();
+    let sum = |column: &str| {
+        json!({"sql": format!("SELECT sum({column}) AS s FROM t"), "inputs": {"t": r},
+               "store_as": "value"})
+    };
+    let on_b = c.ok(&b, EU, "run_sql", sum("j")).await;
+    assert_eq!(
+        on_b["values"][0][0].as_u64(),
+        Some(40_000_200_000),
+        "{on_b}"
+    );
+    let on_a = c.ok(&a, EU, "run_sql", sum("j")).await;
+    assert_eq!(on_a["values"], on_b["values"]);
+    let home_b = c.dir.path().join("replica-1");
+    let parts: Vec<PathBuf> = files_under(&home_b)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".part"))
+        .collect();
+    assert_eq!(parts.len(), 1, "one file of parts: {parts:?}");
+    let object = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(c.s3.bucket())
+        .with_region(c.s3.region())
+        .with_endpoint(c.s3.endpoint())
+        .with_allow_http(true)
+        .with_access_key_id(c.s3.access_key())
+        .with_secret_access_key(c.s3.secret_key())
+        .build()
+        .expect("an S3 client");
+    let key = object_store::path::Path::from(format!("replicas-test/artifacts/{r}.arrow"));
+    let good = {
+        use object_store::ObjectStoreExt;
+        object
+            .get(&key)
+            .await
+            .expect("the object")
+            .bytes()
+            .await
+            .expect("its bytes")
+    };
+    let fetched_bytes = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&parts[0]).expect("the file").blocks() * 512
+    };
+    assert!(
+        fetched_bytes < good.len() as u64 / 2,
+        "{fetched_bytes} of {} bytes fetched for a column of three",
+        good.len()
+    );
+
+    // One bit of one `s` value flipped, far from any other column's bytes: `j` still reads
+    // right on a replica without the table; `s` is refused as damage, naming the table.
+    let at = good
+        .windows(11)
+        .position(|w| w == b"row-100000-")
+        .expect("a value of `s`");
+    let text_only = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-';
+    assert!(
+        good[at - 70_000..at + 70_000].iter().all(text_only),
+        "the damage lies in a piece of `s` alone"
+    );
+    let mut bad = good.to_vec();
+    bad[at + 2] ^= 0x01;
+    {
+        use object_store::ObjectStoreExt;
+        object
+            .put(&key, bad.into())
+            .await
+            .expect("damage the object");
+    }
+    // A new process on B: what it fetched before is not kept.
+    let restarted = {
+        let mut c = c;
+        c.kill9(1);
+        c.restart(1);
+        c
+    };
+    let b = restarted.direct(1);
+    let again = restarted.ok(&b, EU, "run_sql", sum("j")).await;
+    assert_eq!(again["values"], on_a["values"]);
+    let refused = restarted
+        .call(
+            &b,
+            EU,
+            "run_sql",
+            json!({"sql": "SELECT max(s) AS m FROM t", "inputs": {"t": r}, "store_as": "value"}),
+        )
+        .await;
+    assert_eq!(refused["isError"], json!(true), "{refused}");
+    let said = text(&refused);
+    assert!(said.contains("damaged") && said.contains(&r), "{said}");
+    assert!(
+        !said.contains("internal") && !said.contains("server"),
+        "{said}"
+    );
+}
+
+/// Every file under `dir`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
