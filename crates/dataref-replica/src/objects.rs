@@ -186,7 +186,7 @@ impl Objects {
         len: u64,
         pause: Duration,
     ) -> Result<Got, SharedError> {
-        let file = create_sized(dest, len)?;
+        let file = Arc::new(create_sized(dest, len)?);
         if len == 0 {
             return Ok(match self.size_of(key, pause).await? {
                 None => Got::Missing,
@@ -309,18 +309,22 @@ enum Part {
     Short,
 }
 
-/// `path` created (it must not exist) at `len` bytes, for the parts to be written at their
-/// places.
+/// `path` created (it must not exist) at `len` bytes, opened to read and write, for parts
+/// to be written at their places.
 #[expect(
     clippy::disallowed_methods,
-    reason = "a download goes to the cache's own `.tmp/`, outside every workspace"
+    reason = "downloads and parts go to the cache's own directory, outside every workspace"
 )]
-fn create_sized(path: &FsPath, len: u64) -> Result<Arc<std::fs::File>, SharedError> {
-    let file = std::fs::File::create_new(path)
+pub(crate) fn create_sized(path: &FsPath, len: u64) -> Result<std::fs::File, SharedError> {
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
         .map_err(|e| SharedError::local("cannot create", path, e))?;
     file.set_len(len)
         .map_err(|e| SharedError::local("cannot size", path, e))?;
-    Ok(Arc::new(file))
+    Ok(file)
 }
 
 /// The bytes `range` of `key`, written into `file` at their place and hashed (as the whole

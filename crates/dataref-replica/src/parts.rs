@@ -27,6 +27,7 @@ use object_store::path::Path;
 use crate::Backend;
 use crate::cache::PART_SUFFIX;
 use crate::error::SharedError;
+use crate::objects::create_sized;
 
 /// The piece each chaining value covers: what a read of a column fetches beyond its bytes
 /// at most, at each end of each run.
@@ -142,19 +143,7 @@ impl PartFile {
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
-        let path = backend.cache.path(&part_name);
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "the cache directory is this crate's own, outside every workspace"
-        )]
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| SharedError::local("cannot create", &path, e))?;
-        file.set_len(meta.bytes)
-            .map_err(|e| SharedError::local("cannot size", &path, e))?;
+        let file = create_sized(&backend.cache.path(&part_name), meta.bytes)?;
         backend.cache.grow(&part_name, 0, true);
         Ok(Some(Self {
             data_ref: meta.data_ref.as_str().to_owned(),

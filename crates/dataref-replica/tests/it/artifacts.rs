@@ -66,6 +66,20 @@ fn limits() -> StoreLimits {
     StoreLimits::default()
 }
 
+/// A replica's store over a home of its own (returned with it, to keep it).
+fn replica_store(
+    s: &Services,
+    config: &dataref_config::SharedConfig,
+) -> (tempfile::TempDir, Arc<dyn ArtifactStore>) {
+    let home = tempfile::tempdir().unwrap();
+    let store = store(
+        &s.replica(home.path(), config),
+        limits(),
+        Arc::new(SystemClock),
+    );
+    (home, store)
+}
+
 #[test]
 fn a_table_written_through_one_replica_is_read_through_the_other() {
     let s = Services::start();
@@ -301,12 +315,8 @@ fn the_cache_is_bounded_and_a_mapped_file_outlives_its_eviction() {
     let s = Services::start();
     let mut config = s.config();
     config.cache_bytes = 300_000;
-    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = store(
-        &s.replica(home_a.path(), &config),
-        limits(),
-        Arc::new(SystemClock),
-    );
+    let (_home_a, a) = replica_store(&s, &config);
+    let home_b = tempfile::tempdir().unwrap();
     let shared_b = s.replica(home_b.path(), &config);
     let b = store(&shared_b, limits(), Arc::new(SystemClock));
     let alice = principal("alice");
@@ -508,12 +518,7 @@ fn damaged_objects_are_refused_on_every_replica_and_restored_ones_read() {
     const ROWS: i64 = 900_000;
     let s = Services::start();
     let config = s.config();
-    let writer_home = tempfile::tempdir().unwrap();
-    let a = store(
-        &s.replica(writer_home.path(), &config),
-        limits(),
-        Arc::new(SystemClock),
-    );
+    let (_writer_home, a) = replica_store(&s, &config);
     // After a replica: it installs the process's TLS provider.
     let bucket = Bucket::new(&s);
     let alice = principal("alice");
@@ -574,12 +579,7 @@ fn damaged_objects_are_refused_on_every_replica_and_restored_ones_read() {
             }
             None => bucket.delete(&r),
         }
-        let cold = tempfile::tempdir().unwrap();
-        let b = store(
-            &s.replica(cold.path(), &config),
-            limits(),
-            Arc::new(SystemClock),
-        );
+        let (cold, b) = replica_store(&s, &config);
         for _ in 0..2 {
             let e = match b.open_table(&alice, &r) {
                 Err(e) => e,
@@ -666,12 +666,8 @@ fn parts_count_in_the_cache_bound() {
     let s = Services::start();
     let mut config = s.config();
     config.cache_bytes = 12 << 20;
-    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = store(
-        &s.replica(home_a.path(), &config),
-        limits(),
-        Arc::new(SystemClock),
-    );
+    let (_home_a, a) = replica_store(&s, &config);
+    let home_b = tempfile::tempdir().unwrap();
     let shared_b = s.replica(home_b.path(), &config);
     let b = store(&shared_b, limits(), Arc::new(SystemClock));
     let alice = principal("alice");
@@ -734,12 +730,7 @@ fn a_few_columns_of_a_table_kept_elsewhere_are_fetched_in_parts() {
     const ROWS: i64 = 900_000;
     let s = Services::start();
     let config = s.config();
-    let writer_home = tempfile::tempdir().unwrap();
-    let a = store(
-        &s.replica(writer_home.path(), &config),
-        limits(),
-        Arc::new(SystemClock),
-    );
+    let (_writer_home, a) = replica_store(&s, &config);
     let bucket = Bucket::new(&s);
     let alice = principal("alice");
     let r = write(a.as_ref(), &alice, ROWS);
@@ -750,15 +741,7 @@ fn a_few_columns_of_a_table_kept_elsewhere_are_fetched_in_parts() {
     assert_eq!(hashes.len(), good.len().div_ceil(64 << 10) * 32);
     let expected: Vec<i64> = (0..ROWS).collect();
 
-    let cold = || {
-        let home = tempfile::tempdir().unwrap();
-        let b = store(
-            &s.replica(home.path(), &config),
-            limits(),
-            Arc::new(SystemClock),
-        );
-        (home, b)
-    };
+    let cold = || replica_store(&s, &config);
     let part_of = |home: &std::path::Path| {
         crate::files_in_tree(home)
             .into_iter()
