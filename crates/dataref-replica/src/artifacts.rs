@@ -407,7 +407,7 @@ impl ArtifactBytes for ObjectBytes {
         }
         let key = self.backend.objects.key(&format!("{ARTIFACTS}/{name}"));
         Ok(PartFile::open(&self.backend, meta, &name, key)?
-            .map(|part| parts.keep(&name, Arc::new(part)) as Arc<dyn Parts>))
+            .map(|part| parts.keep(&self.backend, &name, part) as Arc<dyn Parts>))
     }
 
     fn open(&self, meta: &ArtifactMeta) -> Result<Option<Opened>, StoreError> {

@@ -244,7 +244,11 @@ impl Objects {
     }
 
     /// The size of the object under `key`, `None` when there is none.
-    async fn size_of(&self, key: &Path, pause: Duration) -> Result<Option<u64>, SharedError> {
+    pub(crate) async fn size_of(
+        &self,
+        key: &Path,
+        pause: Duration,
+    ) -> Result<Option<u64>, SharedError> {
         match tokio::time::timeout(pause, self.store.head(key)).await {
             Err(_) => Err(SharedError::TimedOut {
                 what: "an object store answer",

@@ -68,9 +68,17 @@ impl PartFiles {
         map.get(name).cloned()
     }
 
-    /// Keeps `part` as the file of `name`, unless another reader made one meanwhile.
-    pub(crate) fn keep(&self, name: &str, part: Arc<PartFile>) -> Arc<PartFile> {
-        self.lock().entry(name.to_owned()).or_insert(part).clone()
+    /// Keeps `part` as the file of `name`, unless another reader made one meanwhile (then
+    /// `part`'s file goes, and that one is used).
+    pub(crate) fn keep(&self, backend: &Backend, name: &str, part: PartFile) -> Arc<PartFile> {
+        let mut map = self.lock();
+        if let Some(other) = map.get(name) {
+            backend.cache.forget(&part.name);
+            return other.clone();
+        }
+        let part = Arc::new(part);
+        map.insert(name.to_owned(), part.clone());
+        part
     }
 
     /// Lets go of the file of `name` (the whole table is here now, or gone).
@@ -125,9 +133,16 @@ impl PartFile {
             .io
             .block("fetching an artifact's piece hashes", async move {
                 objects.get_range(&outboard_key, 0..want, pause).await
-            })?;
-        let Some(got) = got else {
-            return Ok(None);
+            });
+        // Missing, short or out of reach: the whole table is read (and checked) instead,
+        // which says what is wrong if anything is.
+        let got = match got {
+            Ok(Some(got)) => got,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                tracing::warn!(data_ref = %meta.data_ref, "cannot fetch an artifact's piece hashes; it is read whole: {e}");
+                return Ok(None);
+            }
         };
         let hashes: Vec<PieceHash> = got
             .chunks_exact(32)
@@ -208,27 +223,25 @@ impl Parts for PartFile {
                 .iter()
                 .map(|r| self.span(r.start).start..self.span(r.end - 1).end)
                 .collect();
-            let pause = backend.io.timeout();
+            let (pause, len) = (backend.io.timeout(), self.len);
             let fetched = backend.io.block_for(
                 "fetching parts of an artifact",
                 backend.io.transfer_budget(bytes),
-                async move { fetch_runs(objects, key, spans, pause).await },
+                async move { fetch_runs(objects, key, spans, len, pause).await },
             )?;
+            let fetched = match fetched {
+                Runs::Got(fetched) => fetched,
+                Runs::Missing => return Err(self.damaged("its object is missing".into())),
+                Runs::Short { found } => {
+                    return Err(self.damaged(format!(
+                        "its object holds {found} bytes where {len} were written"
+                    )));
+                }
+            };
             let mut bad = Vec::new();
             let mut added = 0;
             for (run, got) in runs.iter().zip(fetched) {
-                let Some(got) = got else {
-                    return Err(self.damaged("its object is missing".into()));
-                };
                 let span = self.span(run.start).start..self.span(run.end - 1).end;
-                if got.len() as u64 != span.end - span.start {
-                    return Err(self.damaged(format!(
-                        "its object answered bytes {}..{} with {} bytes",
-                        span.start,
-                        span.end,
-                        got.len()
-                    )));
-                }
                 for i in run.clone() {
                     let s = self.span(i);
                     let at = usize::try_from(s.start - span.start).unwrap_or(usize::MAX);
@@ -292,15 +305,28 @@ fn runs_of(pieces: &[usize]) -> Vec<Range<usize>> {
     runs
 }
 
-/// Each span of the object `key`, [`RUNS_IN_FLIGHT`] ranged GETs at a time; `None` for a
-/// span of an object that is not there.
+/// What a fetch of spans of an object found.
+enum Runs {
+    /// Each span's bytes, all of them.
+    Got(Vec<Bytes>),
+    Missing,
+    /// The object holds fewer bytes than the table.
+    Short {
+        found: u64,
+    },
+}
+
+/// Each span of the object `key` (of a table of `len` bytes), [`RUNS_IN_FLIGHT`] ranged
+/// GETs at a time. A span that fails or comes short is judged by what the object holds:
+/// missing or short is damage, anything else the store's error.
 async fn fetch_runs(
     objects: Arc<crate::objects::Objects>,
     key: Path,
     spans: Vec<Range<u64>>,
+    len: u64,
     pause: std::time::Duration,
-) -> Result<Vec<Option<Bytes>>, SharedError> {
-    let mut out = vec![None; spans.len()];
+) -> Result<Runs, SharedError> {
+    let mut out = vec![Bytes::new(); spans.len()];
     let mut running = tokio::task::JoinSet::new();
     let mut next = 0;
     loop {
@@ -315,9 +341,25 @@ async fn fetch_runs(
             break;
         };
         let (i, got) = done.map_err(|e| SharedError::Runtime(format!("fetching a part: {e}")))?;
-        out[i] = got?;
+        let whole = |b: &Bytes| b.len() as u64 == spans[i].end - spans[i].start;
+        match got {
+            Ok(Some(bytes)) if whole(&bytes) => out[i] = bytes,
+            Ok(None) => return Ok(Runs::Missing),
+            other => {
+                return match objects.size_of(&key, pause).await? {
+                    None => Ok(Runs::Missing),
+                    Some(found) if found < len => Ok(Runs::Short { found }),
+                    Some(_) => match other {
+                        Err(e) => Err(e),
+                        _ => Err(SharedError::Objects(format!(
+                            "`{key}` answered a ranged GET with fewer bytes than asked for"
+                        ))),
+                    },
+                };
+            }
+        }
     }
-    Ok(out)
+    Ok(Runs::Got(out))
 }
 
 #[cfg(test)]

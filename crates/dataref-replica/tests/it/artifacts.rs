@@ -723,8 +723,8 @@ fn ids_of(batches: &[RecordBatch]) -> Vec<i64> {
 /// fetches only the pieces those columns lie in (the rest of its file is a hole), each
 /// checked against the piece hashes kept beside the object, which are checked against the
 /// index's checksum. Damage where the columns lie is refused as damage, once fetched
-/// again; damage elsewhere is never read. Without the piece hashes, or with wrong ones,
-/// the table is read whole and checked whole.
+/// again; damage elsewhere is never read; an object cut short or gone is damage too. Without the piece hashes, or with wrong or short
+/// ones, the table is read whole and checked whole.
 #[test]
 fn a_few_columns_of_a_table_kept_elsewhere_are_fetched_in_parts() {
     const ROWS: i64 = 900_000;
@@ -801,10 +801,29 @@ fn a_few_columns_of_a_table_kept_elsewhere_are_fetched_in_parts() {
         bucket.put(&r, good.clone());
     }
 
-    // Piece hashes wrong, then missing: read whole, and right.
+    // The object cut short, then gone: damage, named, whatever the query reads.
+    for (what, cut) in [("truncated", Some(good.len() / 2)), ("deleted", None)] {
+        match cut {
+            Some(n) => bucket.put(&r, good[..n].to_vec()),
+            None => bucket.delete(&r),
+        }
+        let (_home, b) = cold();
+        let t = b.map_columns(&alice, &r).unwrap();
+        let e = t.batches(Some(&[0])).unwrap_err();
+        assert!(e.is_damage(), "{what}: {e:?}");
+        assert!(e.to_string().contains(r.as_str()), "{what}: {e}");
+        bucket.put(&r, good.clone());
+    }
+
+    // Piece hashes wrong, short, then missing: read whole, and right.
     let mut wrong = hashes.clone();
     wrong[40] ^= 1;
-    for (what, outboard) in [("wrong", Some(wrong)), ("missing", None)] {
+    let short = hashes[..hashes.len() / 2].to_vec();
+    for (what, outboard) in [
+        ("wrong", Some(wrong)),
+        ("short", Some(short)),
+        ("missing", None),
+    ] {
         match outboard {
             Some(h) => bucket.put_at(&bucket.hashes_key(&r), h),
             None => {
