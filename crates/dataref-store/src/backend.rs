@@ -95,7 +95,7 @@ pub struct Opened {
 /// [`ArtifactBytes::open_parts`]. A part is written only once it matched what was
 /// written; the rest of the file reads as zeros, and no reader reads it.
 pub trait Parts: Send + Sync + std::fmt::Debug {
-    /// The file, opened read-only.
+    /// The file, for readers to map (read-only; only [`Parts::fetch`] writes to it).
     fn file(&self) -> &File;
 
     /// Makes sure the bytes of every range are in the file, fetching those that are not: a

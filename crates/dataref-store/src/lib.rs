@@ -266,6 +266,7 @@ pub trait ArtifactStore: Send + Sync {
     /// [`ArtifactStore::map_table`] for a reader of some columns (`run_sql`): when the
     /// table's bytes are kept elsewhere and not yet here, only the parts the columns it
     /// decodes read are fetched, when it decodes them, each checked against what was written.
+    /// Such a table's `path` is where the whole file would be, not a file to hand on.
     fn map_columns(
         &self,
         owner: &Principal,
