@@ -453,15 +453,8 @@ async fn get_ranges_counted(
     ranges: &[std::ops::Range<u64>],
 ) -> Result<u64> {
     use futures_util::StreamExt;
-    use object_store::{ClientOptions, ObjectStoreExt, aws::AmazonS3Builder};
-    let store = AmazonS3Builder::new()
-        .with_bucket_name(s3.bucket())
-        .with_region(s3.region())
-        .with_endpoint(s3.endpoint())
-        .with_access_key_id(s3.access_key())
-        .with_secret_access_key(s3.secret_key())
-        .with_client_options(ClientOptions::new().with_allow_http(true))
-        .build()?;
+    use object_store::ObjectStoreExt;
+    let store = s3_client(s3)?;
     let key = object_store::path::Path::from(key);
     let sizes: Vec<Result<u64>> = futures_util::stream::iter(ranges.iter().cloned())
         .map(|r| {
@@ -604,18 +597,24 @@ fn load(base: &str, token: &str, clients: usize, calls: usize) -> Result<(f64, f
     })
 }
 
-/// The bytes of the object under `key` in `s3`'s bucket, read as they come and dropped.
-async fn get_counted(s3: &TestS3, key: &str) -> Result<u64> {
-    use futures_util::StreamExt;
-    use object_store::{ClientOptions, ObjectStoreExt, aws::AmazonS3Builder};
-    let store = AmazonS3Builder::new()
+/// An S3 client of `s3`'s bucket: what the GETs alone go through.
+fn s3_client(s3: &TestS3) -> Result<object_store::aws::AmazonS3> {
+    use object_store::{ClientOptions, aws::AmazonS3Builder};
+    Ok(AmazonS3Builder::new()
         .with_bucket_name(s3.bucket())
         .with_region(s3.region())
         .with_endpoint(s3.endpoint())
         .with_access_key_id(s3.access_key())
         .with_secret_access_key(s3.secret_key())
         .with_client_options(ClientOptions::new().with_allow_http(true))
-        .build()?;
+        .build()?)
+}
+
+/// The bytes of the object under `key` in `s3`'s bucket, read as they come and dropped.
+async fn get_counted(s3: &TestS3, key: &str) -> Result<u64> {
+    use futures_util::StreamExt;
+    use object_store::ObjectStoreExt;
+    let store = s3_client(s3)?;
     let mut body = store
         .get(&object_store::path::Path::from(key))
         .await?

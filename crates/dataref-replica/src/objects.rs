@@ -223,16 +223,10 @@ impl Objects {
                 Ok(Part::Missing) => return Ok(Got::Missing),
                 // A part missing or short, or refused: what the object holds says which.
                 Ok(Part::Short) | Err(_) => {
-                    return match self.size_of(key, pause).await? {
-                        None => Ok(Got::Missing),
-                        Some(found) if found < len => Ok(Got::Short { found }),
-                        Some(_) => match part {
-                            Err(e) => Err(e),
-                            _ => Err(SharedError::Objects(format!(
-                                "`{key}` answered a ranged GET with fewer bytes than asked for"
-                            ))),
-                        },
-                    };
+                    return Ok(match self.shortfall(key, len, pause, part.err()).await? {
+                        Shortfall::Missing => Got::Missing,
+                        Shortfall::Short { found } => Got::Short { found },
+                    });
                 }
             }
         }
@@ -243,12 +237,28 @@ impl Objects {
             .ok_or_else(|| SharedError::Runtime(format!("`{key}`: a part's hash is missing")))
     }
 
-    /// The size of the object under `key`, `None` when there is none.
-    pub(crate) async fn size_of(
+    /// Why a ranged GET of the object under `key` (written as `len` bytes) came short, or
+    /// `failed`: the object is missing or shorter, else the GET's own error.
+    pub(crate) async fn shortfall(
         &self,
         key: &Path,
+        len: u64,
         pause: Duration,
-    ) -> Result<Option<u64>, SharedError> {
+        failed: Option<SharedError>,
+    ) -> Result<Shortfall, SharedError> {
+        match self.size_of(key, pause).await? {
+            None => Ok(Shortfall::Missing),
+            Some(found) if found < len => Ok(Shortfall::Short { found }),
+            Some(_) => Err(failed.unwrap_or_else(|| {
+                SharedError::Objects(format!(
+                    "`{key}` answered a ranged GET with fewer bytes than asked for"
+                ))
+            })),
+        }
+    }
+
+    /// The size of the object under `key`, `None` when there is none.
+    async fn size_of(&self, key: &Path, pause: Duration) -> Result<Option<u64>, SharedError> {
         match tokio::time::timeout(pause, self.store.head(key)).await {
             Err(_) => Err(SharedError::TimedOut {
                 what: "an object store answer",
@@ -284,6 +294,16 @@ impl Objects {
     ) -> futures_util::stream::BoxStream<'static, Result<ObjectMeta, object_store::Error>> {
         self.store.list(Some(&self.key(rel)))
     }
+}
+
+/// What an object that answered a ranged GET short (or not at all) holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Shortfall {
+    Missing,
+    /// Only `found` bytes, fewer than were written.
+    Short {
+        found: u64,
+    },
 }
 
 /// What a download found.

@@ -27,7 +27,7 @@ use object_store::path::Path;
 use crate::Backend;
 use crate::cache::PART_SUFFIX;
 use crate::error::SharedError;
-use crate::objects::create_sized;
+use crate::objects::{Shortfall, create_sized};
 
 /// The piece each chaining value covers: what a read of a column fetches beyond its bytes
 /// at most, at each end of each run.
@@ -230,9 +230,11 @@ impl Parts for PartFile {
                 async move { fetch_runs(objects, key, spans, len, pause).await },
             )?;
             let fetched = match fetched {
-                Runs::Got(fetched) => fetched,
-                Runs::Missing => return Err(self.damaged("its object is missing".into())),
-                Runs::Short { found } => {
+                Ok(fetched) => fetched,
+                Err(Shortfall::Missing) => {
+                    return Err(self.damaged("its object is missing".into()));
+                }
+                Err(Shortfall::Short { found }) => {
                     return Err(self.damaged(format!(
                         "its object holds {found} bytes where {len} were written"
                     )));
@@ -305,27 +307,16 @@ fn runs_of(pieces: &[usize]) -> Vec<Range<usize>> {
     runs
 }
 
-/// What a fetch of spans of an object found.
-enum Runs {
-    /// Each span's bytes, all of them.
-    Got(Vec<Bytes>),
-    Missing,
-    /// The object holds fewer bytes than the table.
-    Short {
-        found: u64,
-    },
-}
-
 /// Each span of the object `key` (of a table of `len` bytes), [`RUNS_IN_FLIGHT`] ranged
 /// GETs at a time. A span that fails or comes short is judged by what the object holds:
-/// missing or short is damage, anything else the store's error.
+/// missing or short ([`Shortfall`]) is damage, anything else the store's error.
 async fn fetch_runs(
     objects: Arc<crate::objects::Objects>,
     key: Path,
     spans: Vec<Range<u64>>,
     len: u64,
     pause: std::time::Duration,
-) -> Result<Runs, SharedError> {
+) -> Result<Result<Vec<Bytes>, Shortfall>, SharedError> {
     let mut out = vec![Bytes::new(); spans.len()];
     let mut running = tokio::task::JoinSet::new();
     let mut next = 0;
@@ -344,22 +335,15 @@ async fn fetch_runs(
         let whole = |b: &Bytes| b.len() as u64 == spans[i].end - spans[i].start;
         match got {
             Ok(Some(bytes)) if whole(&bytes) => out[i] = bytes,
-            Ok(None) => return Ok(Runs::Missing),
+            Ok(None) => return Ok(Err(Shortfall::Missing)),
             other => {
-                return match objects.size_of(&key, pause).await? {
-                    None => Ok(Runs::Missing),
-                    Some(found) if found < len => Ok(Runs::Short { found }),
-                    Some(_) => match other {
-                        Err(e) => Err(e),
-                        _ => Err(SharedError::Objects(format!(
-                            "`{key}` answered a ranged GET with fewer bytes than asked for"
-                        ))),
-                    },
-                };
+                return Ok(Err(objects
+                    .shortfall(&key, len, pause, other.err())
+                    .await?));
             }
         }
     }
-    Ok(Runs::Got(out))
+    Ok(Ok(out))
 }
 
 #[cfg(test)]
