@@ -965,7 +965,8 @@ async fn an_approval_asked_on_one_replica_is_answered_through_the_other() {
 }
 
 /// A query on a replica that has never read the table fetches only the parts of the file
-/// its columns lie in, and answers as the replica that wrote it. Damage where the query
+/// its columns lie in, and answers as the replica that wrote it; another principal's query
+/// of the same ref is answered as unknown and fetches nothing. Damage where the query
 /// reads is named to the model as damage to that table (never a server fault); damage
 /// elsewhere is never read.
 #[tokio::test(flavor = "multi_thread")]
@@ -991,6 +992,19 @@ sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 
         json!({"sql": format!("SELECT sum({column}) AS s FROM t"), "inputs": {"t": r},
                "store_as": "value"})
     };
+    let home_b = c.dir.path().join("replica-1");
+    let parts_on_b = || -> Vec<PathBuf> {
+        files_under(&home_b)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().ends_with(".part"))
+            .collect()
+    };
+    // Another principal's query of the ref on B: the unknown answer, and not a byte of it
+    // fetched (the owner check comes before any part).
+    let theirs = c.call(&b, US, "run_sql", sum("j")).await;
+    assert_eq!(theirs["isError"], json!(true), "{theirs}");
+    assert!(text(&theirs).contains("unknown or expired"), "{theirs}");
+    assert!(parts_on_b().is_empty(), "{:?}", parts_on_b());
     let on_b = c.ok(&b, EU, "run_sql", sum("j")).await;
     assert_eq!(
         on_b["values"][0][0].as_u64(),
@@ -999,11 +1013,7 @@ sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 
     );
     let on_a = c.ok(&a, EU, "run_sql", sum("j")).await;
     assert_eq!(on_a["values"], on_b["values"]);
-    let home_b = c.dir.path().join("replica-1");
-    let parts: Vec<PathBuf> = files_under(&home_b)
-        .into_iter()
-        .filter(|p| p.to_string_lossy().ends_with(".part"))
-        .collect();
+    let parts = parts_on_b();
     assert_eq!(parts.len(), 1, "one file of parts: {parts:?}");
     let object = object_store::aws::AmazonS3Builder::new()
         .with_bucket_name(c.s3.bucket())
